@@ -1,0 +1,19 @@
+"""Keras layers of keras_mvit2 (all registered for `.keras` serialization)."""
+
+from keras_mvit2.layers.group_norm import GroupNorm1
+from keras_mvit2.layers.inverted_residual import InvertedResidual, make_divisible
+from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
+from keras_mvit2.layers.patching import fold, unfold
+from keras_mvit2.layers.separable_self_attention import SeparableSelfAttention
+from keras_mvit2.layers.transformer_layer import TransformerLayer
+
+__all__ = [
+    "GroupNorm1",
+    "InvertedResidual",
+    "MobileViTV2Block",
+    "SeparableSelfAttention",
+    "TransformerLayer",
+    "fold",
+    "make_divisible",
+    "unfold",
+]

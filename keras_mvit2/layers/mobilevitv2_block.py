@@ -1,0 +1,190 @@
+"""The MobileViTv2 block: local convolution, separable-attention transformer, projection."""
+
+import math
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from keras_mvit2.api_export import serializable
+from keras_mvit2.layers.group_norm import GroupNorm1
+from keras_mvit2.layers.initializers import conv_kernel_initializer
+from keras_mvit2.layers.inverted_residual import batch_norm
+from keras_mvit2.layers.patching import fold, unfold
+from keras_mvit2.layers.transformer_layer import TransformerLayer
+
+
+@serializable
+class MobileViTV2Block(keras.layers.Layer):
+    """MobileViTv2 block (Fig. 6 / Table 6 of the paper, ml-cvnets `MobileViTBlockv2`).
+
+    ```
+    x  -> [bilinear resize, align_corners, when a side is not a multiple of the patch]
+       -> depthwise 3x3 + BN + SiLU -> 1x1 conv C -> d (no bias, no norm)
+       -> unfold into (N patches, P = patch_size^2 pixels)
+       -> num_layers x TransformerLayer -> GN1
+       -> fold -> 1x1 conv d -> C (no bias) + BN
+    ```
+
+    There is no residual around the block and no fusion (unlike MobileViT v1).
+    Like the reference, an input whose height or width is not a multiple of
+    `patch_size` is upsized to the next multiple and the output keeps that
+    larger size (e.g. a 224x224 image gives a 8x8 final feature map).
+
+    Args:
+        attention_dim: int. Width d of the attention tokens.
+        num_layers: int. Number of transformer layers (B in Table 6).
+        ffn_dim: int. FFN hidden width. Defaults to `2 * attention_dim` floored
+            to a multiple of 16.
+        patch_size: int. Patch height and width. Defaults to `2`.
+        attn_dropout: float. Dropout on the context scores.
+        dropout: float. Dropout on the attention and FFN outputs.
+        ffn_dropout: float. Dropout after the FFN activation.
+        norm_epsilon: float. Epsilon of BN and GN1. Defaults to `1e-5`.
+        kernel_initializer: initializer of all convolution kernels. Defaults to
+            He-normal with fan-out, as the reference.
+
+    Input shape:
+        `(batch, height, width, channels)` with static height and width.
+
+    Output shape:
+        `(batch, ceil(height / p) * p, ceil(width / p) * p, channels)`.
+
+    Example:
+    >>> x = keras.random.normal((1, 16, 16, 64))
+    >>> keras_mvit2.layers.MobileViTV2Block(32, num_layers=2)(x).shape
+    (1, 16, 16, 64)
+    """
+
+    def __init__(
+        self,
+        attention_dim: int,
+        num_layers: int,
+        ffn_dim: int | None = None,
+        patch_size: int = 2,
+        attn_dropout: float = 0.0,
+        dropout: float = 0.0,
+        ffn_dropout: float = 0.0,
+        norm_epsilon: float = 1e-5,
+        kernel_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if attention_dim <= 0 or num_layers <= 0 or patch_size <= 0:
+            raise ValueError(
+                "attention_dim, num_layers and patch_size must be positive. Received: "
+                f"attention_dim={attention_dim}, num_layers={num_layers}, patch_size={patch_size}"
+            )
+        self.attention_dim = attention_dim
+        self.num_layers = num_layers
+        self.ffn_dim = ffn_dim
+        self.patch_size = patch_size
+        self.attn_dropout = attn_dropout
+        self.dropout = dropout
+        self.ffn_dropout = ffn_dropout
+        self.norm_epsilon = norm_epsilon
+        self.kernel_initializer = conv_kernel_initializer(kernel_initializer)
+
+    def _resized_hw(self, height: int, width: int) -> tuple[int, int]:
+        p = self.patch_size
+        return math.ceil(height / p) * p, math.ceil(width / p) * p
+
+    def build(self, input_shape):
+        batch, height, width, channels = input_shape
+        if height is None or width is None:
+            raise ValueError(
+                "MobileViTV2Block needs a static height and width (the patch grid and the "
+                "resize are fixed when the model is built). Build the model with a fixed "
+                f"input_shape such as (256, 256, 3). Received: input_shape={input_shape}"
+            )
+        height, width = self._resized_hw(height, width)
+        d = self.attention_dim
+        policy = self.dtype_policy
+        init = self.kernel_initializer
+        self.local_conv = keras.layers.DepthwiseConv2D(
+            3, padding="same", use_bias=False, depthwise_initializer=init, name="local_conv",
+            dtype=policy,
+        )
+        self.local_bn = batch_norm("local_bn", self.norm_epsilon, policy)
+        self.local_proj = keras.layers.Conv2D(
+            d, 1, use_bias=False, kernel_initializer=init, name="local_proj", dtype=policy
+        )
+        self.transformer = [
+            TransformerLayer(
+                ffn_dim=self.ffn_dim,
+                attn_dropout=self.attn_dropout,
+                dropout=self.dropout,
+                ffn_dropout=self.ffn_dropout,
+                norm_epsilon=self.norm_epsilon,
+                kernel_initializer=init,
+                name=f"transformer_{i}",
+                dtype=policy,
+            )
+            for i in range(self.num_layers)
+        ]
+        self.norm = GroupNorm1(self.norm_epsilon, name="norm", dtype=policy)
+        self.conv_proj = keras.layers.Conv2D(
+            channels, 1, use_bias=False, kernel_initializer=init, name="conv_proj", dtype=policy
+        )
+        self.proj_bn = batch_norm("proj_bn", self.norm_epsilon, policy)
+
+        feature_shape = (batch, height, width, channels)
+        p = self.patch_size
+        token_shape = (batch, (height // p) * (width // p), p * p, d)
+        self.local_conv.build(feature_shape)
+        self.local_bn.build(feature_shape)
+        self.local_proj.build(feature_shape)
+        for layer in self.transformer:
+            layer.build(token_shape)
+        self.norm.build(token_shape)
+        self.conv_proj.build((batch, height, width, d))
+        self.proj_bn.build(feature_shape)
+
+    def resize_input(self, x):
+        """Upsize `x` (bilinear, align_corners=True) when a side is not a multiple of the patch."""
+        height, width = x.shape[1], x.shape[2]
+        new_hw = self._resized_hw(height, width)
+        if new_hw == (height, width):
+            return x
+        resized = tf.raw_ops.ResizeBilinear(
+            images=x, size=new_hw, align_corners=True, half_pixel_centers=False
+        )
+        return ops.cast(resized, x.dtype)
+
+    def patch_tokens(self, inputs, training=None):
+        """The tokens fed to the first transformer layer, `(batch, N, P, attention_dim)`."""
+        x = self.resize_input(inputs)
+        x = ops.silu(self.local_bn(self.local_conv(x), training=training))
+        return unfold(self.local_proj(x), self.patch_size)
+
+    def call(self, inputs, training=None):
+        height, width = self._resized_hw(inputs.shape[1], inputs.shape[2])
+        p = self.patch_size
+        tokens = self.patch_tokens(inputs, training=training)       # (B, N, P, d)
+        for layer in self.transformer:
+            tokens = layer(tokens, training=training)
+        tokens = self.norm(tokens)
+        x = fold(tokens, (height // p, width // p), p)               # (B, H, W, d)
+        return self.proj_bn(self.conv_proj(x), training=training)    # (B, H, W, C)
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, channels = input_shape
+        height, width = self._resized_hw(height, width)
+        return (batch, height, width, channels)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "attention_dim": self.attention_dim,
+                "num_layers": self.num_layers,
+                "ffn_dim": self.ffn_dim,
+                "patch_size": self.patch_size,
+                "attn_dropout": self.attn_dropout,
+                "dropout": self.dropout,
+                "ffn_dropout": self.ffn_dropout,
+                "norm_epsilon": self.norm_epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config

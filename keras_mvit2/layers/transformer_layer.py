@@ -1,0 +1,122 @@
+"""The pre-norm transformer layer of MobileViTv2 (ml-cvnets' `LinearAttnFFN`)."""
+
+import keras
+from keras import ops
+
+from keras_mvit2.api_export import serializable
+from keras_mvit2.layers.group_norm import GroupNorm1
+from keras_mvit2.layers.initializers import conv_kernel_initializer
+from keras_mvit2.layers.separable_self_attention import SeparableSelfAttention
+
+
+def default_ffn_dim(dim: int, multiplier: float = 2.0) -> int:
+    """The reference's FFN width: `multiplier * dim` floored to a multiple of 16."""
+    return int((multiplier * dim) // 16 * 16)
+
+
+@serializable
+class TransformerLayer(keras.layers.Layer):
+    """`x + Attn(GN1(x))`, then `x + FFN(GN1(x))`, on unfolded patches.
+
+    GN1 is `GroupNorm1` (statistics over all patches, pixels and channels of a
+    sample). The FFN is two 1x1 convolutions `dim -> ffn_dim -> dim` with SiLU
+    between them, i.e. a per-token MLP; 1x1 convolutions on a rank-4 tensor
+    convert to TFLite CONV_2D, which XNNPACK runs fully.
+
+    Args:
+        ffn_dim: int. Hidden width of the FFN. Defaults to `2 * dim` floored to
+            a multiple of 16, as the reference.
+        attn_dropout: float. Dropout on the context scores.
+        dropout: float. Dropout on the attention output and the FFN output.
+        ffn_dropout: float. Dropout after the FFN activation.
+        norm_epsilon: float. GN1 epsilon. Defaults to `1e-5`.
+        kernel_initializer: initializer of all convolution kernels. Defaults to
+            He-normal with fan-out, as the reference.
+
+    Input shape:
+        `(batch, num_patches, patch_area, dim)`.
+
+    Output shape:
+        Same as the input.
+
+    Example:
+    >>> x = keras.random.normal((2, 64, 4, 32))
+    >>> keras_mvit2.layers.TransformerLayer()(x).shape
+    (2, 64, 4, 32)
+    """
+
+    def __init__(
+        self,
+        ffn_dim: int | None = None,
+        attn_dropout: float = 0.0,
+        dropout: float = 0.0,
+        ffn_dropout: float = 0.0,
+        norm_epsilon: float = 1e-5,
+        kernel_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for label, rate in (("attn_dropout", attn_dropout), ("dropout", dropout),
+                            ("ffn_dropout", ffn_dropout)):
+            if not 0.0 <= rate < 1.0:
+                raise ValueError(f"{label} must be in [0, 1). Received: {label}={rate}")
+        if ffn_dim is not None and ffn_dim <= 0:
+            raise ValueError(f"ffn_dim must be positive. Received: ffn_dim={ffn_dim}")
+        self.ffn_dim = ffn_dim
+        self.attn_dropout = attn_dropout
+        self.dropout = dropout
+        self.ffn_dropout = ffn_dropout
+        self.norm_epsilon = norm_epsilon
+        self.kernel_initializer = conv_kernel_initializer(kernel_initializer)
+
+    def build(self, input_shape):
+        if len(input_shape) != 4 or input_shape[-1] is None:
+            raise ValueError(
+                "TransformerLayer expects (batch, patches, patch_area, dim) with a known dim. "
+                f"Received: input_shape={input_shape}"
+            )
+        dim = int(input_shape[-1])
+        hidden = self.ffn_dim or default_ffn_dim(dim)
+        policy = self.dtype_policy
+        self.norm1 = GroupNorm1(self.norm_epsilon, name="norm1", dtype=policy)
+        self.attn = SeparableSelfAttention(
+            self.attn_dropout, kernel_initializer=self.kernel_initializer, name="attn",
+            dtype=policy,
+        )
+        self.norm2 = GroupNorm1(self.norm_epsilon, name="norm2", dtype=policy)
+        self.fc1 = keras.layers.Conv2D(
+            hidden, 1, kernel_initializer=self.kernel_initializer, name="fc1", dtype=policy
+        )
+        self.fc2 = keras.layers.Conv2D(
+            dim, 1, kernel_initializer=self.kernel_initializer, name="fc2", dtype=policy
+        )
+        self.ffn_drop = keras.layers.Dropout(self.ffn_dropout, dtype=policy)
+        self.out_drop = keras.layers.Dropout(self.dropout, dtype=policy)
+        for layer in (self.norm1, self.attn, self.norm2, self.fc1):
+            layer.build(input_shape)
+        self.fc2.build(tuple(input_shape[:-1]) + (hidden,))
+
+    def call(self, inputs, training=None):
+        x = inputs
+        y = self.attn(self.norm1(x), training=training)             # (B, N, P, d)
+        x = x + self.out_drop(y, training=training)
+        y = ops.silu(self.fc1(self.norm2(x)))                         # (B, N, P, ffn)
+        y = self.fc2(self.ffn_drop(y, training=training))             # (B, N, P, d)
+        return x + self.out_drop(y, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "ffn_dim": self.ffn_dim,
+                "attn_dropout": self.attn_dropout,
+                "dropout": self.dropout,
+                "ffn_dropout": self.ffn_dropout,
+                "norm_epsilon": self.norm_epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config

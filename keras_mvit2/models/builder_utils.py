@@ -1,0 +1,92 @@
+"""Input, head and weight-loading conventions shared by the model builders
+(the `keras.applications` signature: include_top, weights, input_tensor, input_shape,
+pooling, classes, classifier_activation)."""
+
+import os
+
+import keras
+
+DEFAULT_INPUT_SHAPE = (256, 256, 3)
+
+
+def model_input(input_tensor, input_shape, min_size: int = 32):
+    """Validates `input_shape` / `input_tensor` and returns `(inputs, x)`.
+
+    Shapes are channels-last and need static height and width: the patch grid
+    and the resizes of the MobileViT blocks are fixed at build time.
+    """
+    if keras.config.image_data_format() != "channels_last":
+        raise ValueError(
+            "keras_mvit2 models are channels-last. Set keras.config.set_image_data_format("
+            f"'channels_last'). Received: image_data_format={keras.config.image_data_format()!r}"
+        )
+    if input_tensor is not None and input_shape is None:
+        input_shape = tuple(input_tensor.shape[1:])
+    input_shape = tuple(DEFAULT_INPUT_SHAPE if input_shape is None else input_shape)
+    if len(input_shape) != 3:
+        raise ValueError(
+            f"input_shape must be (height, width, channels). Received: input_shape={input_shape}"
+        )
+    height, width, channels = input_shape
+    if height is None or width is None:
+        raise ValueError(
+            "input_shape needs a fixed height and width, e.g. (256, 256, 3); build one model "
+            f"per resolution (weights are shared). Received: input_shape={input_shape}"
+        )
+    if height < min_size or width < min_size:
+        raise ValueError(
+            f"input_shape must be at least {min_size}x{min_size}. Received: input_shape={input_shape}"
+        )
+    if input_tensor is None:
+        inputs = keras.Input(shape=input_shape, name="image")
+        return inputs, inputs
+    if not keras.backend.is_keras_tensor(input_tensor):
+        inputs = keras.Input(tensor=input_tensor, shape=input_shape, name="image")
+        return inputs, inputs
+    return keras.utils.get_source_inputs(input_tensor), input_tensor
+
+
+def classifier_head(x, *, include_top, pooling, classes, classifier_activation, dropout):
+    """Global average pooling + (dropout) + Dense head, or the requested pooling."""
+    if include_top:
+        if classes <= 0:
+            raise ValueError(f"classes must be positive. Received: classes={classes}")
+        x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
+        if dropout:
+            x = keras.layers.Dropout(dropout, name="head_dropout")(x)
+        return keras.layers.Dense(
+            classes,
+            activation=classifier_activation,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            name="predictions",
+        )(x)
+    if pooling == "avg":
+        return keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
+    if pooling == "max":
+        return keras.layers.GlobalMaxPooling2D(name="max_pool")(x)
+    if pooling is not None:
+        raise ValueError(f"pooling must be None, 'avg' or 'max'. Received: pooling={pooling!r}")
+    return x
+
+
+def load_weights(model: keras.Model, weights) -> None:
+    """Loads `weights` (a file path) into `model`: PyTorch checkpoints or Keras `.weights.h5`."""
+    if weights is None:
+        return
+    if not isinstance(weights, str | os.PathLike):
+        raise ValueError(f"weights must be None or a file path. Received: weights={weights!r}")
+    path = os.fspath(weights)
+    if path == "imagenet":
+        raise ValueError(
+            "keras_mvit2 downloads nothing at run time. Pass the path of a checkpoint file "
+            "instead: an Apple ml-cvnets .pt, a timm .pth/.bin/.safetensors, or a Keras "
+            ".weights.h5 (see `mvit2 convert-weights`)."
+        )
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Weights file not found: {path!r}")
+    if path.endswith(".weights.h5"):
+        model.load_weights(path)
+        return
+    from keras_mvit2.weights import load_torch_weights
+
+    load_torch_weights(model, path)

@@ -1,0 +1,171 @@
+"""MobileViTv2 (Mehta & Rastegari, "Separable Self-attention for Mobile Vision
+Transformers", TMLR 2023): Table 6 architecture with ml-cvnets' width rule."""
+
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_mvit2.layers.initializers import conv_kernel_initializer
+from keras_mvit2.layers.inverted_residual import InvertedResidual, batch_norm, make_divisible
+from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
+from keras_mvit2.layers.transformer_layer import default_ffn_dim
+from keras_mvit2.models.builder_utils import classifier_head, load_weights, model_input
+from keras_mvit2.models.registry import register_model
+
+#: Transformer layers per MobileViTv2 block in stages 2, 3, 4 (B in Table 6).
+ATTENTION_LAYERS = (2, 4, 3)
+
+
+@dataclass(frozen=True)
+class MobileViTV2Widths:
+    """Channel widths of one MobileViTv2, from ml-cvnets' `make_divisible` rule."""
+
+    stem: int
+    stages: tuple[int, int, int, int, int]
+    attention_dims: tuple[int, int, int]
+    ffn_dims: tuple[int, int, int]
+
+
+def mobilevitv2_widths(width_multiplier: float) -> MobileViTV2Widths:
+    """Channels for any width multiplier (ml-cvnets `config/mobilevit_v2.py`)."""
+    if not 0.0 < width_multiplier <= 4.0:
+        raise ValueError(
+            "width_multiplier must be in (0, 4]; the paper uses 0.5 to 2.0. "
+            f"Received: width_multiplier={width_multiplier}"
+        )
+    a = width_multiplier
+    stem = make_divisible(min(max(32 * a, 16), 64), 8, min_value=16)
+    stages = (
+        make_divisible(64 * a, 16),
+        make_divisible(128 * a, 8),
+        make_divisible(256 * a, 8),
+        make_divisible(384 * a, 8),
+        make_divisible(512 * a, 8),
+    )
+    attention_dims = tuple(make_divisible(c * a, 8) for c in (128, 192, 256))
+    ffn_dims = tuple(default_ffn_dim(d) for d in attention_dims)
+    return MobileViTV2Widths(stem, stages, attention_dims, ffn_dims)
+
+
+def MobileViTV2(
+    width_multiplier: float = 1.0,
+    include_top: bool = True,
+    weights: str | None = None,
+    input_tensor=None,
+    input_shape: tuple[int, int, int] | None = None,
+    pooling: str | None = None,
+    classes: int = 1000,
+    classifier_activation: str | None = "softmax",
+    dropout: float = 0.0,
+    name: str | None = None,
+    *,
+    attn_dropout: float = 0.0,
+    ffn_dropout: float = 0.0,
+    block_dropout: float = 0.0,
+) -> keras.Model:
+    """Builds a MobileViTv2 image classifier or backbone (channels-last).
+
+    Args:
+        width_multiplier: float. alpha of the paper; 0.5 to 2.0 are the published
+            models, any value in (0, 4] builds (channels follow ml-cvnets' rule).
+        include_top: bool. Add global average pooling and the Dense classifier.
+        weights: `None` (random init) or the path of a checkpoint: an Apple
+            ml-cvnets `.pt`, a timm `.pth` / `.bin` / `.safetensors`, or a Keras
+            `.weights.h5`. Nothing is downloaded.
+        input_tensor: optional Keras tensor to use as the image input.
+        input_shape: `(height, width, 3)`, static. Defaults to `(256, 256, 3)`.
+            Inputs are RGB in [0, 1] (see `preprocess_input`).
+        pooling: `None`, `"avg"` or `"max"`: pooling of the features when
+            `include_top=False`.
+        classes: int. Number of classes of the classifier.
+        classifier_activation: activation of the classifier; `None` gives logits.
+        dropout: float. Dropout before the classifier (the reference uses 0).
+        name: model name. Defaults to `mobilevitv2_<100 * width_multiplier>`.
+        attn_dropout: float. Dropout on the context scores (reference 0).
+        ffn_dropout: float. Dropout inside the FFN (reference 0).
+        block_dropout: float. Dropout on attention and FFN outputs (reference 0).
+
+    Returns:
+        A `keras.Model` (Functional).
+
+    Example:
+    >>> model = keras_mvit2.MobileViTV2(0.75, input_shape=(256, 256, 3))
+    >>> model.output_shape
+    (None, 1000)
+    """
+    widths = mobilevitv2_widths(width_multiplier)
+    inputs, x = model_input(input_tensor, input_shape)
+
+    x = keras.layers.ZeroPadding2D(1, name="stem_pad")(x)
+    x = keras.layers.Conv2D(
+        widths.stem, 3, strides=2, use_bias=False,
+        kernel_initializer=conv_kernel_initializer(),
+        name="stem_conv",
+    )(x)
+    x = batch_norm("stem_bn")(x)
+    x = keras.layers.Activation("silu", name="stem_act")(x)
+
+    x = InvertedResidual(widths.stages[0], strides=1, name="stage0_block0")(x)
+    x = InvertedResidual(widths.stages[1], strides=2, name="stage1_block0")(x)
+    x = InvertedResidual(widths.stages[1], strides=1, name="stage1_block1")(x)
+    for i, num_layers in enumerate(ATTENTION_LAYERS):
+        stage = i + 2
+        x = InvertedResidual(widths.stages[stage], strides=2, name=f"stage{stage}_block0")(x)
+        x = MobileViTV2Block(
+            widths.attention_dims[i],
+            num_layers,
+            ffn_dim=widths.ffn_dims[i],
+            attn_dropout=attn_dropout,
+            dropout=block_dropout,
+            ffn_dropout=ffn_dropout,
+            name=f"stage{stage}_block1",
+        )(x)
+
+    outputs = classifier_head(
+        x,
+        include_top=include_top,
+        pooling=pooling,
+        classes=classes,
+        classifier_activation=classifier_activation,
+        dropout=dropout,
+    )
+    if name is None:
+        name = f"mobilevitv2_{round(width_multiplier * 100):03d}"
+    model = keras.Model(inputs, outputs, name=name)
+    load_weights(model, weights)
+    return model
+
+
+def preprocess_input(x):
+    """Images in [0, 255] (RGB) to the model's input: RGB in [0, 1], as the reference.
+
+    No mean/std normalization (ml-cvnets and timm use mean 0, std 1). Returns a
+    float32 numpy array for numpy input, a tensor otherwise.
+    """
+    if isinstance(x, np.ndarray):
+        return x.astype("float32") / 255.0
+    return ops.cast(x, "float32") / 255.0
+
+
+def _named_builder(width_multiplier: float, name: str):
+    def builder(**kwargs) -> keras.Model:
+        kwargs.setdefault("name", name)
+        return MobileViTV2(width_multiplier=width_multiplier, **kwargs)
+
+    builder.__name__ = builder.__qualname__ = name
+    builder.__doc__ = (
+        f"MobileViTv2-{width_multiplier} (`MobileViTV2(width_multiplier={width_multiplier})`); "
+        "keyword arguments as `MobileViTV2`."
+    )
+    return register_model(builder)
+
+
+mobilevitv2_050 = _named_builder(0.5, "mobilevitv2_050")
+mobilevitv2_075 = _named_builder(0.75, "mobilevitv2_075")
+mobilevitv2_100 = _named_builder(1.0, "mobilevitv2_100")
+mobilevitv2_125 = _named_builder(1.25, "mobilevitv2_125")
+mobilevitv2_150 = _named_builder(1.5, "mobilevitv2_150")
+mobilevitv2_175 = _named_builder(1.75, "mobilevitv2_175")
+mobilevitv2_200 = _named_builder(2.0, "mobilevitv2_200")

@@ -1,0 +1,34 @@
+"""Atomic file output: a reader never sees a half-written file."""
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[str]:
+    """Yields a temporary path beside `path`; moves it onto `path` only on success.
+
+    Whatever writes to the yielded path (a file or a directory) replaces `path`
+    in one `os.replace`; on an exception the temporary is removed and an
+    existing `path` is left untouched. The temporary keeps the suffix of `path`
+    (writers such as Keras check extensions like `.weights.h5`).
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    base = os.path.basename(path)
+    stem, dot, suffix = base.partition(".")
+    tmp_dir = tempfile.mkdtemp(prefix=f".{stem}.", dir=directory)
+    tmp_path = os.path.join(tmp_dir, f"{stem}{dot}{suffix}")
+    try:
+        yield tmp_path
+        if os.path.isdir(path) and not os.path.isdir(tmp_path):
+            raise IsADirectoryError(f"Refusing to replace the directory {path!r} with a file.")
+        if os.path.isdir(tmp_path) and os.path.isdir(path):
+            shutil.rmtree(path)
+        os.replace(tmp_path, path)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
