@@ -113,6 +113,8 @@ class SeparableSelfAttention(keras.layers.Layer):
 
     def context_scores(self, inputs):
         """The context scores c_s, `(batch, num_tokens[, patch_area])`, summing to 1 over tokens."""
+        if not self.built:
+            self.build(tuple(inputs.shape))
         query, _, _ = self._project(inputs)
         scores = softmax_over_tokens(query)[..., 0]        # (B, N, P)
         return scores if len(inputs.shape) == 4 else scores[..., 0]

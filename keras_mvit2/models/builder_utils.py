@@ -27,7 +27,7 @@ def model_input(input_tensor, input_shape, min_size: int = 32):
         raise ValueError(
             f"input_shape must be (height, width, channels). Received: input_shape={input_shape}"
         )
-    height, width, channels = input_shape
+    height, width, _ = input_shape
     if height is None or width is None:
         raise ValueError(
             "input_shape needs a fixed height and width, e.g. (256, 256, 3); build one model "
@@ -35,7 +35,8 @@ def model_input(input_tensor, input_shape, min_size: int = 32):
         )
     if height < min_size or width < min_size:
         raise ValueError(
-            f"input_shape must be at least {min_size}x{min_size}. Received: input_shape={input_shape}"
+            f"input_shape must be at least {min_size}x{min_size}. "
+            f"Received: input_shape={input_shape}"
         )
     if input_tensor is None:
         inputs = keras.Input(shape=input_shape, name="image")

@@ -49,7 +49,7 @@ def mobilevitv2_widths(width_multiplier: float) -> MobileViTV2Widths:
     return MobileViTV2Widths(stem, stages, attention_dims, ffn_dims)
 
 
-def MobileViTV2(
+def MobileViTV2(  # noqa: N802 (keras.applications naming)
     width_multiplier: float = 1.0,
     include_top: bool = True,
     weights: str | None = None,

@@ -1,0 +1,72 @@
+"""`mvit2 list` and `mvit2 profile`."""
+
+import argparse
+import json
+
+from keras_mvit2.utils.files import atomic_output
+
+
+def register(sub) -> None:
+    p = sub.add_parser("list", help="list the registered models")
+    p.add_argument(
+        "pattern", nargs="?", default="*", help="shell-style filter, e.g. 'mobilevitv2*'"
+    )
+    p.set_defaults(handler=_list)
+
+    p = sub.add_parser("profile", help="parameters and MACs of registered models")
+    p.add_argument("models", nargs="*", help="model names (default: every registered model)")
+    p.add_argument("--input-size", type=int, nargs="+", default=[256], metavar="PX",
+                   help="input size: one value (square) or height width (default 256)")
+    p.add_argument("--classes", type=int, default=1000, help="classifier classes (default 1000)")
+    p.add_argument("--json", dest="json_path", help="also write the results to this JSON file")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.set_defaults(handler=_profile)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from keras_mvit2 import list_models
+
+    for name in list_models(args.pattern):
+        print(name)
+    return 0
+
+
+def _input_shape(sizes: list[int]) -> tuple[int, int, int]:
+    if len(sizes) == 1:
+        return (sizes[0], sizes[0], 3)
+    if len(sizes) == 2:
+        return (sizes[0], sizes[1], 3)
+    raise ValueError(f"--input-size takes one or two values. Received: {sizes}")
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from keras_mvit2 import create_model, list_models
+    from keras_mvit2.profiling import profile
+
+    names = args.models or list_models()
+    shape = _input_shape(args.input_size)
+    rows = [
+        profile(create_model(name, input_shape=shape, classes=args.classes)) for name in names
+    ]
+    headers = ("model", "input", "params", "MACs (G)")
+    table = [
+        (r.name, "x".join(map(str, r.input_shape[:2])), f"{r.params:,}", f"{r.gmacs:.3f}")
+        for r in rows
+    ]
+    if args.markdown:
+        print("| " + " | ".join(headers) + " |")
+        print("|" + "---|" * len(headers))
+        for row in table:
+            print("| " + " | ".join(row) + " |")
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        out = Table(*headers, title="keras_mvit2 profile (parameters exclude BN statistics)")
+        for row in table:
+            out.add_row(*row)
+        Console().print(out)
+    if args.json_path:
+        with atomic_output(args.json_path) as tmp, open(tmp, "w") as f:
+            json.dump([r.to_dict() for r in rows], f, indent=2)
+    return 0

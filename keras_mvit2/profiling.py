@@ -1,0 +1,120 @@
+"""Parameter and multiply-accumulate (MAC) counts of a Keras model.
+
+MACs are counted on the model's traced TensorFlow graph at batch 1, from the
+static shapes of its convolution and matrix-product ops (Conv2D, depthwise
+convolution, MatMul, BatchMatMul, Einsum). Element-wise ops, norms and
+softmax are not counted, the convention of the paper's tables and of
+`torch.utils.flop_counter` halved.
+"""
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+_BN_STATISTICS = ("moving_mean", "moving_variance")
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Size and cost of a model at one input resolution."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    params: int
+    trainable_params: int
+    non_trainable_params: int
+    macs: int
+
+    @property
+    def gmacs(self) -> float:
+        return self.macs / 1e9
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "gmacs": self.gmacs}
+
+
+def _static(shape) -> list[int]:
+    dims = shape.as_list()
+    if any(d is None for d in dims):
+        raise ValueError(f"MAC counting needs static shapes; got {dims}.")
+    return dims
+
+
+def _einsum_macs(op) -> int:
+    equation = op.get_attr("equation").decode()
+    lhs = equation.split("->")[0].split(",")
+    sizes: dict[str, int] = {}
+    for labels, tensor in zip(lhs, op.inputs, strict=True):
+        dims = _static(tensor.shape)
+        for label, dim in zip(re.sub(r"\.\.\.", "", labels), dims[-len(labels):], strict=False):
+            sizes[label] = dim
+    return math.prod(sizes.values())
+
+
+def _op_macs(op) -> int:
+    kind = op.type
+    if kind == "Conv2D":
+        kh, kw, cin, _ = _static(op.inputs[1].shape)
+        return math.prod(_static(op.outputs[0].shape)) * kh * kw * cin
+    if kind == "DepthwiseConv2dNative":
+        kh, kw, _, _ = _static(op.inputs[1].shape)
+        return math.prod(_static(op.outputs[0].shape)) * kh * kw
+    if kind == "MatMul":
+        a = _static(op.inputs[0].shape)
+        k = a[0] if op.get_attr("transpose_a") else a[1]
+        return math.prod(_static(op.outputs[0].shape)) * k
+    if kind in ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"):
+        a = _static(op.inputs[0].shape)
+        k = a[-2] if op.get_attr("adj_x") else a[-1]
+        return math.prod(_static(op.outputs[0].shape)) * k
+    if kind == "Einsum":
+        return _einsum_macs(op)
+    return 0
+
+
+def count_macs(model: keras.Model, input_shape: tuple[int, ...] | None = None) -> int:
+    """Multiply-accumulates of one forward pass at batch 1.
+
+    `input_shape` (without batch) defaults to the model's own input shape.
+    """
+    shape = tuple(model.input_shape[1:]) if input_shape is None else tuple(input_shape)
+    if any(d is None for d in shape):
+        raise ValueError(
+            f"count_macs needs a static input shape; pass input_shape=. Received: {shape}"
+        )
+    spec = tf.TensorSpec((1, *shape), tf.float32)
+    graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
+    return sum(_op_macs(op) for op in graph.get_operations())
+
+
+def count_params(model: keras.Model) -> tuple[int, int]:
+    """`(trainable, non_trainable)` parameters; BN moving statistics are not parameters.
+
+    Keras' `count_params()` also counts BatchNormalization moving means and
+    variances; the reference (PyTorch) tables do not, so they are left out here.
+    """
+    trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    frozen = sum(
+        int(np.prod(w.shape))
+        for w in model.non_trainable_weights
+        if not w.path.endswith(_BN_STATISTICS)
+    )
+    return trainable, frozen
+
+
+def profile(model: keras.Model, input_shape: tuple[int, ...] | None = None) -> ModelProfile:
+    """Parameters and MACs of `model` (MACs at batch 1 and `input_shape`)."""
+    trainable, frozen = count_params(model)
+    shape = tuple(model.input_shape[1:]) if input_shape is None else tuple(input_shape)
+    return ModelProfile(
+        name=model.name,
+        input_shape=shape,
+        params=trainable + frozen,
+        trainable_params=trainable,
+        non_trainable_params=frozen,
+        macs=count_macs(model, shape),
+    )

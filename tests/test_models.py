@@ -1,0 +1,166 @@
+"""MobileViTV2 builders, registry, exact sizes, MACs, `.keras` round trip."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+from conftest import perturb_norms
+
+import keras_mvit2 as mv
+from keras_mvit2.profiling import count_params, profile
+
+# Reference (ml-cvnets / timm) trainable parameters at 1000 classes and MACs at 256x256.
+REFERENCE = {
+    "mobilevitv2_050": (1_370_593, 0.465),
+    "mobilevitv2_075": (2_866_009, 1.028),
+    "mobilevitv2_100": (4_901_841, 1.812),
+    "mobilevitv2_125": (7_478_089, 2.817),
+    "mobilevitv2_150": (10_594_753, 4.042),
+    "mobilevitv2_175": (14_251_833, 5.489),
+    "mobilevitv2_200": (18_449_329, 7.156),
+}
+
+
+def test_registry_lists_every_width():
+    assert mv.list_models("mobilevitv2*") == sorted(REFERENCE)
+    assert mv.list_models("nothing*") == []
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_exact_parameters_and_macs(name):
+    params, gmacs = REFERENCE[name]
+    model = mv.create_model(name)
+    result = profile(model)
+    assert result.trainable_params == params
+    assert result.params == params  # BN moving statistics are not parameters
+    assert abs(result.gmacs / gmacs - 1.0) <= 0.02, (result.gmacs, gmacs)
+    assert model.name == name
+
+
+@pytest.mark.parametrize(
+    "alpha,stages",
+    [
+        # ml-cvnets' make_divisible rule (timm's int(c * alpha) differs at these widths).
+        (0.6, (24, 48, 80, 152, 232, 304)),
+        (1.1, (32, 64, 144, 280, 424, 560)),
+    ],
+)
+def test_any_width_follows_the_cvnets_rule(alpha, stages):
+    widths = mv.models.mobilevitv2_widths(alpha)
+    assert (widths.stem, *widths.stages) == stages
+    model = mv.MobileViTV2(alpha, input_shape=(64, 64, 3), classes=10)
+    assert model.get_layer("stage4_block1").output.shape[-1] == stages[-1]
+
+
+def test_1_1_width_reference_numbers():
+    # 1.1: stem 32*1.1=35.2 -> 32; L1 64*1.1=70.4 -> 64 (divisor 16); L2 140.8 -> 144;
+    # L3 281.6 -> 280; L4 422.4 -> 424; L5 563.2 -> 560 (all nearest multiple of 8/16).
+    assert mv.models.mobilevitv2_widths(1.1).attention_dims == (144, 208, 280)
+
+
+def test_keras_applications_conventions(rng):
+    x = rng.uniform(size=(2, 96, 128, 3)).astype("float32")
+    model = mv.MobileViTV2(0.5, input_shape=(96, 128, 3), classes=7)
+    probs = keras.ops.convert_to_numpy(model(x))
+    assert probs.shape == (2, 7)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)  # softmax by default
+
+    logits = mv.MobileViTV2(0.5, input_shape=(96, 128, 3), classifier_activation=None)
+    assert logits.get_layer("predictions").activation.__name__ == "linear"
+
+    features = mv.MobileViTV2(0.5, include_top=False, input_shape=(96, 128, 3))
+    assert features.output_shape == (None, 4, 4, 256)  # 96 -> 3 -> upsized to 4
+    for pooling in ("avg", "max"):
+        pooled = mv.MobileViTV2(0.5, include_top=False, pooling=pooling, input_shape=(96, 96, 3))
+        assert pooled.output_shape == (None, 256)
+
+    tensor = keras.Input((64, 64, 3))
+    model = mv.MobileViTV2(0.5, input_tensor=tensor, classes=3)
+    assert model.inputs[0] is tensor
+
+
+def test_odd_resolution_grows_last_feature_map():
+    """As the reference: 224 -> ... 7x7 is upsized to 8x8 before the last block."""
+    model = mv.MobileViTV2(0.5, include_top=False, input_shape=(224, 224, 3))
+    assert model.output_shape == (None, 8, 8, 256)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"input_shape": (None, None, 3)}, "fixed height and width"),
+        ({"input_shape": (16, 16, 3)}, "at least 32x32"),
+        ({"input_shape": (256, 256)}, "height, width, channels"),
+        ({"width_multiplier": 0.0}, "width_multiplier"),
+        ({"width_multiplier": 5.0}, "width_multiplier"),
+        ({"weights": "imagenet"}, "downloads nothing"),
+        ({"pooling": "mean", "include_top": False}, "pooling"),
+        ({"classes": 0}, "classes"),
+    ],
+)
+def test_bad_arguments_name_the_problem(kwargs, match):
+    kwargs.setdefault("input_shape", (64, 64, 3))
+    with pytest.raises(ValueError, match=match):
+        mv.MobileViTV2(**kwargs)
+
+
+def test_missing_weights_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        mv.MobileViTV2(0.5, input_shape=(64, 64, 3), weights=str(tmp_path / "nope.pt"))
+
+
+def test_unknown_model_name():
+    with pytest.raises(ValueError, match=r"Unknown model 'mobilevitv2_300'.*mobilevitv2_050"):
+        mv.create_model("mobilevitv2_300")
+
+
+def test_preprocess_input_is_rgb_in_unit_range():
+    x = np.array([[[[0, 128, 255]]]], dtype="uint8")
+    np.testing.assert_allclose(mv.preprocess_input(x), [[[[0.0, 128 / 255, 1.0]]]])
+    t = keras.ops.convert_to_numpy(mv.preprocess_input(keras.ops.convert_to_tensor(x)))
+    np.testing.assert_allclose(t, [[[[0.0, 128 / 255, 1.0]]]])
+
+
+def test_count_params_excludes_only_bn_statistics():
+    model = mv.MobileViTV2(0.5, input_shape=(64, 64, 3))
+    trainable, frozen = count_params(model)
+    assert frozen == 0
+    bn_stats = sum(int(np.prod(w.shape)) for w in model.non_trainable_weights)
+    assert model.count_params() == trainable + bn_stats == 1_370_593 + 7_776
+
+
+def test_keras_round_trip_in_fresh_process(tmp_path, rng):
+    model = mv.MobileViTV2(0.5, input_shape=(64, 96, 3), classes=5)
+    perturb_norms(model)
+    x = rng.uniform(size=(2, 64, 96, 3)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", keras.ops.convert_to_numpy(model(x, training=False)))
+    model.save(tmp_path / "m.keras")
+    script = textwrap.dedent(
+        f"""
+        import numpy as np, keras, keras_mvit2
+        m = keras.saving.load_model({str(tmp_path / "m.keras")!r})
+        x = np.load({str(tmp_path / "x.npy")!r})
+        y = keras.ops.convert_to_numpy(m(x, training=False))
+        np.save({str(tmp_path / "y2.npy")!r}, y)
+        print(type(m.get_layer("stage2_block1")).__name__)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("MobileViTV2Block")
+    np.testing.assert_array_equal(np.load(tmp_path / "y2.npy"), np.load(tmp_path / "y.npy"))
+
+
+def test_cli_list_and_profile(tmp_path):
+    from keras_mvit2.cli import main
+
+    assert main(["list", "mobilevitv2_0*"]) == 0
+    out = tmp_path / "p.json"
+    assert main(["profile", "mobilevitv2_050", "--input-size", "256", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["trainable_params"] == 1_370_593 and abs(row["gmacs"] - 0.465) < 0.01
+    assert main(["profile", "mobilevitv2_999"]) == 2
