@@ -2,13 +2,7 @@
 
 __version__ = "0.1.0"
 
-import os as _os
-
-# TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) hides our output; keep the
-# user's own setting when there is one.
-_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from keras_mvit2 import layers, models
+from keras_mvit2 import attention, layers, models
 from keras_mvit2.models import (
     MobileViTV2,
     create_model,
@@ -26,6 +20,7 @@ from keras_mvit2.models import (
 __all__ = [
     "MobileViTV2",
     "__version__",
+    "attention",
     "create_model",
     "layers",
     "list_models",

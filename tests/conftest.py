@@ -1,9 +1,5 @@
 """Shared pytest fixtures and settings."""
 
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 import keras
 import numpy as np
 import pytest

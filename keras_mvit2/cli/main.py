@@ -1,7 +1,6 @@
 """Entry point of the `mvit2` console script."""
 
 import argparse
-import os
 import sys
 
 from keras_mvit2.cli import models_cmd, weights_cmd
@@ -22,7 +21,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs `mvit2`; returns the exit status (errors print one line, no traceback)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)

@@ -5,6 +5,7 @@ from keras_mvit2.layers.inverted_residual import InvertedResidual, make_divisibl
 from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.layers.patching import fold, unfold
 from keras_mvit2.layers.separable_self_attention import SeparableSelfAttention
+from keras_mvit2.layers.token_mixer import TokenMixer
 from keras_mvit2.layers.transformer_layer import TransformerLayer
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "InvertedResidual",
     "MobileViTV2Block",
     "SeparableSelfAttention",
+    "TokenMixer",
     "TransformerLayer",
     "fold",
     "make_divisible",

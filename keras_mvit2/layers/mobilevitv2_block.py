@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.initializers import conv_kernel_initializer
@@ -34,6 +35,9 @@ class MobileViTV2Block(keras.layers.Layer):
     Args:
         attention_dim: int. Width d of the attention tokens.
         num_layers: int. Number of transformer layers (B in Table 6).
+        attention: the attention of every transformer layer: a name of
+            `keras_mvit2.attention.available()`, a config dict or a layer.
+            Defaults to `"separable"` (the paper).
         ffn_dim: int. FFN hidden width. Defaults to `2 * attention_dim` floored
             to a multiple of 16.
         patch_size: int. Patch height and width. Defaults to `2`.
@@ -60,6 +64,7 @@ class MobileViTV2Block(keras.layers.Layer):
         self,
         attention_dim: int,
         num_layers: int,
+        attention="separable",
         ffn_dim: int | None = None,
         patch_size: int = 2,
         attn_dropout: float = 0.0,
@@ -77,6 +82,7 @@ class MobileViTV2Block(keras.layers.Layer):
             )
         self.attention_dim = attention_dim
         self.num_layers = num_layers
+        self.attention = attention
         self.ffn_dim = ffn_dim
         self.patch_size = patch_size
         self.attn_dropout = attn_dropout
@@ -111,6 +117,7 @@ class MobileViTV2Block(keras.layers.Layer):
         )
         self.transformer = [
             TransformerLayer(
+                attention=self.attention,
                 ffn_dim=self.ffn_dim,
                 attn_dropout=self.attn_dropout,
                 dropout=self.dropout,
@@ -178,6 +185,7 @@ class MobileViTV2Block(keras.layers.Layer):
             {
                 "attention_dim": self.attention_dim,
                 "num_layers": self.num_layers,
+                "attention": attention_registry.serialize(self.attention),
                 "ffn_dim": self.ffn_dim,
                 "patch_size": self.patch_size,
                 "attn_dropout": self.attn_dropout,

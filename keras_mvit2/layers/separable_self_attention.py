@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_mvit2 import attention
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.initializers import conv_kernel_initializer
 
@@ -18,6 +19,7 @@ def softmax_over_tokens(x):
     return e / ops.sum(e, axis=1, keepdims=True)
 
 
+@attention.register("separable", "separable_self_attention", "linear")
 @serializable
 class SeparableSelfAttention(keras.layers.Layer):
     """Separable self-attention with linear cost in the number of tokens.

@@ -3,10 +3,10 @@
 import keras
 from keras import ops
 
+from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.initializers import conv_kernel_initializer
-from keras_mvit2.layers.separable_self_attention import SeparableSelfAttention
 
 
 def default_ffn_dim(dim: int, multiplier: float = 2.0) -> int:
@@ -19,19 +19,25 @@ class TransformerLayer(keras.layers.Layer):
     """`x + Attn(GN1(x))`, then `x + FFN(GN1(x))`, on unfolded patches.
 
     GN1 is `GroupNorm1` (statistics over all patches, pixels and channels of a
-    sample). The FFN is two 1x1 convolutions `dim -> ffn_dim -> dim` with SiLU
-    between them, i.e. a per-token MLP; 1x1 convolutions on a rank-4 tensor
-    convert to TFLite CONV_2D, which XNNPACK runs fully.
+    sample). The attention is `SeparableSelfAttention` unless `attention` names
+    another mechanism of `keras_mvit2.attention`. The FFN is two 1x1
+    convolutions `dim -> ffn_dim -> dim` with SiLU between them, i.e. a per-token
+    MLP; 1x1 convolutions on a rank-4 tensor convert to TFLite CONV_2D, which
+    XNNPACK runs fully.
 
     Args:
+        attention: the token mixer: a name of `keras_mvit2.attention.available()`
+            (e.g. `"mha"`), a config dict (`{"name": "mha", "num_heads": 4}`) or
+            a layer (copied). Defaults to `"separable"`.
         ffn_dim: int. Hidden width of the FFN. Defaults to `2 * dim` floored to
             a multiple of 16, as the reference.
         attn_dropout: float. Dropout on the context scores.
         dropout: float. Dropout on the attention output and the FFN output.
         ffn_dropout: float. Dropout after the FFN activation.
         norm_epsilon: float. GN1 epsilon. Defaults to `1e-5`.
-        kernel_initializer: initializer of all convolution kernels. Defaults to
-            He-normal with fan-out, as the reference.
+        kernel_initializer: initializer of the FFN kernels. Defaults to
+            He-normal with fan-out, as the reference (the attention layer uses
+            its own default, the same for the separable attention).
 
     Input shape:
         `(batch, num_patches, patch_area, dim)`.
@@ -47,6 +53,7 @@ class TransformerLayer(keras.layers.Layer):
 
     def __init__(
         self,
+        attention="separable",
         ffn_dim: int | None = None,
         attn_dropout: float = 0.0,
         dropout: float = 0.0,
@@ -62,6 +69,7 @@ class TransformerLayer(keras.layers.Layer):
                 raise ValueError(f"{label} must be in [0, 1). Received: {label}={rate}")
         if ffn_dim is not None and ffn_dim <= 0:
             raise ValueError(f"ffn_dim must be positive. Received: ffn_dim={ffn_dim}")
+        self.attention = attention
         self.ffn_dim = ffn_dim
         self.attn_dropout = attn_dropout
         self.dropout = dropout
@@ -79,10 +87,10 @@ class TransformerLayer(keras.layers.Layer):
         hidden = self.ffn_dim or default_ffn_dim(dim)
         policy = self.dtype_policy
         self.norm1 = GroupNorm1(self.norm_epsilon, name="norm1", dtype=policy)
-        self.attn = SeparableSelfAttention(
-            self.attn_dropout, kernel_initializer=self.kernel_initializer, name="attn",
-            dtype=policy,
-        )
+        attn_kwargs = {"name": "attn", "dtype": policy}
+        if self.attn_dropout:
+            attn_kwargs["attn_dropout"] = self.attn_dropout
+        self.attn = attention_registry.get(self.attention, **attn_kwargs)
         self.norm2 = GroupNorm1(self.norm_epsilon, name="norm2", dtype=policy)
         self.fc1 = keras.layers.Conv2D(
             hidden, 1, kernel_initializer=self.kernel_initializer, name="fc1", dtype=policy
@@ -111,6 +119,7 @@ class TransformerLayer(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
+                "attention": attention_registry.serialize(self.attention),
                 "ffn_dim": self.ffn_dim,
                 "attn_dropout": self.attn_dropout,
                 "dropout": self.dropout,

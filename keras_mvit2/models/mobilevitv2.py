@@ -61,6 +61,7 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
     dropout: float = 0.0,
     name: str | None = None,
     *,
+    attention="separable",
     attn_dropout: float = 0.0,
     ffn_dropout: float = 0.0,
     block_dropout: float = 0.0,
@@ -83,6 +84,10 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
         classifier_activation: activation of the classifier; `None` gives logits.
         dropout: float. Dropout before the classifier (the reference uses 0).
         name: model name. Defaults to `mobilevitv2_<100 * width_multiplier>`.
+        attention: the attention inside every MobileViTv2 block: `"separable"`
+            (the paper) or any name of `keras_mvit2.attention.available()`, a
+            config dict or a layer, e.g. `attention="mha"` for the paper's
+            Table 1 comparison.
         attn_dropout: float. Dropout on the context scores (reference 0).
         ffn_dropout: float. Dropout inside the FFN (reference 0).
         block_dropout: float. Dropout on attention and FFN outputs (reference 0).
@@ -116,6 +121,7 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
         x = MobileViTV2Block(
             widths.attention_dims[i],
             num_layers,
+            attention=attention,
             ffn_dim=widths.ffn_dims[i],
             attn_dropout=attn_dropout,
             dropout=block_dropout,
