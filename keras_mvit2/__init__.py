@@ -16,6 +16,8 @@ from keras_mvit2.models import (
     mobilevitv2_200,
     preprocess_input,
 )
+from keras_mvit2.profiling import profile
+from keras_mvit2.weights import load_torch_weights
 
 __all__ = [
     "MobileViTV2",
@@ -24,6 +26,7 @@ __all__ = [
     "create_model",
     "layers",
     "list_models",
+    "load_torch_weights",
     "mobilevitv2_050",
     "mobilevitv2_075",
     "mobilevitv2_100",
@@ -33,4 +36,5 @@ __all__ = [
     "mobilevitv2_200",
     "models",
     "preprocess_input",
+    "profile",
 ]
