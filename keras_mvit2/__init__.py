@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from keras_mvit2 import attention, layers, models
+from keras_mvit2 import attention, export, layers, models
 from keras_mvit2.models import (
     MobileViTV2,
     create_model,
@@ -24,6 +24,7 @@ __all__ = [
     "__version__",
     "attention",
     "create_model",
+    "export",
     "layers",
     "list_models",
     "load_torch_weights",

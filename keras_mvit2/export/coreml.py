@@ -1,0 +1,278 @@
+"""Core ML export: an ML Program (`.mlpackage`) for iPhone, with structural checks.
+
+Conversion runs on any OS; predictions need macOS (Core ML's runtime), so
+`inspect_coreml` reads the saved program's structure (op types, ranks, inputs
+and outputs), which is what can be checked on Linux.
+"""
+
+import json
+import os
+import platform
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_mvit2.utils.files import atomic_output
+
+PRECISIONS = ("float16", "float32")
+WEIGHT_COMPRESSIONS = (None, "int8", "palettize", "prune")
+DEPLOYMENT_TARGETS = ("iOS16", "iOS17", "iOS18", "macOS13", "macOS14", "macOS15")
+
+
+@dataclass
+class CoreMLReport:
+    """Structure of a converted ML Program."""
+
+    path: str
+    size_bytes: int
+    spec_version: int
+    op_histogram: dict[str, int]
+    max_tensor_rank: int
+    inputs: list[dict] = field(default_factory=list)
+    outputs: list[dict] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _coremltools():
+    try:
+        import coremltools as ct
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "Core ML export needs coremltools: pip install 'keras_mvit2[coreml]'"
+        ) from err
+    return ct
+
+
+def _is_probability_output(model: keras.Model) -> bool:
+    activation = getattr(model.layers[-1], "activation", None)
+    return getattr(activation, "__name__", "") == "softmax"
+
+
+def to_coreml(
+    model: keras.Model,
+    path: str | os.PathLike,
+    *,
+    precision: str = "float16",
+    image_input: bool = True,
+    class_labels: list[str] | None = None,
+    minimum_deployment_target: str = "iOS16",
+    weight_compression: str | None = None,
+    palettize_bits: int = 4,
+    prune_sparsity: float = 0.5,
+    metadata: dict[str, str] | None = None,
+) -> CoreMLReport:
+    """Converts `model` to a Core ML ML Program and saves it atomically.
+
+    Args:
+        model: a Keras model with a fixed input shape `(H, W, 3)`.
+        path: destination, ending in `.mlpackage`.
+        precision: `"float16"` (default, what the Neural Engine runs) or `"float32"`.
+        image_input: declare the input as an RGB image with scale 1/255 (the
+            model's `preprocess_input`), so an app passes a `CVPixelBuffer`;
+            `False` keeps a float tensor input `(1, H, W, 3)` in [0, 1].
+        class_labels: for classifiers, the label of each output class: the
+            model becomes a Core ML classifier (outputs `classLabel` and
+            `classLabel_probs`). A logits model gets a softmax appended.
+        minimum_deployment_target: one of `DEPLOYMENT_TARGETS`.
+        weight_compression: `None`, `"int8"` (linear symmetric weights),
+            `"palettize"` (k-means look-up table of `palettize_bits` bits) or
+            `"prune"` (magnitude pruning to `prune_sparsity`), applied with
+            `coremltools.optimize.coreml`.
+        metadata: extra user-defined metadata strings.
+
+    Returns:
+        A `CoreMLReport` of the saved program.
+    """
+    ct = _coremltools()
+    path = os.fspath(path)
+    if not path.endswith(".mlpackage"):
+        raise ValueError(f"A Core ML ML Program is saved as .mlpackage. Received: path={path!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"precision must be one of {PRECISIONS}. Received: precision={precision!r}"
+        )
+    if weight_compression not in WEIGHT_COMPRESSIONS:
+        raise ValueError(
+            f"weight_compression must be one of {WEIGHT_COMPRESSIONS}. "
+            f"Received: weight_compression={weight_compression!r}"
+        )
+    if minimum_deployment_target not in DEPLOYMENT_TARGETS:
+        raise ValueError(
+            f"minimum_deployment_target must be one of {DEPLOYMENT_TARGETS}. "
+            f"Received: minimum_deployment_target={minimum_deployment_target!r}"
+        )
+    shape = tuple(model.input_shape[1:])
+    if len(shape) != 3 or any(d is None for d in shape):
+        raise ValueError(
+            f"Core ML export needs a fixed (height, width, channels) input. Received: {shape}"
+        )
+    if image_input and shape[-1] != 3:
+        raise ValueError(
+            f"image_input=True needs 3 RGB channels. Received: input shape {shape}; "
+            "pass image_input=False for other inputs."
+        )
+    output_shape = tuple(model.output_shape)
+    n_labels = None if class_labels is None else len(class_labels)
+    if n_labels is not None and (len(output_shape) != 2 or output_shape[1] != n_labels):
+        raise ValueError(
+            f"class_labels has {len(class_labels)} entries but the model outputs {output_shape}. "
+            "Pass one label per class of a classifier."
+        )
+
+    add_softmax = class_labels is not None and not _is_probability_output(model)
+
+    @tf.function(input_signature=[tf.TensorSpec((1, *shape), tf.float32, name="image")])
+    def serve(image):
+        y = model(image, training=False)
+        return tf.nn.softmax(y) if add_softmax else y
+
+    if image_input:
+        inputs = [
+            ct.ImageType(
+                name="image", shape=(1, *shape), scale=1.0 / 255.0,
+                color_layout=ct.colorlayout.RGB, channel_first=False,
+            )
+        ]
+    else:
+        inputs = [ct.TensorType(name="image", shape=(1, *shape))]
+    mlmodel = ct.convert(
+        [serve.get_concrete_function()],
+        source="tensorflow",
+        convert_to="mlprogram",
+        inputs=inputs,
+        classifier_config=ct.ClassifierConfig(list(class_labels)) if class_labels else None,
+        compute_precision=ct.precision.FLOAT16 if precision == "float16" else ct.precision.FLOAT32,
+        minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
+    )
+    if not class_labels:
+        spec = mlmodel.get_spec()
+        old = spec.description.output[0].name
+        new = "probabilities" if _is_probability_output(model) else "output"
+        ct.utils.rename_feature(spec, old, new)
+        mlmodel = ct.models.MLModel(spec, weights_dir=mlmodel.weights_dir, skip_model_load=True)
+    mlmodel = _compress(ct, mlmodel, weight_compression, palettize_bits, prune_sparsity)
+
+    mlmodel.short_description = f"{model.name} exported by keras_mvit2"
+    info = {
+        "keras_mvit2.model": model.name,
+        "keras_mvit2.preprocessing": json.dumps(
+            {"color": "RGB", "scale": 1.0 / 255.0, "input_shape": list(shape)}
+        ),
+        "keras_mvit2.precision": precision,
+        "keras_mvit2.weight_compression": str(weight_compression),
+    }
+    info.update(metadata or {})
+    mlmodel.user_defined_metadata.update(info)
+    with atomic_output(path) as tmp:
+        mlmodel.save(tmp)
+    return inspect_coreml(path)
+
+
+def _compress(ct, mlmodel, method, bits, sparsity):
+    if method is None:
+        return mlmodel
+    from coremltools.optimize import coreml as cto
+
+    # A small threshold so the convolutions of small models are compressed too
+    # (coremltools' default of 2048 elements skips most of them).
+    if method == "int8":
+        op = cto.OpLinearQuantizerConfig(
+            mode="linear_symmetric", dtype="int8", weight_threshold=512
+        )
+        return cto.linear_quantize_weights(mlmodel, cto.OptimizationConfig(global_config=op))
+    if method == "palettize":
+        if bits not in (1, 2, 3, 4, 6, 8):
+            raise ValueError(f"palettize_bits must be 1, 2, 3, 4, 6 or 8. Received: {bits}")
+        op = cto.OpPalettizerConfig(mode="kmeans", nbits=bits, weight_threshold=512)
+        return cto.palettize_weights(mlmodel, cto.OptimizationConfig(global_config=op))
+    if not 0.0 < sparsity < 1.0:
+        raise ValueError(f"prune_sparsity must be in (0, 1). Received: {sparsity}")
+    op = cto.OpMagnitudePrunerConfig(target_sparsity=sparsity, weight_threshold=512)
+    return cto.prune_weights(mlmodel, cto.OptimizationConfig(global_config=op))
+
+
+def _feature(description) -> dict:
+    kind = description.type.WhichOneof("Type")
+    entry = {"name": description.name, "type": kind}
+    if kind == "imageType":
+        image = description.type.imageType
+        entry.update(width=image.width, height=image.height,
+                     color_space=type(image).ColorSpace.Name(image.colorSpace))
+    elif kind == "multiArrayType":
+        array = description.type.multiArrayType
+        entry.update(shape=list(array.shape),
+                     dtype=type(array).ArrayDataType.Name(array.dataType))
+    return entry
+
+
+def _directory_size(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(path)
+        for name in names
+    )
+
+
+def inspect_coreml(path: str | os.PathLike) -> CoreMLReport:
+    """Reads a saved `.mlpackage` and reports its ops, ranks, inputs and outputs."""
+    ct = _coremltools()
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Core ML model not found: {path!r}")
+    spec = ct.models.MLModel(path, skip_model_load=True).get_spec()
+    if spec.WhichOneof("Type") != "mlProgram":
+        raise ValueError(f"{path!r} is not an ML Program (found {spec.WhichOneof('Type')}).")
+    histogram: Counter = Counter()
+    max_rank = 0
+    for function in spec.mlProgram.functions.values():
+        for block in function.block_specializations.values():
+            for op in block.operations:
+                histogram[op.type] += 1
+                for output in op.outputs:
+                    if output.type.WhichOneof("type") == "tensorType":
+                        max_rank = max(max_rank, output.type.tensorType.rank)
+    return CoreMLReport(
+        path=path,
+        size_bytes=_directory_size(path),
+        spec_version=spec.specificationVersion,
+        op_histogram=dict(sorted(histogram.items())),
+        max_tensor_rank=max_rank,
+        inputs=[_feature(d) for d in spec.description.input],
+        outputs=[_feature(d) for d in spec.description.output],
+        metadata=dict(spec.description.metadata.userDefined),
+    )
+
+
+def coreml_predictions_available() -> bool:
+    """Core ML predictions run only on macOS."""
+    return platform.system() == "Darwin"
+
+
+def run_coreml(path: str | os.PathLike, images: np.ndarray) -> np.ndarray:
+    """Runs a batch of images (uint8 or float in [0, 255], `(B, H, W, 3)`) on macOS."""
+    if not coreml_predictions_available():
+        raise RuntimeError(
+            "Core ML predictions need macOS (Core ML's runtime); on "
+            f"{platform.system()} use inspect_coreml for structural checks."
+        )
+    ct = _coremltools()
+    from PIL import Image
+
+    mlmodel = ct.models.MLModel(os.fspath(path))
+    outputs = []
+    for image in images:
+        pil = Image.fromarray(np.clip(image, 0, 255).astype("uint8"), "RGB")
+        result = mlmodel.predict({"image": pil})
+        value = next(v for v in result.values() if not isinstance(v, str))
+        if isinstance(value, dict):  # classifier: probabilities keyed by label
+            value = np.array(list(value.values()))
+        outputs.append(np.asarray(value, "float32").reshape(-1))
+    return np.stack(outputs)

@@ -1,0 +1,101 @@
+"""Core ML export: the ML Program's structure on Linux, predictions on macOS."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+from conftest import perturb_norms
+
+import keras_mvit2 as mv
+
+ct = pytest.importorskip("coremltools")
+from keras_mvit2.export.coreml import (  # noqa: E402
+    coreml_predictions_available,
+    inspect_coreml,
+    to_coreml,
+)
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    model = mv.MobileViTV2(0.5, input_shape=(256, 256, 3), classes=1000)
+    perturb_norms(model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def fp16_package(classifier, tmp_path_factory):
+    path = tmp_path_factory.mktemp("coreml") / "mobilevitv2_050.mlpackage"
+    return to_coreml(classifier, path)
+
+
+def test_ml_program_structure(fp16_package, capsys):
+    report = fp16_package
+    with capsys.disabled():
+        print(f"\n[coreml] MobileViTV2-0.5 @256 fp16 MIL ops: {report.op_histogram}")
+    assert report.spec_version >= 7  # iOS16 ML Program
+    assert report.max_tensor_rank <= 4  # Core ML's limit is 5; we keep 4
+    # The only matrix product is the classifier: the separable attention has none.
+    assert report.op_histogram.get("matmul", 0) == 1
+    assert "einsum" not in report.op_histogram
+    assert report.op_histogram["conv"] >= 50
+    assert report.op_histogram["space_to_depth"] == 3  # one unfold per MobileViTv2 block
+    (image,) = report.inputs
+    assert image == {"name": "image", "type": "imageType", "width": 256, "height": 256,
+                     "color_space": "RGB"}
+    (probs,) = report.outputs
+    assert probs["name"] == "probabilities" and probs["shape"] == [1, 1000]
+    assert probs["dtype"] == "FLOAT16"
+    assert '"scale": 0.00392156862745098' in report.metadata["keras_mvit2.preprocessing"]
+
+
+def test_classifier_labels_and_float32(tmp_path):
+    model = mv.MobileViTV2(0.5, input_shape=(64, 64, 3), classes=3, classifier_activation=None)
+    report = to_coreml(model, tmp_path / "c.mlpackage", precision="float32",
+                       class_labels=["cat", "dog", "fox"])
+    names = [o["name"] for o in report.outputs]
+    assert names == ["classLabel", "classLabel_probs"]
+    # A logits model gets a softmax so the classifier's probabilities are probabilities.
+    assert report.op_histogram.get("softmax", 0) == 1
+    assert report.metadata["keras_mvit2.precision"] == "float32"
+
+
+@pytest.mark.parametrize(
+    "compression,op",
+    [("int8", "constexpr_affine_dequantize"), ("palettize", "constexpr_lut_to_dense"),
+     ("prune", "constexpr_sparse_to_dense")],
+)
+def test_weight_compression(compression, op, tmp_path):
+    model = mv.MobileViTV2(0.5, input_shape=(64, 64, 3), classes=10)
+    report = to_coreml(model, tmp_path / "m.mlpackage", image_input=False,
+                       weight_compression=compression)
+    assert report.op_histogram.get(op, 0) >= 40, report.op_histogram
+    assert report.inputs[0]["type"] == "multiArrayType"
+
+
+def test_bad_arguments_leave_nothing_behind(tmp_path):
+    model = mv.MobileViTV2(0.5, input_shape=(64, 64, 3), classes=3)
+    with pytest.raises(ValueError, match=r"\.mlpackage"):
+        to_coreml(model, tmp_path / "m.mlmodel")
+    with pytest.raises(ValueError, match="class_labels has 2 entries"):
+        to_coreml(model, tmp_path / "m.mlpackage", class_labels=["a", "b"])
+    with pytest.raises(ValueError, match="precision"):
+        to_coreml(model, tmp_path / "m.mlpackage", precision="int4")
+    with pytest.raises(ValueError, match="weight_compression"):
+        to_coreml(model, tmp_path / "m.mlpackage", weight_compression="int4")
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(FileNotFoundError):
+        inspect_coreml(tmp_path / "missing.mlpackage")
+
+
+@pytest.mark.skipif(not coreml_predictions_available(),
+                    reason="Core ML predictions need macOS (Core ML's runtime is not on Linux)")
+def test_predictions_match_keras_on_macos(classifier, tmp_path, rng):
+    from keras_mvit2.export.coreml import run_coreml
+
+    images = rng.integers(0, 256, size=(2, 256, 256, 3)).astype("uint8")
+    path = tmp_path / "fp32.mlpackage"
+    to_coreml(classifier, path, precision="float32")
+    want = keras.ops.convert_to_numpy(classifier(mv.preprocess_input(images), training=False))
+    np.testing.assert_allclose(run_coreml(path, images), want, atol=1e-4)
