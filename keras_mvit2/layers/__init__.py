@@ -2,7 +2,9 @@
 
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.inverted_residual import InvertedResidual, make_divisible
+from keras_mvit2.layers.linformer_attention import LinformerSelfAttention
 from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
+from keras_mvit2.layers.multi_head_attention import MultiHeadSelfAttention
 from keras_mvit2.layers.patching import fold, unfold
 from keras_mvit2.layers.separable_self_attention import SeparableSelfAttention
 from keras_mvit2.layers.token_mixer import TokenMixer
@@ -11,7 +13,9 @@ from keras_mvit2.layers.transformer_layer import TransformerLayer
 __all__ = [
     "GroupNorm1",
     "InvertedResidual",
+    "LinformerSelfAttention",
     "MobileViTV2Block",
+    "MultiHeadSelfAttention",
     "SeparableSelfAttention",
     "TokenMixer",
     "TransformerLayer",
