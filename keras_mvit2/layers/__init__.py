@@ -3,6 +3,7 @@
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.inverted_residual import InvertedResidual, make_divisible
 from keras_mvit2.layers.linformer_attention import LinformerSelfAttention
+from keras_mvit2.layers.mobile_attention import MobileAttention
 from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.layers.multi_head_attention import MultiHeadSelfAttention
 from keras_mvit2.layers.patching import fold, unfold
@@ -14,6 +15,7 @@ __all__ = [
     "GroupNorm1",
     "InvertedResidual",
     "LinformerSelfAttention",
+    "MobileAttention",
     "MobileViTV2Block",
     "MultiHeadSelfAttention",
     "SeparableSelfAttention",
