@@ -1,0 +1,99 @@
+"""Every attention mechanism, inside MobileViTv2-0.5 and DeiT-Tiny, converts to TFLite
+(builtin ops only, run in LiteRT) and to a Core ML ML Program; the linear mechanisms
+have no N x N tensor in the converted graph."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import perturb_norms
+
+import keras_mvit2 as mv
+from keras_mvit2.export import run_tflite, to_tflite
+
+# Per-mechanism settings that fit both hosts (Linformer projects the tokens to p < N).
+ATTENTION_CONFIGS = {
+    "separable": "separable",
+    "mha": {"name": "mha", "num_heads": 4},
+    "linformer": {"name": "linformer", "num_heads": 4, "projected_tokens": 8},
+    "rfa": {"name": "rfa", "num_heads": 4},
+    "mobile_attention": {"name": "mobile_attention", "num_heads": 4},
+}
+LINEAR = ("separable", "linformer", "rfa", "mobile_attention")
+DEIT_TOKENS = 37  # 96x96 input, 16x16 patches: 36 patches + the class token
+
+
+def test_every_registered_mechanism_is_covered():
+    assert sorted(ATTENTION_CONFIGS) == mv.attention.available()
+
+
+def _mobilevitv2(attention):
+    return mv.MobileViTV2(0.5, input_shape=(64, 64, 3), classes=10,
+                          classifier_activation=None, attention=attention)
+
+
+def _deit_tiny(attention):
+    config = dict(attention) if isinstance(attention, dict) else {"name": attention}
+    config.pop("num_heads", None)  # DeiT-Tiny has 3 heads; the model sets them
+    return mv.create_model("deit_tiny", input_shape=(96, 96, 3), classes=10,
+                           classifier_activation=None, attention=config)
+
+
+def _max_axes_equal(shape, n):
+    return sum(1 for d in shape if d == n)
+
+
+@pytest.mark.parametrize("host", ["mobilevitv2_050", "deit_tiny"])
+@pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
+def test_tflite_builtin_only_and_equal_to_keras(name, host, tmp_path, rng, capsys):
+    build = _mobilevitv2 if host == "mobilevitv2_050" else _deit_tiny
+    model = build(ATTENTION_CONFIGS[name])
+    perturb_norms(model, seed=1)
+    shape = model.input_shape[1:]
+    x = rng.uniform(size=(2, *shape)).astype("float32")
+    want = keras.ops.convert_to_numpy(model(x, training=False))
+    report = to_tflite(model, tmp_path / "m.tflite")
+    got = run_tflite(report.path, x)
+    with capsys.disabled():
+        print(f"\n[attention-export] {host} + {name}: {report.num_ops} ops, "
+              f"BATCH_MATMUL={report.op_histogram.get('BATCH_MATMUL', 0)}, "
+              f"TRANSPOSE={report.op_histogram.get('TRANSPOSE', 0)}, "
+              f"xnnpack partitions={report.num_xnnpack_partitions}, "
+              f"max|diff|={np.abs(got - want).max():.2e}")
+    assert report.flex_ops == [] and report.custom_ops == []
+    assert report.max_tensor_rank <= 4
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, atol=1e-4 * scale)
+    if host == "deit_tiny":
+        # Linear cost, checked on the converted graph: no tensor with two axes of N tokens.
+        tensors = _tflite_tensor_shapes(report.path)
+        quadratic = [s for s in tensors if _max_axes_equal(s, DEIT_TOKENS) >= 2]
+        if name in LINEAR:
+            assert quadratic == [], f"{name} has N x N tensors: {quadratic[:3]}"
+        else:
+            assert quadratic, "MHA must show its N x N attention matrix (the check can fail)"
+
+
+def _tflite_tensor_shapes(path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(str(path))
+    return [tuple(t["shape"]) for t in interpreter.get_tensor_details()]
+
+
+ct = pytest.importorskip("coremltools")
+
+
+@pytest.mark.parametrize("host", ["mobilevitv2_050", "deit_tiny"])
+@pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
+def test_coreml_ml_program(name, host, tmp_path):
+    from keras_mvit2.export import to_coreml
+
+    build = _mobilevitv2 if host == "mobilevitv2_050" else _deit_tiny
+    report = to_coreml(build(ATTENTION_CONFIGS[name]), tmp_path / "m.mlpackage",
+                       precision="float32", image_input=False)
+    assert report.max_tensor_rank <= 5
+    assert report.outputs[0]["shape"] == [1, 10]
+    if name == "separable" and host == "mobilevitv2_050":
+        assert report.op_histogram.get("matmul", 0) == 1  # the classifier only
+
+
