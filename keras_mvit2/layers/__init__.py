@@ -7,6 +7,7 @@ from keras_mvit2.layers.mobile_attention import MobileAttention
 from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.layers.multi_head_attention import MultiHeadSelfAttention
 from keras_mvit2.layers.patching import fold, unfold
+from keras_mvit2.layers.random_feature_attention import RandomFeatureAttention
 from keras_mvit2.layers.separable_self_attention import SeparableSelfAttention
 from keras_mvit2.layers.token_mixer import TokenMixer
 from keras_mvit2.layers.transformer_layer import TransformerLayer
@@ -18,6 +19,7 @@ __all__ = [
     "MobileAttention",
     "MobileViTV2Block",
     "MultiHeadSelfAttention",
+    "RandomFeatureAttention",
     "SeparableSelfAttention",
     "TokenMixer",
     "TransformerLayer",
