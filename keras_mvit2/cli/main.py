@@ -3,9 +3,9 @@
 import argparse
 import sys
 
-from keras_mvit2.cli import models_cmd, weights_cmd
+from keras_mvit2.cli import models_cmd, visualize_cmd, weights_cmd
 
-_COMMANDS = (models_cmd, weights_cmd)
+_COMMANDS = (models_cmd, weights_cmd, visualize_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
