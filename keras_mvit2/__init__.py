@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from keras_mvit2 import attention, export, layers, models
+from keras_mvit2 import attention, export, layers, models, visualize
 from keras_mvit2.models import (
     MobileViTV2,
     create_model,
@@ -38,4 +38,5 @@ __all__ = [
     "models",
     "preprocess_input",
     "profile",
+    "visualize",
 ]
