@@ -6,6 +6,7 @@ from keras_mvit2 import attention, export, layers, models, visualize
 from keras_mvit2.models import (
     MobileViTV2,
     create_model,
+    decode_predictions,
     list_models,
     mobilevitv2_050,
     mobilevitv2_075,
@@ -24,6 +25,7 @@ __all__ = [
     "__version__",
     "attention",
     "create_model",
+    "decode_predictions",
     "export",
     "layers",
     "list_models",

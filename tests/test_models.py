@@ -164,3 +164,16 @@ def test_cli_list_and_profile(tmp_path):
     (row,) = json.loads(out.read_text())
     assert row["trainable_params"] == 1_370_593 and abs(row["gmacs"] - 0.465) < 0.01
     assert main(["profile", "mobilevitv2_999"]) == 2
+
+
+def test_decode_predictions_uses_the_bundled_imagenet_classes():
+    scores = np.zeros((2, 1000), "float32")
+    scores[0, 1] = 0.9  # goldfish
+    scores[0, 0] = 0.05
+    scores[1, 999] = 1.0  # toilet tissue (last class)
+    decoded = mv.decode_predictions(scores, top=2)
+    assert decoded[0][0] == ("n01443537", "goldfish", pytest.approx(0.9))
+    assert decoded[0][1][:2] == ("n01440764", "tench")
+    assert decoded[1][0][1] == "toilet tissue"
+    with pytest.raises(ValueError, match=r"\(batch, 1000\)"):
+        mv.decode_predictions(np.zeros((1, 10)))

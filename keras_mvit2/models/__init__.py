@@ -2,6 +2,7 @@
 
 from keras_mvit2.models.mobilevitv2 import (
     MobileViTV2,
+    decode_predictions,
     mobilevitv2_050,
     mobilevitv2_075,
     mobilevitv2_100,
@@ -17,6 +18,7 @@ from keras_mvit2.models.registry import create_model, list_models, register_mode
 __all__ = [
     "MobileViTV2",
     "create_model",
+    "decode_predictions",
     "list_models",
     "mobilevitv2_050",
     "mobilevitv2_075",

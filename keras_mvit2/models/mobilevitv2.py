@@ -1,6 +1,8 @@
 """MobileViTv2 (Mehta & Rastegari, "Separable Self-attention for Mobile Vision
 Transformers", TMLR 2023): Table 6 architecture with ml-cvnets' width rule."""
 
+import functools
+import os
 from dataclasses import dataclass
 
 import keras
@@ -65,6 +67,7 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
     attn_dropout: float = 0.0,
     ffn_dropout: float = 0.0,
     block_dropout: float = 0.0,
+    drop_path_rate: float = 0.0,
 ) -> keras.Model:
     """Builds a MobileViTv2 image classifier or backbone (channels-last).
 
@@ -91,6 +94,10 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
         attn_dropout: float. Dropout on the context scores (reference 0).
         ffn_dropout: float. Dropout inside the FFN (reference 0).
         block_dropout: float. Dropout on attention and FFN outputs (reference 0).
+        drop_path_rate: float in [0, 1). Stochastic depth of the deepest
+            transformer layer; the rate grows linearly from 0 over the 9
+            transformer layers (2 + 4 + 3), as timm's `drop_path_rate`.
+            Training only; the paper uses 0 on ImageNet-1k (Table 9).
 
     Returns:
         A `keras.Model` (Functional).
@@ -101,6 +108,13 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
     (None, 1000)
     """
     widths = mobilevitv2_widths(width_multiplier)
+    if not 0.0 <= drop_path_rate < 1.0:
+        raise ValueError(
+            f"drop_path_rate must be in [0, 1). Received: drop_path_rate={drop_path_rate}"
+        )
+    # timm's rule: rate of layer i = drop_path_rate * i / (L - 1), over all L layers.
+    total_layers = sum(ATTENTION_LAYERS)
+    rates = [float(r) for r in np.linspace(0.0, drop_path_rate, total_layers)]
     inputs, x = model_input(input_tensor, input_shape)
 
     x = keras.layers.ZeroPadding2D(1, name="stem_pad")(x)
@@ -126,6 +140,7 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
             attn_dropout=attn_dropout,
             dropout=block_dropout,
             ffn_dropout=ffn_dropout,
+            drop_path=rates[sum(ATTENTION_LAYERS[:i]):sum(ATTENTION_LAYERS[: i + 1])],
             name=f"stage{stage}_block1",
         )(x)
 
@@ -153,6 +168,35 @@ def preprocess_input(x):
     if isinstance(x, np.ndarray):
         return x.astype("float32") / 255.0
     return ops.cast(x, "float32") / 255.0
+
+
+@functools.cache
+def imagenet_classes() -> tuple[tuple[str, str], ...]:
+    """The 1000 ImageNet-1k classes in training-index order: `(synset id, name)`."""
+    path = os.path.join(os.path.dirname(__file__), "imagenet_classes.tsv")
+    with open(path, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f if not line.startswith("#")]
+    return tuple((synset, lemmas.split(",")[0]) for synset, lemmas in rows)
+
+
+def decode_predictions(predictions, top: int = 5) -> list[list[tuple[str, str, float]]]:
+    """ImageNet-1k predictions `(batch, 1000)` to `[(synset, name, score), ...]` per image.
+
+    As `keras.applications.*.decode_predictions`, without a download: the class
+    names ship with the package.
+    """
+    predictions = np.asarray(predictions)
+    if predictions.ndim != 2 or predictions.shape[1] != 1000:
+        raise ValueError(
+            "decode_predictions expects ImageNet-1k predictions of shape (batch, 1000). "
+            f"Received: shape={predictions.shape}"
+        )
+    classes = imagenet_classes()
+    decoded = []
+    for row in predictions:
+        best = np.argsort(row)[::-1][:top]
+        decoded.append([(*classes[i], float(row[i])) for i in best])
+    return decoded
 
 
 def _named_builder(width_multiplier: float, name: str):
