@@ -2,9 +2,11 @@
 
 __version__ = "0.1.0"
 
-from keras_mvit2 import attention, export, layers, models, visualize
+from keras_mvit2 import attention, data, export, layers, models, visualize
 from keras_mvit2.models import (
+    MobileViT,
     MobileViTV2,
+    ViT,
     create_model,
     decode_predictions,
     list_models,
@@ -21,10 +23,13 @@ from keras_mvit2.profiling import profile
 from keras_mvit2.weights import load_torch_weights
 
 __all__ = [
+    "MobileViT",
     "MobileViTV2",
+    "ViT",
     "__version__",
     "attention",
     "create_model",
+    "data",
     "decode_predictions",
     "export",
     "layers",

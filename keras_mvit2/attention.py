@@ -47,6 +47,11 @@ def canonical_name(name: str) -> str:
     return key
 
 
+def get_class(name: str) -> type[keras.layers.Layer]:
+    """The layer class registered under `name` (or an alias)."""
+    return _REGISTRY[canonical_name(name)]
+
+
 def get(identifier="separable", **kwargs) -> keras.layers.Layer:
     """A new attention layer from a name, a config dict or a layer.
 
@@ -74,7 +79,7 @@ def get(identifier="separable", **kwargs) -> keras.layers.Layer:
         config.update(kwargs)
         return get(name, **config)
     if isinstance(identifier, str):
-        return _REGISTRY[canonical_name(identifier)](**kwargs)
+        return get_class(identifier)(**kwargs)
     raise ValueError(
         "attention must be a name, a config dict or a Keras layer. "
         f"Received: {identifier!r}"

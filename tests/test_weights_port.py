@@ -391,7 +391,7 @@ def test_read_state_dict_without_tensors(state):
 
 def test_rejects_models_not_built_by_the_package():
     model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3)])
-    with pytest.raises(ValueError, match="MobileViTv2 built by keras_mvit2"):
+    with pytest.raises(ValueError, match="ports models built by keras_mvit2: MobileViTv2"):
         load_torch_weights(model, {"stem.conv.weight": np.zeros((16, 3, 3, 3))})
     with pytest.raises(TypeError, match=r"keras\.Model"):
         load_torch_weights(keras.layers.Dense(3), {})

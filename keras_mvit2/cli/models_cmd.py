@@ -14,9 +14,11 @@ def register(sub) -> None:
     p.set_defaults(handler=_list)
 
     p = sub.add_parser("profile", help="parameters and MACs of registered models")
-    p.add_argument("models", nargs="*", help="model names (default: every registered model)")
-    p.add_argument("--input-size", type=int, nargs="+", default=[256], metavar="PX",
-                   help="input size: one value (square) or height width (default 256)")
+    p.add_argument("models", nargs="*",
+                   help="model names or shell patterns, e.g. 'mobilevitv2*' (default: all)")
+    p.add_argument("--input-size", type=int, nargs="+", metavar="PX",
+                   help="input size: one value (square) or height width "
+                        "(default: each model's own, 256 for MobileViT, 224 for DeiT)")
     p.add_argument("--classes", type=int, default=1000, help="classifier classes (default 1000)")
     p.add_argument("--json", dest="json_path", help="also write the results to this JSON file")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
@@ -31,7 +33,9 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _input_shape(sizes: list[int]) -> tuple[int, int, int]:
+def _input_shape(sizes: list[int] | None) -> tuple[int, int, int] | None:
+    if sizes is None:
+        return None
     if len(sizes) == 1:
         return (sizes[0], sizes[0], 3)
     if len(sizes) == 2:
@@ -43,11 +47,15 @@ def _profile(args: argparse.Namespace) -> int:
     from keras_mvit2 import create_model, list_models
     from keras_mvit2.profiling import profile
 
-    names = args.models or list_models()
+    names = []
+    for pattern in args.models or ["*"]:
+        matches = list_models(pattern)
+        names.extend(matches or [pattern])  # an unknown plain name errors in create_model
     shape = _input_shape(args.input_size)
-    rows = [
-        profile(create_model(name, input_shape=shape, classes=args.classes)) for name in names
-    ]
+    kwargs = {"classes": args.classes}
+    if shape is not None:
+        kwargs["input_shape"] = shape
+    rows = [profile(create_model(name, **kwargs)) for name in dict.fromkeys(names)]
     headers = ("model", "input", "params", "MACs (G)")
     table = [
         (r.name, "x".join(map(str, r.input_shape[:2])), f"{r.params:,}", f"{r.gmacs:.3f}")
