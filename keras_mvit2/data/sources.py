@@ -1,0 +1,581 @@
+"""Image sources: image folders, TFRecord shards, TFDS datasets and Fashion-MNIST.
+
+Every source is an `ImageSource`: an unbatched `tf.data.Dataset` of `(image, label)` plus
+its size, class names and a `SkippedImages` counter. `make_train_dataset` /
+`make_eval_dataset` (in `keras_mvit2.data.pipeline`) turn a source into batches.
+
+Unreadable images (truncated JPEGs, garbage bytes, a text file named `x.jpg`) never stop a
+run. The pipelines decode each image inside a guard: a one-element nested `tf.data` dataset
+`decode(payload)` with `ignore_errors()`, followed by a fallback element that is only
+evaluated when the decode failed, `take(1)`; the nested datasets run in a parallel, ordered
+`interleave` (graph mode, as fast as a plain parallel map in our measurements). The fallback
+records the element's name (the file path, `shard#record`, the TFDS id, or `#index`) in a
+`tf.lookup.experimental.MutableHashTable` held by `source.skipped` and is filtered out. Read
+it after (or during) iteration with `source.skipped.count` and `source.skipped.report()`.
+Files are not pre-validated: that would cost a full decode pass before training starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
+_FOLDER_LAYOUT = (
+    "Expected one sub-folder per class holding that class's images, e.g. "
+    "<path>/<class_name>/<image>.jpg (the ImageNet layout; JPEG, PNG, GIF or BMP files)."
+)
+
+
+class SkippedImages:
+    """Counts the unreadable images that the pipelines dropped, by name.
+
+    Names are file paths for image folders, `shard#record` for TFRecords, the TFDS id for
+    TFDS, and `#index` (position in `source.dataset`) otherwise. The same image failing again
+    in a later epoch is counted once in `count` and again in `events`.
+
+    Args:
+        where: str. What the source reads, for the report (e.g. "image folder '/data'").
+    """
+
+    def __init__(self, where: str = "the data source"):
+        self.where = where
+        with tf.init_scope(), tf.device("/CPU:0"):
+            self._table = tf.lookup.experimental.MutableHashTable(
+                key_dtype=tf.string, value_dtype=tf.int64, default_value=0
+            )
+
+    def record(self, name: tf.Tensor) -> tf.Tensor:
+        """Graph op: counts one failure of `name` (a scalar string). Returns the new count."""
+        new = self._table.lookup(name) + 1
+        with tf.control_dependencies([self._table.insert(name, new)]):
+            return tf.identity(new)
+
+    @property
+    def count(self) -> int:
+        """Number of distinct unreadable images seen so far."""
+        return int(self._table.size().numpy())
+
+    @property
+    def events(self) -> int:
+        """Number of times an unreadable image was dropped (over all epochs)."""
+        _, values = self._table.export()
+        return int(tf.reduce_sum(values).numpy())
+
+    def names(self) -> list[str]:
+        """Sorted names of the unreadable images seen so far."""
+        keys, _ = self._table.export()
+        return sorted(k.decode("utf-8", "replace") for k in keys.numpy().tolist())
+
+    def reset(self) -> None:
+        """Forgets everything counted so far."""
+        keys, _ = self._table.export()
+        self._table.remove(keys)
+
+    def report(self, max_names: int = 5) -> str:
+        """One message with the count and the first `max_names` names."""
+        n = self.count
+        if n == 0:
+            return f"No unreadable images were skipped in {self.where}."
+        names = self.names()
+        shown = ", ".join(names[:max_names])
+        more = f" and {n - max_names} more" if n > max_names else ""
+        return (
+            f"Skipped {n} unreadable image{'s' if n != 1 else ''} in {self.where} "
+            f"(corrupt, truncated or not an image; {self.events} drop(s) over all epochs): "
+            f"{shown}{more}."
+        )
+
+    def __repr__(self) -> str:
+        return f"SkippedImages(where={self.where!r}, count={self.count})"
+
+
+@dataclasses.dataclass
+class ImageSource:
+    """A labelled image source.
+
+    Attributes:
+        dataset: unbatched `tf.data.Dataset` of `(image, label)`: `image` is encoded bytes
+            (tf.string, JPEG/PNG/GIF/BMP) or a decoded uint8 `(H, W, C)` tensor with C in
+            {1, 3}; `label` is an int32 scalar in `[0, len(class_names))`.
+        num_examples: int. Number of elements in `dataset` (before skipping unreadable ones).
+        class_names: list of str, in label order.
+        skipped: `SkippedImages`, filled by the pipelines as they drop unreadable images.
+        make_records: optional `(shuffle: bool, seed: int | None) -> tf.data.Dataset` of
+            `(name, payload, label)`, the same elements as `dataset` with a name each, which
+            the pipelines use instead of `dataset`: with `shuffle=True` the source shuffles
+            where it is cheap (file paths, shard order, indices) before anything is read.
+        decode_record: optional `payload -> uint8 (H, W, C)`; may fail on bad data (the
+            pipelines guard it). `None` when payloads are already decoded images.
+        shuffle_records: bool. True when `make_records(shuffle=True)` shuffles only coarsely
+            (e.g. shard order), so the pipelines still need a record shuffle buffer.
+    """
+
+    dataset: tf.data.Dataset
+    num_examples: int
+    class_names: list[str]
+    skipped: SkippedImages
+    make_records: Callable[[bool, int | None], tf.data.Dataset] | None = None
+    decode_record: Callable[[tf.Tensor], tf.Tensor] | None = None
+    shuffle_records: bool = False
+
+
+def decode_encoded_image(data: tf.Tensor) -> tf.Tensor:
+    """Decodes JPEG/PNG/GIF/BMP bytes to uint8 `(H, W, 3)` RGB (first frame of a GIF).
+
+    Grayscale images get 3 equal channels; an alpha channel is dropped. Raises
+    `tf.errors.InvalidArgumentError` on data that is not a decodable image.
+    """
+    image = tf.io.decode_image(data, channels=3, expand_animations=False, dtype=tf.uint8)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def _read_and_decode(path: tf.Tensor) -> tf.Tensor:
+    return decode_encoded_image(tf.io.read_file(path))
+
+
+def _drop_name(name: tf.Tensor, payload: tf.Tensor, label: tf.Tensor):
+    del name
+    return payload, label
+
+
+# --------------------------------------------------------------------------------------
+# Image folder
+# --------------------------------------------------------------------------------------
+
+
+def _list_class_folder(folder: str) -> list[str]:
+    files = []
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files.extend(
+            os.path.join(root, n)
+            for n in sorted(names)
+            if not n.startswith(".") and n.lower().endswith(IMAGE_EXTENSIONS)
+        )
+    return files
+
+
+def image_folder(
+    path: str | os.PathLike,
+    *,
+    split: str | None = None,
+    validation_fraction: float = 0.0,
+    seed: int = 0,
+) -> ImageSource:
+    """A folder with one sub-folder of images per class (the ImageNet layout).
+
+    Class names are the sorted sub-folder names; sub-folders are searched recursively for
+    files ending in .jpg/.jpeg/.png/.gif/.bmp (any case). With `validation_fraction > 0`,
+    each class's files are shuffled with `seed` and the last `round(fraction * n)` of them
+    form the "validation" split, the rest the "training" split: the split is stratified,
+    deterministic for a given seed and file set, and the two splits are disjoint.
+
+    Args:
+        path: the folder.
+        split: None (all files), "training" or "validation".
+        validation_fraction: float in [0, 1). Needs `split` when > 0.
+        seed: int. Seed of the split.
+
+    Returns:
+        An `ImageSource` whose `dataset` yields `(encoded bytes, int32 label)`, in
+        (class, file name) order.
+    """
+    path = os.fspath(path)
+    if split not in (None, "training", "validation"):
+        raise ValueError(
+            f'`split` must be None, "training" or "validation". Received: split={split!r}'
+        )
+    if not isinstance(validation_fraction, (int, float)) or not 0.0 <= validation_fraction < 1.0:
+        raise ValueError(
+            "`validation_fraction` must be a float in [0, 1). "
+            f"Received: validation_fraction={validation_fraction!r}"
+        )
+    if split is not None and validation_fraction == 0.0:
+        raise ValueError(
+            f"split={split!r} needs validation_fraction > 0 (e.g. 0.1). "
+            f"Received: validation_fraction={validation_fraction!r}"
+        )
+    if split is None and validation_fraction > 0.0:
+        raise ValueError(
+            f'validation_fraction={validation_fraction} needs split="training" or '
+            '"validation". Received: split=None'
+        )
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Image folder not found. Received: path={path!r}")
+    if not os.path.isdir(path):
+        raise NotADirectoryError(
+            f"Expected a folder of class sub-folders, got a file. Received: path={path!r}. "
+            + _FOLDER_LAYOUT
+        )
+    entries = sorted(e for e in os.listdir(path) if not e.startswith("."))
+    class_names = [e for e in entries if os.path.isdir(os.path.join(path, e))]
+    if not class_names:
+        loose = [e for e in entries if e.lower().endswith(IMAGE_EXTENSIONS)]
+        what = (
+            f"holds {len(loose)} image file(s) but no class sub-folders"
+            if loose
+            else ("is empty" if not entries else "has no class sub-folders")
+        )
+        raise ValueError(f"The image folder {path!r} {what}. {_FOLDER_LAYOUT}")
+
+    per_class = [_list_class_folder(os.path.join(path, c)) for c in class_names]
+    if not any(per_class):
+        raise ValueError(
+            f"No images found in the {len(class_names)} class sub-folder(s) of {path!r} "
+            f"(looked for {', '.join(IMAGE_EXTENSIONS)}). {_FOLDER_LAYOUT}"
+        )
+    empty = [c for c, files in zip(class_names, per_class, strict=True) if not files]
+    if empty:
+        warnings.warn(
+            f"Class sub-folder(s) without images in {path!r}: {empty[:10]}. They keep their "
+            "label index but have no examples.",
+            stacklevel=2,
+        )
+
+    paths: list[str] = []
+    labels: list[int] = []
+    rng = np.random.default_rng(seed)
+    for label, files in enumerate(per_class):
+        if split is not None:
+            order = rng.permutation(len(files))
+            n_val = round(validation_fraction * len(files))
+            n_train = len(files) - n_val
+            chosen = order[n_train:] if split == "validation" else order[:n_train]
+            files = [files[i] for i in sorted(chosen)]
+        paths.extend(files)
+        labels.extend([label] * len(files))
+    if not paths:
+        raise ValueError(
+            f"The {split!r} split of {path!r} is empty with "
+            f"validation_fraction={validation_fraction}; use a fraction that leaves images "
+            "in both splits."
+        )
+
+    paths_t = tf.constant(paths, tf.string)
+    labels_t = tf.constant(labels, tf.int32)
+
+    def make_records(shuffle: bool, shuffle_seed: int | None) -> tf.data.Dataset:
+        ds = tf.data.Dataset.from_tensor_slices((paths_t, labels_t))
+        if shuffle:
+            ds = ds.shuffle(len(paths), seed=shuffle_seed, reshuffle_each_iteration=True)
+        return ds.map(lambda p, y: (p, p, y))
+
+    dataset = make_records(False, None).map(
+        lambda name, p, y: (tf.io.read_file(p), y), num_parallel_calls=tf.data.AUTOTUNE
+    )
+    where = f"image folder {path!r}" + (f" ({split} split)" if split else "")
+    return ImageSource(
+        dataset=dataset,
+        num_examples=len(paths),
+        class_names=class_names,
+        skipped=SkippedImages(where),
+        make_records=make_records,
+        decode_record=_read_and_decode,
+        shuffle_records=False,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# TFRecord shards
+# --------------------------------------------------------------------------------------
+
+
+def tfrecords(
+    file_pattern: str | os.PathLike,
+    *,
+    image_key: str = "image/encoded",
+    label_key: str = "image/class/label",
+    class_names: list[str] | None = None,
+    num_examples: int | None = None,
+    label_offset: int = 0,
+) -> ImageSource:
+    """TFRecord shards of `tf.train.Example`s with an encoded image and an int label.
+
+    Args:
+        file_pattern: glob of the shard files (e.g. "/data/train-*-of-01024").
+        image_key: feature holding the encoded image (bytes_list).
+        label_key: feature holding the class index (int64_list).
+        class_names: names in label order; default: "0", "1", ... up to the largest label.
+        num_examples: number of records, if known. With both `num_examples` and
+            `class_names` given the shards are not scanned; otherwise one pass reads every
+            record's label (an I/O pass over the shards) to count them and check labels.
+        label_offset: subtracted from the stored label (1 for shards whose labels start at
+            1, such as those written by tensorflow/models' ImageNet script).
+
+    Returns:
+        An `ImageSource` whose `dataset` yields `(encoded bytes, int32 label)`.
+    """
+    file_pattern = os.fspath(file_pattern)
+    files = sorted(tf.io.gfile.glob(file_pattern))
+    if not files:
+        raise FileNotFoundError(
+            f"No TFRecord files match the pattern. Received: file_pattern={file_pattern!r}"
+        )
+    features = {
+        image_key: tf.io.FixedLenFeature([], tf.string),
+        label_key: tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    # Check the keys on the first record, so a wrong key is a clear error now.
+    first = next(iter(tf.data.TFRecordDataset(files[:1]).take(1)), None)
+    if first is not None:
+        example = tf.train.Example.FromString(first.numpy())
+        present = sorted(example.features.feature.keys())
+        for key, kind in ((image_key, "bytes_list"), (label_key, "int64_list")):
+            if key not in present or example.features.feature[key].WhichOneof("kind") != kind:
+                raise ValueError(
+                    f"The records in {files[0]!r} have no {kind} feature {key!r}; their "
+                    f"features are {present}. Pass image_key=/label_key= to name them. "
+                    f"Received: image_key={image_key!r}, label_key={label_key!r}"
+                )
+
+    if num_examples is None or class_names is None:
+        label_only = {label_key: tf.io.FixedLenFeature([], tf.int64)}
+        labels_ds = tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE).map(
+            lambda r: tf.io.parse_single_example(r, label_only)[label_key],
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        count, lo, hi = labels_ds.reduce(
+            (tf.constant(0, tf.int64), tf.constant(2**62, tf.int64), tf.constant(-1, tf.int64)),
+            lambda s, y: (s[0] + 1, tf.minimum(s[1], y), tf.maximum(s[2], y)),
+        )
+        count, lo, hi = int(count), int(lo) - label_offset, int(hi) - label_offset
+        if count == 0:
+            raise ValueError(f"The TFRecord files matching {file_pattern!r} hold no records.")
+        if lo < 0:
+            raise ValueError(
+                f"Labels in {file_pattern!r} go down to {lo + label_offset}, below "
+                f"label_offset={label_offset}. Received: label_offset={label_offset}"
+            )
+        if class_names is not None and hi >= len(class_names):
+            raise ValueError(
+                f"Labels in {file_pattern!r} reach {hi} (after label_offset={label_offset}) "
+                f"but only {len(class_names)} class names were given. "
+                f"Received: class_names={list(class_names)[:10]}..."
+            )
+        if num_examples is None:
+            num_examples = count
+        if class_names is None:
+            class_names = [str(i) for i in range(hi + 1)]
+    class_names = [str(c) for c in class_names]
+    files_t = tf.constant(files, tf.string)
+
+    def parse(name: tf.Tensor, record: tf.Tensor):
+        parsed = tf.io.parse_single_example(record, features)
+        label = tf.cast(parsed[label_key] - label_offset, tf.int32)
+        return name, parsed[image_key], label
+
+    def read_shard(filename: tf.Tensor) -> tf.data.Dataset:
+        return (
+            tf.data.TFRecordDataset(filename)
+            .enumerate()
+            .map(lambda i, r: (tf.strings.join([filename, "#", tf.strings.as_string(i)]), r))
+        )
+
+    def make_records(shuffle: bool, shuffle_seed: int | None) -> tf.data.Dataset:
+        ds = tf.data.Dataset.from_tensor_slices(files_t)
+        if shuffle:
+            ds = ds.shuffle(len(files), seed=shuffle_seed, reshuffle_each_iteration=True)
+        ds = ds.interleave(
+            read_shard,
+            cycle_length=min(len(files), 16),
+            block_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+    return ImageSource(
+        dataset=make_records(False, None).map(_drop_name),
+        num_examples=int(num_examples),
+        class_names=class_names,
+        skipped=SkippedImages(f"TFRecords {file_pattern!r}"),
+        make_records=make_records,
+        decode_record=decode_encoded_image,
+        shuffle_records=True,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# TFDS
+# --------------------------------------------------------------------------------------
+
+
+def tfds_source(name: str, split: str, *, data_dir: str | None = None) -> ImageSource:
+    """Any image-classification dataset from TensorFlow Datasets, by name.
+
+    The dataset is downloaded and prepared by TFDS if it is not in `data_dir` yet. Images
+    are read encoded (`tfds.decode.SkipDecoding`) and decoded by the pipelines' guard, so a
+    bad image is skipped and counted like in the other sources.
+
+    Args:
+        name: TFDS name, e.g. "imagenette/320px-v2" or "cifar10".
+        split: TFDS split, e.g. "train", "validation", "train[:90%]".
+        data_dir: TFDS data folder (default: TFDS's own, `~/tensorflow_datasets`).
+    """
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as err:
+        raise ImportError(
+            "tfds_source() needs the tensorflow-datasets package, which is not installed. "
+            "Install it with: pip install tensorflow-datasets"
+        ) from err
+
+    builder = tfds.builder(name, data_dir=data_dir)
+    builder.download_and_prepare()
+    features = builder.info.features
+    image_keys = [k for k, f in features.items() if isinstance(f, tfds.features.Image)]
+    label_keys = [k for k, f in features.items() if isinstance(f, tfds.features.ClassLabel)]
+    if not image_keys or not label_keys:
+        raise ValueError(
+            f"TFDS dataset {name!r} needs an Image and a ClassLabel feature; its features "
+            f"are {dict((k, type(f).__name__) for k, f in features.items())}."
+        )
+    image_key, label_key = image_keys[0], label_keys[0]
+    try:
+        num_examples = builder.info.splits[split].num_examples
+    except (KeyError, ValueError, TypeError) as err:
+        raise ValueError(
+            f"Unknown split for TFDS dataset {name!r}; it has "
+            f"{sorted(builder.info.splits.keys())}. Received: split={split!r}"
+        ) from err
+    class_names = list(features[label_key].names)
+
+    def make_records(shuffle: bool, shuffle_seed: int | None) -> tf.data.Dataset:
+        ds = builder.as_dataset(
+            split=split,
+            shuffle_files=shuffle,
+            decoders={image_key: tfds.decode.SkipDecoding()},
+            read_config=tfds.ReadConfig(add_tfds_id=True, shuffle_seed=shuffle_seed),
+        )
+        return ds.map(
+            lambda ex: (ex["tfds_id"], ex[image_key], tf.cast(ex[label_key], tf.int32)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+
+    return ImageSource(
+        dataset=make_records(False, None).map(_drop_name),
+        num_examples=int(num_examples),
+        class_names=class_names,
+        skipped=SkippedImages(f"TFDS {name!r} split {split!r}"),
+        make_records=make_records,
+        decode_record=decode_encoded_image,
+        shuffle_records=True,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Fashion-MNIST (Debian's dataset-fashion-mnist)
+# --------------------------------------------------------------------------------------
+
+
+def _read_idx(path: str, magic: int, ndim: int) -> np.ndarray:
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    header = np.frombuffer(data, ">i4", count=1 + ndim)
+    if int(header[0]) != magic:
+        raise ValueError(
+            f"{path!r} is not an IDX file of the expected kind (magic {int(header[0])}, "
+            f"expected {magic}); reinstall with `apt-get install --reinstall "
+            "dataset-fashion-mnist`."
+        )
+    shape = tuple(int(d) for d in header[1:])
+    offset = 4 * (1 + ndim)
+    if len(data) - offset != int(np.prod(shape)):
+        raise ValueError(f"{path!r} is truncated: header says {shape}, got {len(data) - offset} B.")
+    return np.frombuffer(data, np.uint8, offset=offset).reshape(shape)
+
+
+def load_fashion_mnist_arrays(
+    split: str = "train", *, data_dir: str | os.PathLike = FASHION_MNIST_DIR
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fashion-MNIST as numpy arrays: uint8 images `(N, 28, 28)` and uint8 labels `(N,)`."""
+    files = {"train": "train", "test": "t10k"}
+    if split not in files:
+        raise ValueError(
+            f'Fashion-MNIST split must be "train" or "test". Received: split={split!r}'
+        )
+    data_dir = os.fspath(data_dir)
+    prefix = os.path.join(data_dir, files[split])
+    image_path, label_path = f"{prefix}-images-idx3-ubyte.gz", f"{prefix}-labels-idx1-ubyte.gz"
+    for p in (image_path, label_path):
+        if not os.path.exists(p):
+            raise FileNotFoundError(
+                f"Fashion-MNIST file not found: {p!r}. Install Debian's package with "
+                "`apt-get install dataset-fashion-mnist` (it puts the IDX files in "
+                f"{FASHION_MNIST_DIR}), or pass data_dir=. Received: data_dir={data_dir!r}"
+            )
+    images = _read_idx(image_path, 2051, 3)
+    labels = _read_idx(label_path, 2049, 1)
+    if len(images) != len(labels):
+        raise ValueError(f"{len(images)} images but {len(labels)} labels in {data_dir!r}.")
+    return images, labels
+
+
+def fashion_mnist(
+    split: str = "train",
+    *,
+    data_dir: str | os.PathLike = FASHION_MNIST_DIR,
+    limit: int | None = None,
+) -> ImageSource:
+    """Fashion-MNIST from Debian's `dataset-fashion-mnist` IDX files (no download).
+
+    Args:
+        split: "train" (60,000 images) or "test" (10,000).
+        data_dir: folder holding the `*-ubyte.gz` files.
+        limit: keep only the first `limit` examples (small subsets for tests/demos).
+
+    Returns:
+        An `ImageSource` whose `dataset` yields `(uint8 (28, 28, 1), int32 label)`; the
+        pipelines repeat the gray channel to RGB.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"`limit` must be a positive int or None. Received: limit={limit!r}")
+    images, labels = load_fashion_mnist_arrays(split, data_dir=data_dir)
+    if limit is not None:
+        images, labels = images[:limit], labels[:limit]
+    images_t = tf.constant(images[..., None])
+    labels_t = tf.constant(labels.astype(np.int32))
+    n = len(images)
+
+    def make_records(shuffle: bool, shuffle_seed: int | None) -> tf.data.Dataset:
+        ds = tf.data.Dataset.range(n)
+        if shuffle:
+            ds = ds.shuffle(n, seed=shuffle_seed, reshuffle_each_iteration=True)
+        return ds.map(
+            lambda i: (
+                tf.strings.join(["#", tf.strings.as_string(i)]),
+                tf.gather(images_t, i),
+                tf.gather(labels_t, i),
+            )
+        )
+
+    return ImageSource(
+        dataset=tf.data.Dataset.from_tensor_slices((images_t, labels_t)),
+        num_examples=n,
+        class_names=list(FASHION_MNIST_CLASSES),
+        skipped=SkippedImages(f"Fashion-MNIST {split!r}"),
+        make_records=make_records,
+        decode_record=None,
+        shuffle_records=False,
+    )
