@@ -14,13 +14,18 @@ SCHEMA = "keras_mvit2.bench/1"
 
 @dataclass
 class LatencyStats:
-    """Latency of single-batch inferences in milliseconds."""
+    """Latency of single-batch inferences in milliseconds.
+
+    `median` and `p90` are `None` when a tool does not report them (e.g. older
+    TFLite `benchmark_model` builds print only min / max / avg); they are never
+    estimated.
+    """
 
     runs: int
     warmup: int
     min: float
-    median: float
-    p90: float
+    median: float | None
+    p90: float | None
     max: float
     mean: float
 
