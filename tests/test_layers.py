@@ -151,6 +151,28 @@ def test_separable_attention_dropout_only_in_training(rng):
     assert np.abs(a - c).max() > 1e-4
 
 
+def test_separable_attention_with_dropped_scores_matches_naive_form(rng):
+    """The key projection applied after weighting stays exact when dropout breaks sum(c_s) = 1."""
+    shape = (2, 10, 4, 8)
+    x = rng.normal(size=shape).astype("float32")
+    layer = layers.SeparableSelfAttention(attn_dropout=0.3)
+    layer.build(shape)
+    _randomize(layer)
+    mask = (rng.uniform(size=(2, 10, 4, 1)) > 0.3).astype("float32") / 0.7
+
+    # A fixed dropout mask in place of the random one (the layer's state is locked once built).
+    layer.score_dropout.call = lambda scores, training=None: scores * mask if training else scores
+    got = keras.ops.convert_to_numpy(layer(x, training=True))
+    w_qkv, b_qkv = _kernel(layer.qkv_proj)
+    w_out, b_out = _kernel(layer.out_proj)
+    qkv = x @ w_qkv + b_qkv
+    q, k, v = qkv[..., :1], qkv[..., 1:9], qkv[..., 9:]
+    s = np.exp(q - q.max(axis=1, keepdims=True))
+    s = s / s.sum(axis=1, keepdims=True) * mask
+    want = (np.maximum(v, 0.0) * (k * s).sum(axis=1, keepdims=True)) @ w_out + b_out
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_separable_attention_invalid_args():
     with pytest.raises(ValueError, match="Received: attn_dropout"):
         layers.SeparableSelfAttention(attn_dropout=1.5)

@@ -177,3 +177,21 @@ def test_decode_predictions_uses_the_bundled_imagenet_classes():
     assert decoded[1][0][1] == "toilet tissue"
     with pytest.raises(ValueError, match=r"\(batch, 1000\)"):
         mv.decode_predictions(np.zeros((1, 10)))
+
+
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [("mobilevitv2_050", {}), ("mobilevitv2_050", {"attention": "mobile_attention"}),
+     ("mobilevit_xxs", {}), ("deit_tiny", {})],
+)
+def test_every_random_kernel_is_drawn_independently(name, kwargs):
+    """Keras 3 repeats the values of a reused unseeded initializer: no two layers may
+    start from identical weights (e.g. the FFNs of two transformer layers)."""
+    model = mv.create_model(name, input_shape=(64, 64, 3), **kwargs)
+    seen = {}
+    for weight in model.weights:
+        value = keras.ops.convert_to_numpy(weight)
+        if value.size < 64 or value.std() == 0:  # constants (ones / zeros) may repeat
+            continue
+        assert value.tobytes() not in seen, (weight.path, seen.get(value.tobytes()))
+        seen[value.tobytes()] = weight.path

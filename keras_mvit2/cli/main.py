@@ -3,15 +3,21 @@
 import argparse
 import sys
 
-from keras_mvit2.cli import models_cmd, visualize_cmd, weights_cmd
+from keras_mvit2.cli import (
+    bench_android_cmd,
+    bench_cmd,
+    models_cmd,
+    visualize_cmd,
+    weights_cmd,
+)
 
-_COMMANDS = (models_cmd, weights_cmd, visualize_cmd)
+_COMMANDS = (models_cmd, weights_cmd, visualize_cmd, bench_cmd, bench_android_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mvit2",
-        description="MobileViTv2 for Keras 3: build, port weights, profile.",
+        description="MobileViTv2 for Keras 3: build, port, train, export, benchmark.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _COMMANDS:

@@ -15,3 +15,16 @@ def conv_kernel_initializer(identifier=None) -> keras.initializers.Initializer:
     return keras.initializers.VarianceScaling(
         scale=2.0, mode="fan_out", distribution="untruncated_normal"
     )
+
+
+def clone_initializer(initializer):
+    """A fresh instance of `initializer` (same config), for one sublayer.
+
+    Keras 3 returns the same values every time one unseeded initializer instance
+    is called, so sublayers that share an instance start with identical weights.
+    Every sublayer gets its own clone instead. Strings and dicts pass through
+    (Keras builds a new instance from them anyway).
+    """
+    if initializer is None or isinstance(initializer, str | dict):
+        return initializer
+    return initializer.__class__.from_config(initializer.get_config())

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers.initializers import conv_kernel_initializer
+from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 
 
 def make_divisible(value: float, divisor: int = 8, min_value: int | None = None) -> int:
@@ -77,9 +77,11 @@ class InvertedResidual(keras.layers.Layer):
         channels = int(input_shape[-1])
         hidden = make_divisible(round(channels * self.expansion), 8)
         policy = self.dtype_policy
-        init = self.kernel_initializer
+        def init():
+            return clone_initializer(self.kernel_initializer)
+
         self.expand_conv = keras.layers.Conv2D(
-            hidden, 1, use_bias=False, kernel_initializer=init, name="expand_conv", dtype=policy
+            hidden, 1, use_bias=False, kernel_initializer=init(), name="expand_conv", dtype=policy
         )
         self.expand_bn = batch_norm("expand_bn", self.norm_epsilon, policy)
         self.depthwise_conv = keras.layers.DepthwiseConv2D(
@@ -87,13 +89,13 @@ class InvertedResidual(keras.layers.Layer):
             strides=self.strides,
             padding="same" if self.strides == 1 else "valid",
             use_bias=False,
-            depthwise_initializer=init,
+            depthwise_initializer=init(),
             name="depthwise_conv",
             dtype=policy,
         )
         self.depthwise_bn = batch_norm("depthwise_bn", self.norm_epsilon, policy)
         self.project_conv = keras.layers.Conv2D(
-            self.filters, 1, use_bias=False, kernel_initializer=init, name="project_conv",
+            self.filters, 1, use_bias=False, kernel_initializer=init(), name="project_conv",
             dtype=policy,
         )
         self.project_bn = batch_norm("project_bn", self.norm_epsilon, policy)

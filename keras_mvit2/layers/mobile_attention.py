@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_mvit2 import attention
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers.initializers import clone_initializer
 from keras_mvit2.layers.token_mixer import TokenMixer
 
 NORMALIZERS = ("head_flow", "tokens")
@@ -163,18 +164,20 @@ class MobileAttention(TokenMixer):
             )
         self.dim = dim
         self.head_dim = dim // self.num_heads
-        common = dict(
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-        )
+        def common():
+            return dict(
+                kernel_initializer=clone_initializer(self.kernel_initializer),
+                bias_initializer=clone_initializer(self.bias_initializer),
+                dtype=self.dtype_policy,
+            )
+
         self.qkv = keras.layers.EinsumDense(
             "abc,cd->abd", output_shape=(None, 3 * dim),
-            bias_axes="d" if self.qkv_bias else None, name="qkv", **common,
+            bias_axes="d" if self.qkv_bias else None, name="qkv", **common(),
         )
         self.qkv.build(tuple(token_shape))
         self.proj = keras.layers.EinsumDense(
-            "abc,cd->abd", output_shape=(None, dim), bias_axes="d", name="proj", **common
+            "abc,cd->abd", output_shape=(None, dim), bias_axes="d", name="proj", **common()
         )
         self.proj.build(tuple(token_shape))
         # on the float32 competition weights, also under mixed precision

@@ -8,7 +8,7 @@ from keras import ops
 
 from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers.initializers import conv_kernel_initializer
+from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import batch_norm
 from keras_mvit2.layers.patching import fold, unfold
 from keras_mvit2.layers.vit_layers import ViTBlock
@@ -145,12 +145,14 @@ class MobileViTBlock(keras.layers.Layer):
         d = self.transformer_dim
         out = self.filters or channels
         policy = self.dtype_policy
-        init = self.kernel_initializer
+        def init():
+            return clone_initializer(self.kernel_initializer)
+
         eps = self.norm_epsilon
 
         def conv(filters, kernel, name):
             return keras.layers.Conv2D(
-                filters, kernel, padding="same", use_bias=False, kernel_initializer=init,
+                filters, kernel, padding="same", use_bias=False, kernel_initializer=init(),
                 name=name, dtype=policy,
             )
 

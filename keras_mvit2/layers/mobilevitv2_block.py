@@ -9,7 +9,7 @@ from keras import ops
 from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.group_norm import GroupNorm1
-from keras_mvit2.layers.initializers import conv_kernel_initializer
+from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import batch_norm
 from keras_mvit2.layers.patching import fold, unfold
 from keras_mvit2.layers.transformer_layer import TransformerLayer
@@ -47,6 +47,9 @@ class MobileViTV2Block(keras.layers.Layer):
         norm_epsilon: float. Epsilon of BN and GN1. Defaults to `1e-5`.
         kernel_initializer: initializer of all convolution kernels. Defaults to
             He-normal with fan-out, as the reference.
+        drop_path: float or list of `num_layers` floats, each in [0, 1).
+            Stochastic depth rate of the residual branches of each transformer
+            layer (one float: the same for all). Defaults to `0.0`.
 
     Input shape:
         `(batch, height, width, channels)` with static height and width.
@@ -72,6 +75,7 @@ class MobileViTV2Block(keras.layers.Layer):
         ffn_dropout: float = 0.0,
         norm_epsilon: float = 1e-5,
         kernel_initializer=None,
+        drop_path: float | list[float] = 0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -80,6 +84,19 @@ class MobileViTV2Block(keras.layers.Layer):
                 "attention_dim, num_layers and patch_size must be positive. Received: "
                 f"attention_dim={attention_dim}, num_layers={num_layers}, patch_size={patch_size}"
             )
+        if isinstance(drop_path, list | tuple):
+            if len(drop_path) != num_layers:
+                raise ValueError(
+                    f"drop_path must be a float or a list of num_layers={num_layers} floats. "
+                    f"Received: drop_path={drop_path}"
+                )
+            drop_path = [float(r) for r in drop_path]
+        else:
+            drop_path = float(drop_path)
+        for rate in drop_path if isinstance(drop_path, list) else [drop_path]:
+            if not 0.0 <= rate < 1.0:
+                raise ValueError(f"drop_path rates must be in [0, 1). Received: drop_path={rate}")
+        self.drop_path = drop_path
         self.attention_dim = attention_dim
         self.num_layers = num_layers
         self.attention = attention
@@ -90,6 +107,11 @@ class MobileViTV2Block(keras.layers.Layer):
         self.ffn_dropout = ffn_dropout
         self.norm_epsilon = norm_epsilon
         self.kernel_initializer = conv_kernel_initializer(kernel_initializer)
+
+    def _drop_path_rate(self, index: int) -> float:
+        if isinstance(self.drop_path, list):
+            return self.drop_path[index]
+        return self.drop_path
 
     def _resized_hw(self, height: int, width: int) -> tuple[int, int]:
         p = self.patch_size
@@ -106,14 +128,16 @@ class MobileViTV2Block(keras.layers.Layer):
         height, width = self._resized_hw(height, width)
         d = self.attention_dim
         policy = self.dtype_policy
-        init = self.kernel_initializer
+        def init():
+            return clone_initializer(self.kernel_initializer)
+
         self.local_conv = keras.layers.DepthwiseConv2D(
-            3, padding="same", use_bias=False, depthwise_initializer=init, name="local_conv",
+            3, padding="same", use_bias=False, depthwise_initializer=init(), name="local_conv",
             dtype=policy,
         )
         self.local_bn = batch_norm("local_bn", self.norm_epsilon, policy)
         self.local_proj = keras.layers.Conv2D(
-            d, 1, use_bias=False, kernel_initializer=init, name="local_proj", dtype=policy
+            d, 1, use_bias=False, kernel_initializer=init(), name="local_proj", dtype=policy
         )
         self.transformer = [
             TransformerLayer(
@@ -123,7 +147,8 @@ class MobileViTV2Block(keras.layers.Layer):
                 dropout=self.dropout,
                 ffn_dropout=self.ffn_dropout,
                 norm_epsilon=self.norm_epsilon,
-                kernel_initializer=init,
+                kernel_initializer=init(),
+                drop_path=self._drop_path_rate(i),
                 name=f"transformer_{i}",
                 dtype=policy,
             )
@@ -131,7 +156,7 @@ class MobileViTV2Block(keras.layers.Layer):
         ]
         self.norm = GroupNorm1(self.norm_epsilon, name="norm", dtype=policy)
         self.conv_proj = keras.layers.Conv2D(
-            channels, 1, use_bias=False, kernel_initializer=init, name="conv_proj", dtype=policy
+            channels, 1, use_bias=False, kernel_initializer=init(), name="conv_proj", dtype=policy
         )
         self.proj_bn = batch_norm("proj_bn", self.norm_epsilon, policy)
 
@@ -193,6 +218,7 @@ class MobileViTV2Block(keras.layers.Layer):
                 "ffn_dropout": self.ffn_dropout,
                 "norm_epsilon": self.norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "drop_path": self.drop_path,
             }
         )
         return config

@@ -6,7 +6,8 @@ from keras import ops
 from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.group_norm import GroupNorm1
-from keras_mvit2.layers.initializers import conv_kernel_initializer
+from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
+from keras_mvit2.layers.stochastic_depth import StochasticDepth
 
 
 def default_ffn_dim(dim: int, multiplier: float = 2.0) -> int:
@@ -34,6 +35,9 @@ class TransformerLayer(keras.layers.Layer):
         attn_dropout: float. Dropout on the context scores.
         dropout: float. Dropout on the attention output and the FFN output.
         ffn_dropout: float. Dropout after the FFN activation.
+        drop_path: float in [0, 1). Stochastic depth: probability of skipping
+            each residual branch (attention, FFN) per sample during training
+            (`StochasticDepth`). Defaults to `0.0` (the reference).
         norm_epsilon: float. GN1 epsilon. Defaults to `1e-5`.
         kernel_initializer: initializer of the FFN kernels. Defaults to
             He-normal with fan-out, as the reference (the attention layer uses
@@ -60,11 +64,12 @@ class TransformerLayer(keras.layers.Layer):
         ffn_dropout: float = 0.0,
         norm_epsilon: float = 1e-5,
         kernel_initializer=None,
+        drop_path: float = 0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
         for label, rate in (("attn_dropout", attn_dropout), ("dropout", dropout),
-                            ("ffn_dropout", ffn_dropout)):
+                            ("ffn_dropout", ffn_dropout), ("drop_path", drop_path)):
             if not 0.0 <= rate < 1.0:
                 raise ValueError(f"{label} must be in [0, 1). Received: {label}={rate}")
         if ffn_dim is not None and ffn_dim <= 0:
@@ -76,6 +81,7 @@ class TransformerLayer(keras.layers.Layer):
         self.ffn_dropout = ffn_dropout
         self.norm_epsilon = norm_epsilon
         self.kernel_initializer = conv_kernel_initializer(kernel_initializer)
+        self.drop_path = float(drop_path)
 
     def build(self, input_shape):
         if len(input_shape) != 4 or input_shape[-1] is None:
@@ -93,13 +99,17 @@ class TransformerLayer(keras.layers.Layer):
         self.attn = attention_registry.get(self.attention, **attn_kwargs)
         self.norm2 = GroupNorm1(self.norm_epsilon, name="norm2", dtype=policy)
         self.fc1 = keras.layers.Conv2D(
-            hidden, 1, kernel_initializer=self.kernel_initializer, name="fc1", dtype=policy
+            hidden, 1, kernel_initializer=clone_initializer(self.kernel_initializer),
+            name="fc1", dtype=policy,
         )
         self.fc2 = keras.layers.Conv2D(
-            dim, 1, kernel_initializer=self.kernel_initializer, name="fc2", dtype=policy
+            dim, 1, kernel_initializer=clone_initializer(self.kernel_initializer),
+            name="fc2", dtype=policy,
         )
         self.ffn_drop = keras.layers.Dropout(self.ffn_dropout, dtype=policy)
         self.out_drop = keras.layers.Dropout(self.dropout, dtype=policy)
+        self.attn_drop_path = StochasticDepth(self.drop_path, name="attn_drop_path", dtype=policy)
+        self.ffn_drop_path = StochasticDepth(self.drop_path, name="ffn_drop_path", dtype=policy)
         for layer in (self.norm1, self.attn, self.norm2, self.fc1):
             layer.build(input_shape)
         self.fc2.build(tuple(input_shape[:-1]) + (hidden,))
@@ -107,10 +117,12 @@ class TransformerLayer(keras.layers.Layer):
     def call(self, inputs, training=None):
         x = inputs
         y = self.attn(self.norm1(x), training=training)             # (B, N, P, d)
-        x = x + self.out_drop(y, training=training)
+        y = self.out_drop(y, training=training)
+        x = x + self.attn_drop_path(y, training=training)
         y = ops.silu(self.fc1(self.norm2(x)))                         # (B, N, P, ffn)
         y = self.fc2(self.ffn_drop(y, training=training))             # (B, N, P, d)
-        return x + self.out_drop(y, training=training)
+        y = self.out_drop(y, training=training)
+        return x + self.ffn_drop_path(y, training=training)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -126,6 +138,7 @@ class TransformerLayer(keras.layers.Layer):
                 "ffn_dropout": self.ffn_dropout,
                 "norm_epsilon": self.norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "drop_path": self.drop_path,
             }
         )
         return config

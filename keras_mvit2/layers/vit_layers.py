@@ -21,6 +21,7 @@ from keras import ops
 from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import multi_head_attention  # noqa: F401 (registers "mha", the default)
+from keras_mvit2.layers.initializers import clone_initializer
 
 
 def gelu_erf(x):
@@ -91,7 +92,7 @@ def _token_dense(rank: int, units: int, use_bias: bool, initializer, name: str, 
         equation,
         output_shape=output_shape,
         bias_axes=bias_axes if use_bias else None,
-        kernel_initializer=keras.initializers.get(initializer),
+        kernel_initializer=clone_initializer(keras.initializers.get(initializer)),
         bias_initializer="zeros",
         name=name,
         dtype=dtype,
