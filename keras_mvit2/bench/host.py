@@ -562,8 +562,9 @@ def bench_tflite(
         warmup: untimed invokes before timing.
         xnnpack: XNNPACK delegate on (default) or off (plain TFLite kernels).
         measure_memory: also measure peak memory in a fresh subprocess.
-        params, macs: from the Keras model, when known (MACs otherwise come from
-            the flatbuffer, `tflite_macs`).
+        params: parameters of the Keras model, when known.
+        macs: MACs of the Keras model, when known (otherwise read from the
+            flatbuffer, `tflite_macs`).
         source: where the file came from (e.g. "converted from NAME"), recorded.
         seed: seed of the random inputs.
 
