@@ -38,7 +38,20 @@ def test_exact_parameters_and_macs(name):
     assert result.trainable_params == params
     assert result.params == params  # BN moving statistics are not parameters
     assert abs(result.gmacs / gmacs - 1.0) <= 0.02, (result.gmacs, gmacs)
+    # The graph executes fewer: the key projection runs once per pixel position.
+    assert result.executed_macs < result.macs
     assert model.name == name
+
+
+def test_executed_macs_saving_equals_the_key_projection_formula():
+    """MobileViTV2-0.5 @256: per layer d^2 (N - 1) P saved, N = 256/64/16, P = 4."""
+    model = mv.create_model("mobilevitv2_050")
+    result = profile(model)
+    saved = sum(layers * d * d * (n - 1) * 4 for layers, d, n in
+                [(2, 64, 256), (4, 96, 64), (3, 128, 16)])
+    assert result.macs - result.executed_macs == saved
+    mha = profile(mv.create_model("mobilevitv2_050", attention="mha"))
+    assert mha.macs == mha.executed_macs
 
 
 @pytest.mark.parametrize(

@@ -56,9 +56,10 @@ def _profile(args: argparse.Namespace) -> int:
     if shape is not None:
         kwargs["input_shape"] = shape
     rows = [profile(create_model(name, **kwargs)) for name in dict.fromkeys(names)]
-    headers = ("model", "input", "params", "MACs (G)")
+    headers = ("model", "input", "params", "MACs (G)", "executed MACs (G)")
     table = [
-        (r.name, "x".join(map(str, r.input_shape[:2])), f"{r.params:,}", f"{r.gmacs:.3f}")
+        (r.name, "x".join(map(str, r.input_shape[:2])), f"{r.params:,}", f"{r.gmacs:.3f}",
+         f"{r.executed_macs / 1e9:.3f}")
         for r in rows
     ]
     if args.markdown:

@@ -10,6 +10,7 @@ from keras_mvit2.layers.multi_head_attention import MultiHeadSelfAttention
 from keras_mvit2.layers.patching import fold, unfold
 from keras_mvit2.layers.random_feature_attention import RandomFeatureAttention
 from keras_mvit2.layers.separable_self_attention import SeparableSelfAttention
+from keras_mvit2.layers.stochastic_depth import StochasticDepth
 from keras_mvit2.layers.token_mixer import TokenMixer
 from keras_mvit2.layers.transformer_layer import TransformerLayer
 from keras_mvit2.layers.vit_layers import (
@@ -31,6 +32,7 @@ __all__ = [
     "PatchEmbedding",
     "RandomFeatureAttention",
     "SeparableSelfAttention",
+    "StochasticDepth",
     "TokenMixer",
     "TokenPooling",
     "TransformerLayer",

@@ -97,6 +97,8 @@ class SeparableSelfAttention(keras.layers.Layer):
                 f"Received: input_shape={input_shape}"
             )
         self.dim = int(input_shape[-1])
+        # (tokens, pixel positions) of the built input, for MAC accounting.
+        self._token_grid = (input_shape[1], input_shape[2] if len(input_shape) == 4 else 1)
         shape4 = tuple(input_shape) if len(input_shape) == 4 else (
             input_shape[0], input_shape[1], 1, input_shape[2])
         def common():
@@ -113,6 +115,18 @@ class SeparableSelfAttention(keras.layers.Layer):
         self.out_proj = keras.layers.Conv2D(self.dim, name="out_proj", **common())
         self.out_proj.build(shape4[:-1] + (self.dim,))
         self.score_dropout = keras.layers.Dropout(self.attn_dropout, dtype=self.dtype_policy)
+
+    def key_projection_macs_saved(self) -> int | None:
+        """MACs per sample that projecting the pooled tokens saves over projecting each token.
+
+        The reference applies the key projection (d x d) to all N tokens of each of
+        the P pixel positions; this layer applies it once per position. `None` when
+        the token count is not static.
+        """
+        tokens, positions = self._token_grid
+        if tokens is None or positions is None:
+            return None
+        return self.dim * self.dim * (tokens - 1) * positions
 
     def _split_projection(self):
         """The `qkv_proj` kernel and bias split into the [query | value] and key parts."""

@@ -1,0 +1,83 @@
+"""Training with the MobileViTv2 recipe: configs, `train`, `finetune`, `evaluate`.
+
+```python
+from keras_mvit2 import training
+
+config = training.load_config("fashion_mnist", overrides=["training.epochs=2"])
+result = training.train(config)          # resumes from config.output.dir if it holds a run
+print(result.metrics["ema"].top1, result.model_path)
+```
+
+Packaged configs (`training.packaged_configs()`): the paper's ImageNet-1k recipe per width
+(`imagenet_mobilevitv2_050` ... `_200`, Table 9 / ml-cvnets), fine-tuning at 384
+(`imagenet_finetune_384`, Table 10), a small-data fine-tuning recipe
+(`finetune_small_data`) and the built-in Fashion-MNIST example (`fashion_mnist`).
+"""
+
+from keras_mvit2.training.config import (
+    DataConfig,
+    EMAConfig,
+    ModelConfig,
+    MultiScaleConfig,
+    OptimizerConfig,
+    OutputConfig,
+    ScheduleConfig,
+    TrainConfig,
+    TrainingConfig,
+    apply_overrides,
+    load_config,
+    packaged_configs,
+)
+from keras_mvit2.training.distribute import (
+    Scaling,
+    is_chief,
+    make_strategy,
+    resolve_precision,
+    scale_for_replicas,
+)
+from keras_mvit2.training.ema import ExponentialMovingAverage
+from keras_mvit2.training.schedules import WarmupCosineDecay
+from keras_mvit2.training.trainer import (
+    ClassifierTrainer,
+    EvalResult,
+    TrainResult,
+    build_classifier,
+    build_inference_model,
+    evaluate,
+    finetune,
+    latest_checkpoint,
+    make_sources,
+    train,
+)
+
+__all__ = [
+    "ClassifierTrainer",
+    "DataConfig",
+    "EMAConfig",
+    "EvalResult",
+    "ExponentialMovingAverage",
+    "ModelConfig",
+    "MultiScaleConfig",
+    "OptimizerConfig",
+    "OutputConfig",
+    "Scaling",
+    "ScheduleConfig",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingConfig",
+    "WarmupCosineDecay",
+    "apply_overrides",
+    "build_classifier",
+    "build_inference_model",
+    "evaluate",
+    "finetune",
+    "is_chief",
+    "latest_checkpoint",
+    "load_config",
+    "make_sources",
+    "make_strategy",
+    "packaged_configs",
+    "resolve_precision",
+    "scale_for_replicas",
+    "train",
+]
