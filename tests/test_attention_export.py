@@ -5,7 +5,7 @@ have no N x N tensor in the converted graph."""
 import keras
 import numpy as np
 import pytest
-from conftest import perturb_norms
+from model_utils import perturb_norms
 
 import keras_mvit2 as mv
 from keras_mvit2.export import run_tflite, to_tflite
@@ -97,3 +97,21 @@ def test_coreml_ml_program(name, host, tmp_path):
         assert report.op_histogram.get("matmul", 0) == 1  # the classifier only
 
 
+
+
+@pytest.mark.parametrize("name", ["mobilevit_xxs", "mobilevit_xs", "mobilevit_s"])
+def test_mobilevit_v1_converts_to_tflite_and_coreml(name, tmp_path, rng):
+    """The v1 baselines (MHA, fusion block) export like the rest of the zoo."""
+    from keras_mvit2.export import to_coreml
+
+    model = mv.create_model(name, input_shape=(64, 64, 3), classes=10,
+                            classifier_activation=None)
+    perturb_norms(model, seed=2)
+    x = rng.uniform(size=(2, 64, 64, 3)).astype("float32")
+    want = keras.ops.convert_to_numpy(model(x, training=False))
+    report = to_tflite(model, tmp_path / "m.tflite")
+    assert report.flex_ops == [] and report.custom_ops == [] and report.max_tensor_rank <= 4
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(run_tflite(report.path, x), want, atol=1e-4 * scale)
+    coreml = to_coreml(model, tmp_path / "m.mlpackage", precision="float32", image_input=False)
+    assert coreml.max_tensor_rank <= 5 and coreml.outputs[0]["shape"] == [1, 10]

@@ -5,7 +5,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from conftest import perturb_norms
+from model_utils import perturb_norms
 
 import keras_mvit2 as mv
 

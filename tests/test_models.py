@@ -8,7 +8,7 @@ import textwrap
 import keras
 import numpy as np
 import pytest
-from conftest import perturb_norms
+from model_utils import perturb_norms
 
 import keras_mvit2 as mv
 from keras_mvit2.profiling import count_params, profile
