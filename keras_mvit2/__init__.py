@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from keras_mvit2 import attention, data, export, layers, models, visualize
+from keras_mvit2 import attention, data, export, layers, models, quantize, tasks, visualize
 from keras_mvit2.models import (
     MobileViT,
     MobileViTV2,
@@ -45,5 +45,7 @@ __all__ = [
     "models",
     "preprocess_input",
     "profile",
+    "quantize",
+    "tasks",
     "visualize",
 ]

@@ -113,7 +113,25 @@ def count_macs(model: keras.Model, input_shape: tuple[int, ...] | None = None) -
         )
     spec = tf.TensorSpec((1, *shape), tf.float32)
     graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
-    return sum(_op_macs(op) for op in graph.get_operations())
+    return sum(_dilation_corrected(op, _op_macs(op)) for op in graph.get_operations())
+
+
+def _dilation_corrected(op, macs: int) -> int:
+    """MACs of a dilated convolution counted over the output it returns.
+
+    TensorFlow runs a dilated convolution as SpaceToBatchND -> convolution (VALID) ->
+    BatchToSpaceND; the space-to-batch pads the map to a multiple of the rate, so the
+    inner convolution computes more outputs than the layer returns (1.27x for rate-12/24/36
+    ASPP branches on a 64x64 map). Counted over the cropped BatchToSpaceND output instead:
+    the paper's convention, and what TFLite runs (one dilated CONV_2D / DEPTHWISE_CONV_2D).
+    """
+    if not macs or op.type not in ("Conv2D", "DepthwiseConv2dNative"):
+        return macs
+    consumers = [c for c in op.outputs[0].consumers() if c.type == "BatchToSpaceND"]
+    if len(consumers) != 1:
+        return macs
+    inner = math.prod(_static(op.outputs[0].shape))
+    return macs * math.prod(_static(consumers[0].outputs[0].shape)) // inner
 
 
 def count_params(model: keras.Model) -> tuple[int, int]:

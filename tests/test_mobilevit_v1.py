@@ -1,16 +1,12 @@
 """MobileViT v1: the block against a numpy transcription, exact timm parameter counts, any
 attention, `.keras` round trip, argument errors, and the timm port against real timm logits."""
 
-import importlib.util
-import json
 import math
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
+from model_utils import TORCH_READY, run_timm_oracle
 
 import keras_mvit2 as mv
 from keras_mvit2 import attention
@@ -305,22 +301,10 @@ def test_port_is_strict(rng):
 
 # ---------------------------------------------------------------- timm oracle (torch)
 
-TORCH_READY = all(importlib.util.find_spec(m) is not None for m in ("torch", "timm", "safetensors"))
-
-
 @pytest.fixture(scope="module")
 def timm_xxs(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("timm_mobilevit")
-    script = os.path.join(os.path.dirname(__file__), "timm_oracle_v1_vit.py")
-    result = subprocess.run(
-        [sys.executable, script, "--out-dir", str(out_dir),
-         "--models", "mobilevit_xxs:256x256+224x224"],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    with open(out_dir / "manifest.json") as f:
-        manifest = json.load(f)
-    return out_dir, manifest
+    return out_dir, run_timm_oracle(out_dir, "mobilevit_xxs:256x256+224x224")
 
 
 @pytest.mark.torch

@@ -172,7 +172,7 @@ def test_packaged_configs_are_the_papers_recipe():
     assert "finetune_small_data" in names and "fashion_mnist" in names
     fm = training.load_config("fashion_mnist")
     assert (fm.model.name, fm.model.image_size, fm.training.precision) == (
-        "mobilevitv2_050", 64, "float32")
+        "mobilevitv2_050", 48, "float32")
 
 
 # --------------------------------------------------------------------------------------

@@ -30,7 +30,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from torch_oracle import install_torchvision_stub  # tests/ is on the path now
+from torch_oracle import (  # tests/ is on the path now
+    install_torchvision_stub,
+    perturb_norms_and_biases,
+)
 
 DEFAULT_MODELS = "mobilevit_xxs:256x256+224x224,deit_tiny_patch16_224:224x224"
 
@@ -52,37 +55,19 @@ def perturb(model, seed: int) -> None:
     """Moves norms, biases, the class token and the position embedding off their init."""
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
-
-    def uniform(t, low, high):
-        t.copy_(torch.rand(t.shape, generator=generator) * (high - low) + low)
-
-    def normal(t, std):
-        t.copy_(torch.randn(t.shape, generator=generator) * std)
-
+    generator = perturb_norms_and_biases(model, seed)
     with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-                normal(module.running_mean, 0.2)
-                uniform(module.running_var, 0.5, 2.0)
-                uniform(module.weight, 0.5, 1.5)
-                normal(module.bias, 0.2)
-            elif isinstance(module, torch.nn.LayerNorm):
-                uniform(module.weight, 0.5, 1.5)
-                normal(module.bias, 0.2)
-            elif isinstance(module, torch.nn.Conv2d | torch.nn.Linear):
-                if module.bias is not None:
-                    normal(module.bias, 0.05)
         for name in ("cls_token", "pos_embed"):
             tensor = getattr(model, name, None)
             if tensor is not None:
-                normal(tensor, 0.5)
+                tensor.copy_(torch.randn(tensor.shape, generator=generator) * 0.5)
         head = getattr(model, "head", None)
         fc = getattr(head, "fc", head)
         if isinstance(fc, torch.nn.Linear):
             # timm's head init is tiny (DeiT: std 0.02, zero-init for some models):
             # scale it so that the logits are O(1) and an absolute tolerance means something.
-            normal(fc.weight, 1.0 / fc.in_features**0.5)
+            fc.weight.copy_(
+                torch.randn(fc.weight.shape, generator=generator) / fc.in_features**0.5)
 
 
 def run_model(name: str, sizes, batch: int, seed: int, out_dir: str) -> dict:

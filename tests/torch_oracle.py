@@ -141,8 +141,11 @@ def parse_config(argv: list[str] | None = None) -> tuple[str, dict]:
     return args.out_dir, config
 
 
-def perturb_norms_and_biases(model, seed: int) -> None:
-    """Moves every norm's statistics and affine parameters, and every bias, off their init."""
+def perturb_norms_and_biases(model, seed: int):
+    """Moves every norm's statistics and affine parameters, and every bias, off their init.
+
+    Returns the `torch.Generator` it drew from, for callers that perturb more tensors.
+    """
     import torch
 
     generator = torch.Generator().manual_seed(seed)
@@ -160,12 +163,13 @@ def perturb_norms_and_biases(model, seed: int) -> None:
                 uniform(module.running_var, 0.5, 2.0)
                 uniform(module.weight, 0.5, 1.5)
                 normal(module.bias, 0.2)
-            elif isinstance(module, torch.nn.GroupNorm):
+            elif isinstance(module, torch.nn.GroupNorm | torch.nn.LayerNorm):
                 uniform(module.weight, 0.5, 1.5)
                 normal(module.bias, 0.2)
             elif isinstance(module, torch.nn.Conv2d | torch.nn.Linear):
                 if module.bias is not None:
                     normal(module.bias, 0.05)
+    return generator
 
 
 def run_model(name: str, config: dict, out_dir: str) -> dict:

@@ -47,6 +47,7 @@ from ai_edge_litert import schema_py_generated as tfl_schema
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from keras_mvit2.bench.schema import BenchResult, LatencyStats
+from keras_mvit2.export.flatbuffer import TENSOR_TYPE_NAMES, op_names, parse_flatbuffer
 
 __all__ = [
     "OpTiming",
@@ -67,14 +68,6 @@ __all__ = [
 
 Log = Callable[[str], None]
 
-_BUILTIN_NAMES = {
-    value: name for name, value in vars(tfl_schema.BuiltinOperator).items()
-    if not name.startswith("_")
-}
-_TENSOR_TYPES = {
-    value: name.lower() for name, value in vars(tfl_schema.TensorType).items()
-    if not name.startswith("_")
-}
 _MAC_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL")
 
 
@@ -266,27 +259,6 @@ def measure_interleaved(
 # Flatbuffer facts: MACs, precision
 
 
-def _load_model_t(path_or_bytes: str | os.PathLike | bytes) -> Any:
-    if isinstance(path_or_bytes, bytes | bytearray):
-        buf = bytearray(path_or_bytes)
-    else:
-        with open(path_or_bytes, "rb") as f:
-            buf = bytearray(f.read())
-    return tfl_schema.ModelT.InitFromPackedBuf(buf, 0)
-
-
-def _op_names(model: Any) -> list[str]:
-    names = []
-    for code in model.operatorCodes or []:
-        builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
-        if builtin == tfl_schema.BuiltinOperator.CUSTOM:
-            custom = code.customCode
-            names.append(custom.decode() if isinstance(custom, bytes) else str(custom))
-        else:
-            names.append(_BUILTIN_NAMES.get(builtin, f"BUILTIN_{builtin}"))
-    return names
-
-
 def _shape(tensor: Any) -> list[int]:
     return [] if tensor.shape is None else [int(d) for d in tensor.shape]
 
@@ -321,8 +293,8 @@ def tflite_macs(path: str | os.PathLike | bytes) -> int | None:
     ``None`` (unknown) when a counted op has a dynamic (``-1``) dimension or the
     model has control-flow subgraphs, whose trip counts are unknown.
     """
-    model = _load_model_t(path)
-    names = _op_names(model)
+    model = parse_flatbuffer(path)
+    names = op_names(model)
     if len(model.subgraphs or []) != 1:
         return None
     graph = model.subgraphs[0]
@@ -347,24 +319,21 @@ def tflite_precision(path: str | os.PathLike) -> str:
     Read from the keras_mvit2 metadata when the file has it, otherwise from the
     tensor types of the first convolution / fully-connected op.
     """
-    try:
-        from keras_mvit2.export.tflite import read_tflite_metadata  # type: ignore[attr-defined]
+    from keras_mvit2.export.tflite import read_tflite_metadata
 
-        info = read_tflite_metadata(path)
-        if isinstance(info, dict) and info.get("quantization"):
-            return str(info["quantization"])
-    except Exception:
-        pass
-    model = _load_model_t(path)
-    names = _op_names(model)
+    info = read_tflite_metadata(path)
+    if info and info.get("quantization"):
+        return str(info["quantization"])
+    model = parse_flatbuffer(path)
+    names = op_names(model)
     graph = model.subgraphs[0]
     tensors = graph.tensors
     has_fp16 = any(int(t.type) == tfl_schema.TensorType.FLOAT16 for t in tensors)
     for op in graph.operators or []:
         if names[op.opcodeIndex] not in _MAC_OPS:
             continue
-        activation = _TENSOR_TYPES.get(int(tensors[int(op.inputs[0])].type), "")
-        weight = _TENSOR_TYPES.get(int(tensors[int(op.inputs[1])].type), "")
+        activation = TENSOR_TYPE_NAMES.get(int(tensors[int(op.inputs[0])].type), "")
+        weight = TENSOR_TYPE_NAMES.get(int(tensors[int(op.inputs[1])].type), "")
         if activation in ("int8", "uint8"):
             return "int8"
         if activation == "int16":
@@ -904,13 +873,13 @@ def op_profile(
     path = os.fspath(path)
     with open(path, "rb") as f:
         content = f.read()
-    model = _load_model_t(content)
+    model = parse_flatbuffer(content)
     if len(model.subgraphs or []) != 1:
         raise ValueError(
             f"op_profile handles single-subgraph models; {path!r} has "
             f"{len(model.subgraphs or [])} subgraphs (control flow)."
         )
-    names = _op_names(model)
+    names = op_names(model)
     graph = model.subgraphs[0]
 
     full = Interpreter(model_content=content, num_threads=threads,

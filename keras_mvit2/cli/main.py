@@ -6,12 +6,18 @@ import sys
 from keras_mvit2.cli import (
     bench_android_cmd,
     bench_cmd,
+    demo_cmd,
+    export_cmd,
     models_cmd,
+    qat_cmd,
+    task_cmd,
+    train_cmd,
     visualize_cmd,
     weights_cmd,
 )
 
-_COMMANDS = (models_cmd, weights_cmd, visualize_cmd, bench_cmd, bench_android_cmd)
+_COMMANDS = (demo_cmd, models_cmd, weights_cmd, visualize_cmd, bench_cmd, bench_android_cmd,
+             qat_cmd, export_cmd, task_cmd, train_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,5 +1,10 @@
-"""Export to mobile formats: TFLite / LiteRT (Android) and Core ML (iPhone)."""
+"""Export to mobile formats: TFLite / LiteRT (Android) and Core ML (iPhone), and validation."""
 
+from keras_mvit2.export.calibration import (
+    LabelledImages,
+    calibration_images,
+    load_labelled_images,
+)
 from keras_mvit2.export.coreml import (
     CoreMLReport,
     coreml_predictions_available,
@@ -8,24 +13,43 @@ from keras_mvit2.export.coreml import (
     to_coreml,
 )
 from keras_mvit2.export.tflite import (
+    IO_DTYPES,
+    QUANTIZATIONS,
     TensorDetails,
     TFLiteReport,
     UnsupportedOpError,
     inspect_tflite,
+    read_tflite_metadata,
     run_tflite,
     to_tflite,
 )
+from keras_mvit2.export.validate import (
+    ValidationReport,
+    print_reports,
+    save_reports,
+    validate,
+)
 
 __all__ = [
+    "IO_DTYPES",
+    "QUANTIZATIONS",
     "CoreMLReport",
+    "LabelledImages",
     "TFLiteReport",
     "TensorDetails",
     "UnsupportedOpError",
+    "ValidationReport",
+    "calibration_images",
     "coreml_predictions_available",
     "inspect_coreml",
     "inspect_tflite",
+    "load_labelled_images",
+    "print_reports",
+    "read_tflite_metadata",
     "run_coreml",
     "run_tflite",
+    "save_reports",
     "to_coreml",
     "to_tflite",
+    "validate",
 ]

@@ -1,44 +1,66 @@
 """Keras 3 model -> TFLite (LiteRT) flatbuffer, builtin ops only, checked at run time.
 
-The conversion path is the one that was measured to be correct with Keras 3.15 /
+The conversion path is one that was measured to be correct with Keras 3.15 /
 TF 2.21 (see the project's stack notes):
 
-1. ``model.export(tmp, format="tf_saved_model", input_signature=[InputSpec(shape=...)])``
-   with a fixed (or explicitly dynamic) batch;
-2. ``tf.lite.TFLiteConverter.from_saved_model(tmp)`` with
-   ``supported_ops = [TFLITE_BUILTINS]`` only, so an op without a builtin kernel is an
-   error (`UnsupportedOpError`) instead of a silent Flex (SELECT_TF_OPS) dependency;
-3. the flatbuffer is run once in ``ai_edge_litert`` before it is moved onto the
+1. the model's inference call is traced as a ``tf.function`` with a fixed (or
+   explicitly dynamic) batch;
+2. ``tf.lite.TFLiteConverter.from_concrete_functions([fn])`` (no trackable object:
+   the converter then freezes the variables itself) with builtin op sets only
+   (``TFLITE_BUILTINS``, ``TFLITE_BUILTINS_INT8`` or the int16x8 set), so an op
+   without a builtin kernel is an error (`UnsupportedOpError`) instead of a
+   silent Flex (SELECT_TF_OPS) dependency; float16, dynamic-range int8, full
+   int8 and int16x8 quantization are converter settings (`QUANTIZATIONS`);
+3. a JSON metadata entry (preprocessing, class names, quantization) is added to
+   the flatbuffer's ``metadata`` list;
+4. the flatbuffer is run once in ``ai_edge_litert`` before it is moved onto the
    target path (the converter does not catch run-time failures such as
    ``BROADCAST_TO ... failed to prepare``).
 
-Not used on purpose: ``from_concrete_functions([cf], keras_model)`` (leaves the
-variables unfrozen and gives NaN) and ``model.export(format="litert")`` (enables
-Flex ops by default).
+Not used on purpose: ``from_concrete_functions([fn], keras_model)`` (leaves the
+variables unfrozen and gives NaN), ``model.export(format="litert")`` (enables
+Flex ops by default), and ``model.export(format="tf_saved_model")`` +
+``from_saved_model`` (correct too, but 3-5x slower: the export traces and saves the
+model, and the converter loads and traces it again).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import json
+import logging
 import os
 import re
-import tempfile
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import flatbuffers
 import keras
 import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
 from ai_edge_litert.interpreter import Interpreter
 
+from keras_mvit2.export.flatbuffer import (
+    BUILTIN_NAMES,
+    TENSOR_TYPE_NAMES,
+    op_names,
+    parse_flatbuffer,
+)
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = [
+    "IO_DTYPES",
+    "METADATA_NAME",
+    "QUANTIZATIONS",
     "TFLiteReport",
     "TensorDetails",
     "UnsupportedOpError",
     "inspect_tflite",
+    "read_tflite_metadata",
     "run_tflite",
+    "tflite_metadata",
     "to_tflite",
 ]
 
@@ -47,14 +69,11 @@ _VARIABLE_OPS = ("VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE")
 
 _OPS_COMPATIBILITY_URL = "https://ai.google.dev/edge/litert/models/ops_compatibility"
 
-_BUILTIN_NAMES = {
-    value: name for name, value in vars(tfl_schema.BuiltinOperator).items()
-    if not name.startswith("_")
-}
-_TENSOR_TYPE_NAMES = {
-    value: name.lower() for name, value in vars(tfl_schema.TensorType).items()
-    if not name.startswith("_")
-}
+_FLOAT_TENSOR_TYPES = frozenset(
+    getattr(tfl_schema.TensorType, name)
+    for name in ("FLOAT32", "FLOAT16", "FLOAT64", "BFLOAT16")
+    if hasattr(tfl_schema.TensorType, name)
+)
 
 
 class UnsupportedOpError(RuntimeError):
@@ -137,6 +156,13 @@ class TFLiteReport:
             loaded by ``ai_edge_litert`` (e.g. it needs Flex ops).
         num_ops_outside_xnnpack: ops that still run on the plain TFLite kernels.
         ops_outside_xnnpack: histogram of those ops, sorted by op name.
+        float_ops: histogram of the ops that compute in floating point (an input or
+            output tensor of type float32/float16/float64/bfloat16), except a QUANTIZE
+            of a float model input and a DEQUANTIZE to a float model output. For a
+            float model that is nearly every op; for a full-integer model it lists the
+            ops left in float (``{}`` when fully quantized).
+        metadata: the ``"keras_mvit2"`` JSON metadata entry (see `to_tflite`), or
+            ``None`` for a file without it.
     """
 
     path: str
@@ -151,11 +177,25 @@ class TFLiteReport:
     num_xnnpack_partitions: int | None
     num_ops_outside_xnnpack: int | None
     ops_outside_xnnpack: dict[str, int] | None
+    float_ops: dict[str, int] = dataclasses.field(default_factory=dict)
+    metadata: dict[str, Any] | None = None
 
     @property
     def num_ops(self) -> int:
         """Total number of ops in the file."""
         return sum(self.op_histogram.values())
+
+    @property
+    def num_ops_in_xnnpack(self) -> int | None:
+        """Ops that XNNPACK took (``num_ops - num_ops_outside_xnnpack``)."""
+        if self.num_ops_outside_xnnpack is None:
+            return None
+        return self.num_ops - self.num_ops_outside_xnnpack
+
+    @property
+    def quantization(self) -> str | None:
+        """The quantization recorded in the metadata (``None`` without metadata)."""
+        return (self.metadata or {}).get("quantization")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict of the report."""
@@ -163,60 +203,287 @@ class TFLiteReport:
         out["inputs"] = [t.to_dict() for t in self.inputs]
         out["outputs"] = [t.to_dict() for t in self.outputs]
         out["num_ops"] = self.num_ops
+        out["num_ops_in_xnnpack"] = self.num_ops_in_xnnpack
         return out
 
 
 # --------------------------------------------------------------------------------------
 # Conversion
 
+#: Conversion modes of `to_tflite`.
+QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8", "int16x8")
+#: Allowed `io_dtype` per quantization (the first is the default).
+IO_DTYPES = {
+    "float32": ("float32",),
+    "float16": ("float32",),
+    "dynamic_int8": ("float32",),
+    "int8": ("float32", "int8", "uint8"),
+    "int16x8": ("float32", "int16"),
+}
+#: Quantizations calibrated on a representative dataset.
+CALIBRATED = ("int8", "int16x8")
+
+#: Name of the JSON entry that `to_tflite` writes into the flatbuffer's `metadata`.
+METADATA_NAME = "keras_mvit2"
+METADATA_FORMAT = "keras_mvit2.tflite_metadata"
+METADATA_VERSION = 1
+
 
 def to_tflite(
-    model: keras.Model, path: str | os.PathLike, *, batch_size: int | None = 1
+    model: keras.Model,
+    path: str | os.PathLike,
+    *,
+    quantization: str = "float32",
+    representative_data: Any = None,
+    num_calibration_samples: int = 200,
+    io_dtype: str = "float32",
+    batch_size: int | str | None = 1,
+    class_names: Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    sidecar: bool = False,
+    allow_float_ops: bool = False,
+    calibration_seed: int = 0,
 ) -> TFLiteReport:
-    """Converts a Keras 3 model to a float32 TFLite file with builtin ops only.
+    """Converts a Keras 3 model to a TFLite file with builtin ops only, optionally quantized.
 
-    The model is exported to a temporary SavedModel (always removed), converted
-    with ``TFLiteConverter.from_saved_model`` and ``supported_ops=[TFLITE_BUILTINS]``,
-    run once in ``ai_edge_litert`` and only then moved onto `path` (atomically: on any
-    error an existing file at `path` is left as it was and nothing new is written).
+    The model is traced with a fixed (or dynamic) batch, converted with
+    ``TFLiteConverter.from_concrete_functions([fn])`` with builtin op sets only (no
+    Flex), tagged with JSON metadata, run once in ``ai_edge_litert`` and only then
+    moved onto `path` (atomically: on any error an existing file at `path` is left as
+    it was and nothing new is written).
+
+    Quantization modes:
+
+    * ``"float32"``: no quantization.
+    * ``"float16"``: float16 weights (half the size), dequantized to float32 at load
+      time on CPU; GPU delegates can run them in float16.
+    * ``"dynamic_int8"``: int8 weights, float activations (dynamic-range
+      quantization); no data needed. Note: XNNPACK does not take the hybrid convs.
+    * ``"int8"``: full integer (``TFLITE_BUILTINS_INT8``): int8 weights and
+      activations, calibrated on `representative_data`. With ``io_dtype="float32"``
+      the model quantizes its input and dequantizes its output itself; with
+      ``"int8"``/``"uint8"`` the app feeds quantized pixels (the scale and zero point
+      are in the metadata and the tensor details).
+    * ``"int16x8"``: int16 activations and int8 weights (more accurate than int8:
+      MobileViTV2-0.5 top-1 agreement with Keras 0.99 vs 0.975, but run by the
+      reference kernels, not XNNPACK; SPACE_TO_DEPTH, DEPTH_TO_SPACE and DIV have no
+      int16 kernel and stay float), calibrated like int8.
+
+    Metadata: a JSON document (see `tflite_metadata`) is stored in the flatbuffer's
+    ``metadata`` list under the name ``"keras_mvit2"``: preprocessing (RGB, scale
+    1/255, input size, NHWC), class names, quantization and the I/O quantization
+    parameters. Read it back with `read_tflite_metadata`. With ``sidecar=True`` the
+    same JSON is also written (atomically, after the model) to ``<path>.json``, for
+    apps that would rather not parse the flatbuffer.
 
     Args:
         model: a built Keras model with one input of static shape
             ``(batch, height, width, channels)`` (any rank works as long as all
             non-batch dimensions are static).
         path: the `.tflite` file to write.
+        quantization: one of `QUANTIZATIONS`.
+        representative_data: calibration images for ``"int8"``/``"int16x8"`` (see
+            `keras_mvit2.export.calibration_images`): a `tf.data.Dataset` of images
+            or ``(images, labels)`` (e.g. the training or evaluation pipeline), a
+            numpy array ``(N, H, W, 3)`` (float in [0, 1] or uint8), a folder of
+            class sub-folders of images, or ``"fashion_mnist"``. Use real images
+            of the deployment distribution: random inputs calibrate badly.
+        num_calibration_samples: images used for calibration (default 200).
+        io_dtype: input/output type, see `IO_DTYPES`: ``"float32"`` for every
+            mode; ``"int8"``/``"uint8"`` for int8; ``"int16"`` for int16x8.
         batch_size: the fixed batch of the exported graph (default 1, the mobile
-            case, with the fewest ops). ``None`` exports a dynamic batch; the file is
-            then run with batches 2 and 1 and an error is raised if it does not
-            run (some graphs, e.g. tf_keras GroupNormalization, fail with a dynamic batch).
+            case, with the fewest ops). ``None`` (or ``"dynamic"``) exports a dynamic
+            batch; the file is then run with batches 2 and 1 and an error is raised
+            if it does not run (some graphs, e.g. tf_keras GroupNormalization, fail
+            with a dynamic batch).
+        class_names: one name per output class (written into the metadata).
+        metadata: extra JSON-serializable entries for the metadata's ``"user"`` field.
+        sidecar: also write the metadata to ``<path>.json``.
+        allow_float_ops: for ``"int8"``, accept a model in which some ops were left
+            in float (default: such a model is an error listing those ops).
+        calibration_seed: seed of the calibration subset.
 
     Returns:
-        The `TFLiteReport` of the written file.
+        The `TFLiteReport` of the written file (with `float_ops` and `metadata`).
 
     Raises:
-        UnsupportedOpError: an op has no TFLite builtin; the message names the
-            TensorFlow op(s), the Keras layer(s) that contain them and the fix.
+        UnsupportedOpError: an op has no TFLite builtin (or no quantized kernel in
+            the requested op set); the message names the TensorFlow op(s), the Keras
+            layer(s) that contain them and the fix.
         RuntimeError: the converted model fails to run in ``ai_edge_litert``, gives
-            non-finite outputs, or still holds variables.
-        ValueError: invalid `model` input shape or `batch_size`.
+            non-finite outputs, still holds variables, or (int8) has float ops left.
+        ValueError: invalid `model` input shape, `batch_size`, `quantization`,
+            `io_dtype`, `class_names`, or missing/invalid `representative_data`.
     """
-    input_shape = _export_input_shape(model, batch_size)
     path = os.fspath(path)
-    with tempfile.TemporaryDirectory(prefix="keras_mvit2_tflite_") as tmp_dir:
-        saved_model_dir = os.path.join(tmp_dir, "saved_model")
-        model.export(
-            saved_model_dir,
-            format="tf_saved_model",
-            input_signature=[keras.InputSpec(shape=input_shape, dtype=model.inputs[0].dtype)],
-            verbose=False,
+    if batch_size == "dynamic":
+        batch_size = None
+    _check_quantization_options(quantization, io_dtype, representative_data)
+    input_shape = _export_input_shape(model, batch_size)
+    class_names = _check_class_names(class_names, model)
+    if isinstance(num_calibration_samples, bool) or not isinstance(
+        num_calibration_samples, int
+    ) or num_calibration_samples < 1:
+        raise ValueError(
+            "num_calibration_samples must be a positive int. "
+            f"Received: num_calibration_samples={num_calibration_samples!r}"
         )
-        flatbuffer = _convert_saved_model(saved_model_dir, model)
+    if metadata is not None:
+        try:
+            json.dumps(dict(metadata))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"metadata must be JSON-serializable: {err}") from err
+
+    calibration = None
+    calibration_info = None
+    if quantization in CALIBRATED:
+        from keras_mvit2.export.calibration import calibration_images, describe_source
+
+        if len(input_shape) != 4:
+            raise ValueError(
+                f"quantization={quantization!r} calibrates on images and needs an image "
+                f"input (batch, height, width, channels). Received: input shape {input_shape}"
+            )
+        calibration = calibration_images(
+            representative_data,
+            image_size=tuple(input_shape[1:3]),
+            channels=input_shape[3],
+            num_samples=num_calibration_samples,
+            seed=calibration_seed,
+        )
+        calibration_info = {
+            "source": describe_source(representative_data),
+            "num_samples": len(calibration),
+        }
+
+    flatbuffer = _convert_model(model, input_shape, quantization, io_dtype, calibration)
+    summary = summarize_flatbuffer(bytes(flatbuffer))
+    info = tflite_metadata(
+        model,
+        inputs=summary.inputs,
+        outputs=summary.outputs,
+        quantization=quantization,
+        batch_size=batch_size,
+        class_names=class_names,
+        calibration=calibration_info,
+        user=dict(metadata) if metadata is not None else None,
+    )
+    flatbuffer = embed_metadata(flatbuffer, info)
 
     with atomic_output(path) as tmp_path:
         with open(tmp_path, "wb") as f:
             f.write(flatbuffer)
         _check_runs(tmp_path, dynamic_batch=batch_size is None)
+        if calibration is not None:
+            _sanity_check(model, tmp_path, calibration, quantization)
+        if quantization == "int8" and not allow_float_ops:
+            left = _read_flatbuffer(tmp_path).float_ops
+            if left:
+                raise RuntimeError(
+                    "The full-integer (int8) model still computes these ops in float: "
+                    f"{_format_histogram(left)} (besides the input QUANTIZE / output "
+                    "DEQUANTIZE). They run as float islands between DEQUANTIZE/QUANTIZE "
+                    "pairs, which integer-only accelerators cannot run. Fix: rewrite the "
+                    "layer with int8-quantizable ops (e.g. x * x instead of SQUARE, no NEG), "
+                    "or pass allow_float_ops=True to accept a mixed model."
+                )
+    if sidecar:
+        with atomic_output(path + ".json") as tmp_json, open(tmp_json, "w") as f:
+            json.dump(info, f, indent=2)
     return inspect_tflite(path)
+
+
+def _sanity_check(
+    model: keras.Model, path: str, calibration: np.ndarray, quantization: str
+) -> None:
+    """Warns when a calibrated model grossly disagrees with Keras on calibration images.
+
+    A safety net for converter/kernel bugs (e.g. LiteRT 2.3's int16 SUM kernel, which
+    our layers avoid by summing as N * mean); the
+    real measure of what quantization lost is `keras_mvit2.export.validate` on held-out
+    images.
+    """
+    x = calibration[:8]
+    try:
+        got = run_tflite(path, x)
+    except ValueError:  # e.g. a fixed batch that 8 is not a multiple of
+        return
+    ref = np.asarray(model(x, training=False), dtype=np.float32)
+    if ref.shape != got.shape or ref.ndim != 2:
+        return
+    scale = float(np.abs(ref).max())
+    spread = float(np.ptp(ref, axis=0).max())
+    if scale == 0.0 or spread < 1e-3 * scale:
+        return  # near-constant outputs (untrained model): nothing to compare
+    rel = float(np.abs(got - ref).max()) / scale
+    agreement = float(np.mean(got.argmax(-1) == ref.argmax(-1)))
+    if rel > 0.5 or agreement < 0.5:
+        hint = (
+            " A known cause: LiteRT 2.3's int16 SUM kernel gives wrong results (a custom "
+            "layer that sums with reduce_sum); sum as N * mean, or use quantization='int8'."
+            if quantization == "int16x8" else ""
+        )
+        warnings.warn(
+            f"The {quantization} model disagrees with Keras on {len(x)} calibration images: "
+            f"max |diff| is {rel:.0%} of the largest output, top-1 agreement {agreement:.0%}."
+            f"{hint} Check it with keras_mvit2.export.validate before shipping it.",
+            stacklevel=3,
+        )
+
+
+def _check_quantization_options(quantization: Any, io_dtype: Any, representative_data: Any):
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(
+            f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}"
+        )
+    allowed = IO_DTYPES[quantization]
+    if io_dtype not in allowed:
+        hint = (
+            " Quantized inputs/outputs need a fully quantized model: use quantization='int8' "
+            "(int8/uint8 I/O) or 'int16x8' (int16 I/O)."
+            if quantization not in CALIBRATED else ""
+        )
+        raise ValueError(
+            f"io_dtype for quantization={quantization!r} must be one of {allowed}. "
+            f"Received: io_dtype={io_dtype!r}.{hint}"
+        )
+    if quantization in CALIBRATED and representative_data is None:
+        raise ValueError(
+            f"quantization={quantization!r} needs representative_data to calibrate the "
+            "activation ranges: a tf.data.Dataset of images (e.g. your training or evaluation "
+            "pipeline), a numpy array (N, H, W, 3) in [0, 1], a folder of images, or "
+            "'fashion_mnist'. A few hundred real images of the deployment distribution are "
+            "enough. Without data, use quantization='dynamic_int8' (int8 weights only)."
+        )
+    if quantization not in CALIBRATED and representative_data is not None:
+        raise ValueError(
+            f"representative_data is only used by the calibrated quantizations {CALIBRATED}; "
+            f"quantization={quantization!r} does not calibrate. Drop representative_data or "
+            "use quantization='int8'."
+        )
+
+
+def _check_class_names(class_names: Any, model: keras.Model) -> list[str] | None:
+    if class_names is None:
+        return None
+    if isinstance(class_names, (str, bytes)) or not isinstance(class_names, Sequence):
+        raise ValueError(
+            "class_names must be a list of strings, one per output class. "
+            f"Received: {type(class_names).__name__}"
+        )
+    names = [str(c) for c in class_names]
+    output_shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else ()
+    if len(model.outputs or []) != 1 or len(output_shape) != 2:
+        raise ValueError(
+            "class_names needs a classifier with one output of shape (batch, classes). "
+            f"Received: output shapes {[tuple(o.shape) for o in model.outputs or []]}"
+        )
+    if output_shape[1] != len(names):
+        raise ValueError(
+            f"class_names has {len(names)} entries but the model outputs {output_shape[1]} "
+            "classes. Pass one name per class, in output order."
+        )
+    return names
 
 
 def _export_input_shape(model: keras.Model, batch_size: int | None) -> tuple[int | None, ...]:
@@ -224,7 +491,8 @@ def _export_input_shape(model: keras.Model, batch_size: int | None) -> tuple[int
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
     ):
         raise ValueError(
-            f"batch_size must be a positive int or None. Received: batch_size={batch_size!r}"
+            "batch_size must be a positive int, None or 'dynamic'. "
+            f"Received: batch_size={batch_size!r}"
         )
     inputs = getattr(model, "inputs", None)
     if not inputs:
@@ -245,26 +513,165 @@ def _export_input_shape(model: keras.Model, batch_size: int | None) -> tuple[int
     return (batch_size, *shape[1:])
 
 
-def _make_converter(saved_model_dir: str):
-    """The converter for a float32, builtin-only model (quantization settings go here)."""
+def _concrete_function(model: keras.Model, input_shape: tuple[int | None, ...]):
+    """The model's inference call traced for `input_shape` (training=False)."""
     import tensorflow as tf
 
-    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    dtype = model.inputs[0].dtype
+    spec = tf.TensorSpec(input_shape, dtype, name="input")
+    serve = tf.function(lambda x: model(x, training=False), input_signature=[spec])
+    return serve.get_concrete_function()
+
+
+def _make_converter(
+    concrete_function,
+    quantization: str = "float32",
+    io_dtype: str = "float32",
+    calibration: np.ndarray | None = None,
+    batch: int = 1,
+):
+    """The converter: builtin op sets only (never SELECT_TF_OPS), plus the quantization."""
+    import tensorflow as tf
+
+    # Without a trackable object the converter freezes the variables itself. (Passing
+    # the Keras 3 model as trackable_obj leaves them un-frozen and gives NaN.) TF logs a
+    # deprecation warning for that through absl; it does not apply here, so it is muted.
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete_function])
+    finally:
+        absl_logger.setLevel(level)
+    ops_set = tf.lite.OpsSet
+    converter.target_spec.supported_ops = [ops_set.TFLITE_BUILTINS]
+    if quantization == "float16":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantization == "dynamic_int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif quantization in CALIBRATED:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = _representative_dataset(calibration, batch)
+        if quantization == "int8":
+            converter.target_spec.supported_ops = [ops_set.TFLITE_BUILTINS_INT8]
+        else:
+            # Ops without an int16x8 kernel (SPACE_TO_DEPTH, DEPTH_TO_SPACE and DIV in
+            # TF 2.21) stay float between DEQUANTIZE/QUANTIZE: still builtins.
+            converter.target_spec.supported_ops = [
+                ops_set.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8,
+                ops_set.TFLITE_BUILTINS,
+            ]
+        io_type = getattr(tf, io_dtype)
+        converter.inference_input_type = io_type
+        converter.inference_output_type = io_type
     return converter
 
 
-def _convert_saved_model(saved_model_dir: str, model: keras.Model) -> bytes:
+def _check_int16x8_hazards(concrete_function, model: keras.Model) -> None:
+    """Refuses graphs that make TF 2.21's int16x8 quantizer abort the whole process.
+
+    The int16x8 quantizer hits a fatal check (SIGABRT, no Python exception) on a SUB
+    whose constant operand is all zeros, e.g. ``beta - mean * scale`` in a GroupNorm1
+    whose beta is still at its zero initialization. The float graph is converted first
+    and searched for such ops, so the user gets an error instead of a dead interpreter.
+    """
+    converter = _make_converter(concrete_function)
+    summary_model = parse_flatbuffer(converter.convert())
+    names = op_names(summary_model)
+    hazards: list[str] = []
+    for subgraph in summary_model.subgraphs or []:
+        tensors = subgraph.tensors or []
+        for op in subgraph.operators or []:
+            if names[op.opcodeIndex] != "SUB":
+                continue
+            for i in _indices(op.inputs):
+                buffer = summary_model.buffers[tensors[i].buffer] if i >= 0 else None
+                data = None if buffer is None else buffer.data
+                if data is not None and len(data) and not np.any(np.asarray(data)):
+                    out = tensors[_indices(op.outputs)[0]]
+                    hazards.append(_decode(out.name))
+                    break
+    if hazards:
+        known = _layer_names(model)
+        layers = sorted({_layer_path(h.split(";")[0], known, model.name) for h in hazards} - {""})
+        where = ", ".join(layers) if layers else ", ".join(hazards[:5])
+        raise UnsupportedOpError(
+            "quantization='int16x8' would crash: TF 2.21's int16x8 quantizer aborts the process "
+            "on a SUB with an all-zero constant operand, found in "
+            f"{len(hazards)} op(s) ({where}); typically a normalization shift (beta) still at "
+            "its zero initialization. Fix: export a trained model, or use quantization='int8'.",
+            ["SUB"],
+            layers,
+        )
+
+
+def _representative_dataset(images: np.ndarray, batch: int) -> Callable[[], Iterator]:
+    """The converter's generator: batches of `batch` images (the model's fixed batch).
+
+    One pixel of the first image is set to 0 and one to 1, so the calibrated input range is
+    exactly [0, 1]: an int8/uint8 input then gets scale 1/255 (zero point -128 / 0), i.e. an
+    app can feed raw uint8 pixels (minus 128 for int8) without rescaling. Two pixels move
+    the other activation ranges by a negligible amount.
+    """
+    images = np.array(images, dtype=np.float32, copy=True)
+    if images.ndim == 4 and len(images):
+        images[0, 0, 0, :] = 0.0
+        images[0, -1, -1, :] = 1.0
+    if len(images) < batch:
+        raise ValueError(
+            f"Calibration needs at least one full batch of {batch} images for a model with a "
+            f"fixed batch of {batch}. Received: {len(images)} images"
+        )
+
+    def generate() -> Iterator[list[np.ndarray]]:
+        for start in range(0, len(images) - batch + 1, batch):
+            yield [np.ascontiguousarray(images[start : start + batch], dtype=np.float32)]
+
+    return generate
+
+
+def _convert_model(
+    model: keras.Model,
+    input_shape: tuple[int | None, ...],
+    quantization: str,
+    io_dtype: str,
+    calibration: np.ndarray | None,
+) -> bytes:
     from tensorflow.lite.python.convert_phase import ConverterError
 
-    converter = _make_converter(saved_model_dir)
+    concrete_function = _concrete_function(model, input_shape)
+    if quantization == "int16x8":
+        _check_int16x8_hazards(concrete_function, model)
+    converter = _make_converter(
+        concrete_function, quantization, io_dtype, calibration, batch=input_shape[0] or 1
+    )
     try:
-        return converter.convert()
+        with warnings.catch_warnings():
+            # "Statistics for quantized inputs were expected, but not specified" (harmless).
+            warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
+            return converter.convert()
     except ConverterError as err:
         unsupported = _unsupported_ops_from_error(err)
         if not unsupported:
             raise
-        raise _unsupported_op_error(unsupported, model) from err
+        raise _unsupported_op_error(unsupported, model, quantization) from err
+    except RuntimeError as err:
+        # The calibration/quantization step reports ops without a quantized kernel as
+        # "Quantization to ... not yet supported for op: 'DIV'." (TFLite op names).
+        ops = sorted(set(_RE_NOT_QUANTIZABLE.findall(str(err))))
+        if not ops:
+            raise
+        raise UnsupportedOpError(
+            f"Model {model.name!r} cannot be converted with quantization={quantization!r}: "
+            f"TFLite has no quantized kernel for {', '.join(ops)} in this op set. Fix: use "
+            "another quantization (e.g. 'int8' or 'dynamic_int8'), or rewrite the layer with "
+            f"quantizable ops (see {_OPS_COMPATIBILITY_URL}).",
+            ops,
+            [],
+        ) from err
 
 
 # Error-text patterns of the TF 2.21 MLIR converter.
@@ -273,6 +680,7 @@ _RE_NOT_BUILTIN = re.compile(r"'tf\.(\w+)' op is neither a custom op nor a flex 
 _RE_CUSTOM_SECTION = re.compile(
     r"Ops that need custom implementation[^\n]*:\s*\n((?:\s*tf\.\w+[^\n]*\n?)+)"
 )
+_RE_NOT_QUANTIZABLE = re.compile(r"not yet supported for op: '(\w+)'")
 _RE_LOC = re.compile(r'fused\["(\w+):", "([^"@]+)@')
 
 
@@ -327,7 +735,7 @@ def _enum_name(message, field: str) -> str:
 
 
 def _unsupported_op_error(
-    unsupported: dict[str, set[str]], model: keras.Model
+    unsupported: dict[str, set[str]], model: keras.Model, quantization: str = "float32"
 ) -> UnsupportedOpError:
     known = _layer_names(model)
     lines = []
@@ -342,9 +750,13 @@ def _unsupported_op_error(
         else:
             lines.append(f"  - tf.{op} (layer unknown)")
     ops = sorted(unsupported)
+    op_set = {
+        "int8": "TFLITE_BUILTINS_INT8 (int8 kernels)",
+        "int16x8": "the int16x8 builtins",
+    }.get(quantization, "TFLITE_BUILTINS")
     message = (
         f"Model {model.name!r} needs TensorFlow op(s) with no TFLite builtin kernel: "
-        f"{', '.join(ops)}. keras_mvit2 converts with TFLITE_BUILTINS only (no Flex / "
+        f"{', '.join(ops)}. keras_mvit2 converts with {op_set} only (no Flex / "
         "SELECT_TF_OPS delegate, which mobile runtimes usually lack).\n"
         + "\n".join(lines)
         + "\nFix: rewrite that computation in the layer with ops that have TFLite builtins "
@@ -491,21 +903,25 @@ class _FlatbufferSummary(NamedTuple):
     max_rank: int
     inputs: list[TensorDetails]
     outputs: list[TensorDetails]
+    float_ops: dict[str, int]
+    metadata: dict[str, Any] | None
 
 
 def _read_flatbuffer(path: str) -> _FlatbufferSummary:
-    """Op histogram (all subgraphs), max tensor rank and main-graph I/O, from the file itself."""
+    """Op histogram (all subgraphs), max tensor rank, main-graph I/O, float ops and the
+    keras_mvit2 metadata, from the file itself."""
     with open(path, "rb") as f:
-        buf = f.read()
-    model = tfl_schema.ModelT.InitFromPackedBuf(bytearray(buf), 0)
-    names = []
-    for code in model.operatorCodes or []:
-        builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
-        if builtin == tfl_schema.BuiltinOperator.CUSTOM:
-            custom = code.customCode
-            names.append(custom.decode() if isinstance(custom, bytes) else str(custom))
-        else:
-            names.append(_BUILTIN_NAMES.get(builtin, f"BUILTIN_{builtin}"))
+        return summarize_flatbuffer(f.read())
+
+
+def _indices(array) -> list[int]:
+    # (index arrays are numpy arrays: no `or []`, a single index 0 is falsy)
+    return [] if array is None else [int(i) for i in array]
+
+
+def summarize_flatbuffer(buf: bytes) -> _FlatbufferSummary:
+    model = parse_flatbuffer(buf)
+    names = op_names(model)
     counts: collections.Counter[str] = collections.Counter()
     max_rank = 0
     for subgraph in model.subgraphs or []:
@@ -518,12 +934,168 @@ def _read_flatbuffer(path: str) -> _FlatbufferSummary:
     outputs: list[TensorDetails] = []
     if model.subgraphs:
         main = model.subgraphs[0]
-        # (index arrays are numpy arrays: no `or []`, a single index 0 is falsy)
-        in_ids = [] if main.inputs is None else [int(i) for i in main.inputs]
-        out_ids = [] if main.outputs is None else [int(i) for i in main.outputs]
-        inputs = [_flatbuffer_tensor(main.tensors[i]) for i in in_ids]
-        outputs = [_flatbuffer_tensor(main.tensors[i]) for i in out_ids]
-    return _FlatbufferSummary(dict(sorted(counts.items())), max_rank, inputs, outputs)
+        inputs = [_flatbuffer_tensor(main.tensors[i]) for i in _indices(main.inputs)]
+        outputs = [_flatbuffer_tensor(main.tensors[i]) for i in _indices(main.outputs)]
+    return _FlatbufferSummary(
+        dict(sorted(counts.items())),
+        max_rank,
+        inputs,
+        outputs,
+        _float_ops(model, names),
+        _metadata_entry(model),
+    )
+
+
+def _float_ops(model, names: list[str] | None = None) -> dict[str, int]:
+    """Histogram of the ops with a float input or output tensor, over all subgraphs.
+
+    Not counted: a QUANTIZE whose float inputs are all inputs of its subgraph, and a
+    DEQUANTIZE whose float outputs are all outputs of its subgraph (the float I/O
+    boundary of a full-integer model with float I/O).
+    """
+    names = op_names(model) if names is None else names
+    counts: collections.Counter[str] = collections.Counter()
+    for subgraph in model.subgraphs or []:
+        tensors = subgraph.tensors or []
+        graph_inputs = set(_indices(subgraph.inputs))
+        graph_outputs = set(_indices(subgraph.outputs))
+        for op in subgraph.operators or []:
+            name = names[op.opcodeIndex]
+            float_in = {
+                i for i in _indices(op.inputs)
+                if i >= 0 and int(tensors[i].type) in _FLOAT_TENSOR_TYPES
+            }
+            float_out = {
+                i for i in _indices(op.outputs)
+                if i >= 0 and int(tensors[i].type) in _FLOAT_TENSOR_TYPES
+            }
+            if not float_in and not float_out:
+                continue
+            if name == "QUANTIZE" and not float_out and float_in <= graph_inputs:
+                continue
+            if name == "DEQUANTIZE" and not float_in and float_out <= graph_outputs:
+                continue
+            counts[name] += 1
+    return dict(sorted(counts.items()))
+
+
+def _format_histogram(histogram: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} x{count}" for name, count in histogram.items())
+
+
+# --------------------------------------------------------------------------------------
+# Metadata
+
+
+def tflite_metadata(
+    model: keras.Model,
+    *,
+    inputs: Sequence[TensorDetails],
+    outputs: Sequence[TensorDetails],
+    quantization: str,
+    batch_size: int | None,
+    class_names: list[str] | None = None,
+    calibration: dict[str, Any] | None = None,
+    user: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON document that `to_tflite` stores in the file (and the sidecar).
+
+    Keys: ``format``/``version`` (``"keras_mvit2.tflite_metadata"``, 1), ``model``
+    (Keras model name), ``keras_mvit2_version``, ``quantization``, ``batch_size``
+    (``None``: dynamic), ``preprocessing`` (``color_space`` ``"RGB"``, ``layout``
+    ``"NHWC"``, ``input_size`` ``[height, width]``, ``scale`` 1/255 and ``offset`` 0:
+    the model input is ``pixel * scale + offset``, i.e. RGB in [0, 1]),
+    ``input``/``output`` (name, shape, dtype and quantization ``scale`` /
+    ``zero_point`` of the model's I/O tensors: for int8/uint8 I/O an app computes
+    ``q = round(x / scale) + zero_point`` from the [0, 1] input ``x``, and
+    ``y = (q - zero_point) * scale`` for the output), ``output_kind``
+    (``"probabilities"`` or ``"logits"``), ``class_names`` (or ``None``),
+    ``calibration`` (source and number of images, for int8/int16x8) and ``user``.
+    """
+    from keras_mvit2 import __version__
+
+    shape = tuple(model.inputs[0].shape)
+    input_size = [int(d) for d in shape[1:3]] if len(shape) == 4 else None
+    activation = getattr(getattr(model.layers[-1], "activation", None), "__name__", "")
+    output_kind = "probabilities" if activation == "softmax" else "logits"
+
+    def tensor(t: TensorDetails) -> dict[str, Any]:
+        scale, zero_point = t.quantization
+        return {
+            "name": t.name,
+            "shape": list(t.shape_signature),
+            "dtype": t.dtype,
+            "quantized": bool(scale),
+            "scale": scale,
+            "zero_point": zero_point,
+        }
+
+    return {
+        "format": METADATA_FORMAT,
+        "version": METADATA_VERSION,
+        "model": model.name,
+        "keras_mvit2_version": __version__,
+        "quantization": quantization,
+        "batch_size": batch_size,
+        "preprocessing": {
+            "color_space": "RGB",
+            "layout": "NHWC",
+            "input_size": input_size,
+            "scale": 1.0 / 255.0,
+            "offset": 0.0,
+            "description": "RGB pixels in [0, 255] times 1/255 (no mean/std): [0, 1]",
+        },
+        "input": tensor(inputs[0]) if inputs else None,
+        "output": tensor(outputs[0]) if outputs else None,
+        "output_kind": output_kind,
+        "class_names": class_names,
+        "calibration": calibration,
+        "user": user,
+    }
+
+
+def embed_metadata(flatbuffer: bytes, info: Mapping[str, Any]) -> bytes:
+    """Adds (or replaces) the ``"keras_mvit2"`` metadata entry: a buffer holding the JSON."""
+    model = parse_flatbuffer(flatbuffer)
+    data = json.dumps(info, sort_keys=False).encode("utf-8")
+    buffer = tfl_schema.BufferT()
+    buffer.data = np.frombuffer(data, dtype=np.uint8)
+    model.buffers = list(model.buffers or [])
+    model.buffers.append(buffer)
+    entry = tfl_schema.MetadataT()
+    entry.name = METADATA_NAME
+    entry.buffer = len(model.buffers) - 1
+    kept = [m for m in (model.metadata or []) if _decode(m.name) != METADATA_NAME]
+    model.metadata = [*kept, entry]
+    builder = flatbuffers.Builder(len(flatbuffer) + len(data) + 4096)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def _decode(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _metadata_entry(model) -> dict[str, Any] | None:
+    for entry in model.metadata or []:
+        if _decode(entry.name) != METADATA_NAME:
+            continue
+        buffer = model.buffers[entry.buffer]
+        if buffer.data is None:
+            return None
+        try:
+            return json.loads(bytes(np.asarray(buffer.data, dtype=np.uint8)).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+    return None
+
+
+def read_tflite_metadata(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The ``"keras_mvit2"`` metadata that `to_tflite` wrote into a `.tflite` file.
+
+    Returns ``None`` for a file without it (e.g. converted by other tools).
+    """
+    return _read_flatbuffer(os.fspath(path)).metadata
 
 
 def _flatbuffer_tensor(tensor) -> TensorDetails:
@@ -540,7 +1112,7 @@ def _flatbuffer_tensor(tensor) -> TensorDetails:
         name=name,
         shape=shape,
         shape_signature=signature,
-        dtype=_TENSOR_TYPE_NAMES.get(int(tensor.type), f"type_{tensor.type}"),
+        dtype=TENSOR_TYPE_NAMES.get(int(tensor.type), f"type_{tensor.type}"),
         quantization=(scale, zero),
     )
 
@@ -587,7 +1159,7 @@ def inspect_tflite(path: str | os.PathLike) -> TFLiteReport:
     histogram = summary.histogram
     flex = sorted(op for op in histogram if op.startswith("Flex"))
     custom = sorted(
-        op for op in histogram if op not in _BUILTIN_NAMES.values() and not op.startswith("Flex")
+        op for op in histogram if op not in BUILTIN_NAMES.values() and not op.startswith("Flex")
     )
     inputs, outputs = summary.inputs, summary.outputs
     partitions = outside_count = outside = None
@@ -614,6 +1186,8 @@ def inspect_tflite(path: str | os.PathLike) -> TFLiteReport:
         num_xnnpack_partitions=partitions,
         num_ops_outside_xnnpack=outside_count,
         ops_outside_xnnpack=outside,
+        float_ops=summary.float_ops,
+        metadata=summary.metadata,
     )
 
 

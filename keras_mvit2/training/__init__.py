@@ -12,6 +12,7 @@ Packaged configs (`training.packaged_configs()`): the paper's ImageNet-1k recipe
 (`imagenet_mobilevitv2_050` ... `_200`, Table 9 / ml-cvnets), fine-tuning at 384
 (`imagenet_finetune_384`, Table 10), a small-data fine-tuning recipe
 (`finetune_small_data`) and the built-in Fashion-MNIST example (`fashion_mnist`).
+`write_eval_report` / `plot_confusion_matrix` save an `EvalResult` as JSON and a PNG.
 """
 
 from keras_mvit2.training.config import (
@@ -36,6 +37,7 @@ from keras_mvit2.training.distribute import (
     scale_for_replicas,
 )
 from keras_mvit2.training.ema import ExponentialMovingAverage
+from keras_mvit2.training.report import plot_confusion_matrix, write_eval_report
 from keras_mvit2.training.schedules import WarmupCosineDecay
 from keras_mvit2.training.trainer import (
     ClassifierTrainer,
@@ -43,6 +45,7 @@ from keras_mvit2.training.trainer import (
     TrainResult,
     build_classifier,
     build_inference_model,
+    build_trainer,
     evaluate,
     finetune,
     latest_checkpoint,
@@ -69,6 +72,7 @@ __all__ = [
     "apply_overrides",
     "build_classifier",
     "build_inference_model",
+    "build_trainer",
     "evaluate",
     "finetune",
     "is_chief",
@@ -77,7 +81,9 @@ __all__ = [
     "make_sources",
     "make_strategy",
     "packaged_configs",
+    "plot_confusion_matrix",
     "resolve_precision",
     "scale_for_replicas",
     "train",
+    "write_eval_report",
 ]

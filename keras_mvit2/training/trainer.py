@@ -543,6 +543,56 @@ def make_optimizer(config: TrainConfig, schedule, trainable: Sequence[keras.Vari
     return optimizer
 
 
+def build_trainer(
+    config: TrainConfig,
+    num_classes: int,
+    schedule: keras.optimizers.schedules.LearningRateSchedule | float,
+    precision: str = "float32",
+    *,
+    scale_sizes: Sequence[int] = (),
+) -> ClassifierTrainer:
+    """The compiled `ClassifierTrainer` of `config`: classifier, optimizer, EMA, loss, metrics.
+
+    This is the training model `train` fits (call it inside `strategy.scope()` when
+    distributing); benchmarks use it to time exactly the same train step.
+
+    Args:
+        config: the `TrainConfig` (model, optimizer, EMA, label smoothing, clipping,
+            `training.jit_compile`, `training.steps_per_execution`).
+        num_classes: classifier size.
+        schedule: the learning rate (a schedule or a float, already scaled for replicas).
+        precision: the Keras dtype policy in effect (`mixed_float16` adds loss scaling).
+        scale_sizes: extra square input sizes for multi-scale training (models sharing
+            the classifier's layers).
+    """
+    size = config.model.image_size
+    classifier = build_classifier(config, num_classes)
+    scale_models = {
+        (s, s): keras.models.clone_model(classifier, input_tensors=keras.Input((s, s, 3)),
+                                         clone_function=lambda layer: layer)
+        for s in scale_sizes
+    }
+    optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision)
+    ema = None
+    if config.ema.enabled:
+        ema = ExponentialMovingAverage(config.ema.decay, config.ema.warmup, name="ema")
+        ema.track(classifier.weights)
+    example = (np.zeros((1, size, size, 3), "float32"), np.zeros((1, num_classes), "float32"))
+    trainer = ClassifierTrainer(
+        classifier, scale_models=scale_models, ema=ema,
+        clip_global_norm=config.optimizer.clip_global_norm, example_batch=example)
+    trainer.compile(
+        optimizer=optimizer,
+        loss=keras.losses.CategoricalCrossentropy(
+            from_logits=True, label_smoothing=config.training.label_smoothing),
+        metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
+                 keras.metrics.TopKCategoricalAccuracy(k=min(5, num_classes), name="top5")],
+        steps_per_execution=config.training.steps_per_execution,
+        jit_compile=config.training.jit_compile,
+    )
+    return trainer
+
+
 def evaluate(
     model: keras.Model,
     dataset: tf.data.Dataset,
@@ -758,8 +808,8 @@ def train(
         the same optimizer step and schedule position, and finishes with the same weights
         as an uninterrupted run (bitwise with `training.deterministic: true`; without it,
         multi-threaded kernels may round differently, ~1e-7 relative). Under `multi_worker`,
-        `output.dir` must be a folder every worker sees (e.g. a shared disk or GCS);
-        only the chief writes.
+        `output.dir` must be a folder every worker sees (a shared disk such as NFS; files
+        are written with local renames, so not an object store); only the chief writes.
     """
     if not isinstance(config, TrainConfig):
         config = load_config(config)
@@ -836,33 +886,11 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
 
     # --- model, optimizer, EMA ------------------------------------------------------
     with strategy.scope():
-        classifier = build_classifier(config, num_classes)
-        scale_models = {}
-        for s, _ in pairs or []:
-            if s != size:
-                scale_models[(s, s)] = keras.models.clone_model(
-                    classifier, input_tensors=keras.Input((s, s, 3)),
-                    clone_function=lambda layer: layer)
         schedule = WarmupCosineDecay(peak_lr, total_steps, warmup_steps,
                                      config.schedule.warmup_init_lr * scaling.lr_factor, min_lr)
-        optimizer = make_optimizer(config, schedule, classifier.trainable_weights, policy)
-        ema = None
-        if config.ema.enabled:
-            ema = ExponentialMovingAverage(config.ema.decay, config.ema.warmup, name="ema")
-            ema.track(classifier.weights)
-        example = (np.zeros((1, size, size, 3), "float32"), np.zeros((1, num_classes), "float32"))
-        trainer = ClassifierTrainer(
-            classifier, scale_models=scale_models, ema=ema,
-            clip_global_norm=config.optimizer.clip_global_norm, example_batch=example)
-        trainer.compile(
-            optimizer=optimizer,
-            loss=keras.losses.CategoricalCrossentropy(
-                from_logits=True, label_smoothing=config.training.label_smoothing),
-            metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
-                     keras.metrics.TopKCategoricalAccuracy(k=min(5, num_classes), name="top5")],
-            steps_per_execution=config.training.steps_per_execution,
-            jit_compile=config.training.jit_compile,
-        )
+        trainer = build_trainer(config, num_classes, schedule, policy,
+                                scale_sizes=[s for s, _ in pairs or [] if s != size])
+    classifier, optimizer, ema = trainer.classifier, trainer.optimizer, trainer.ema
 
     # --- resume ---------------------------------------------------------------------
     history: list[dict] = []

@@ -397,6 +397,42 @@ def model_port_targets(model: keras.Model) -> tuple[dict[str, PortTarget], bool]
 # --------------------------------------------------------------------------------------
 
 
+def match_state(
+    state: Mapping[str, Any], targets: Mapping[str, PortTarget], label=repr
+) -> tuple[list[str], list[str], list[tuple[PortTarget, np.ndarray]]]:
+    """Checks every target tensor of `state` before anything is assigned.
+
+    Returns `(missing, mismatched, values)`: the target keys absent from `state`, one
+    message per tensor whose shape does not convert to its variable's (named with
+    `label(key)`), and the `(target, converted array)` pairs ready to assign.
+    """
+    missing = [k for k in targets if k not in state]
+    mismatched: list[str] = []
+    values: list[tuple[PortTarget, np.ndarray]] = []
+    for key, target in targets.items():
+        if key not in state:
+            continue
+        array = np.asarray(state[key])
+        try:
+            converted = target.to_keras(array)
+        except ValueError:
+            converted = None
+        if converted is None or tuple(converted.shape) != target.keras_shape:
+            mismatched.append(
+                f"{label(key)}: torch shape {tuple(array.shape)}, but Keras variable "
+                f"{target.variable.path!r} has shape {target.keras_shape} "
+                f"(expects torch shape {target.torch_shape}, {target.transform} transform)"
+            )
+            continue
+        values.append((target, converted))
+    return missing, mismatched, values
+
+
+def assign_values(values: list[tuple[PortTarget, np.ndarray]]) -> None:
+    for target, converted in values:
+        target.variable.assign(converted.astype(target.variable.dtype, copy=False))
+
+
 def _listing(items: list[str]) -> str:
     shown = "\n".join(f"    {item}" for item in items[:_MAX_LISTED])
     if len(items) > _MAX_LISTED:
@@ -509,26 +545,7 @@ def _port(
     for timm_key in state:
         if timm_key not in targets and not (not has_head and timm_key.startswith("head.")):
             unexpected.append(original[timm_key])
-    missing = [k for k in targets if k not in state]
-    mismatched: list[str] = []
-    values: list[tuple[PortTarget, np.ndarray]] = []
-    for timm_key, target in targets.items():
-        if timm_key not in state:
-            continue
-        array = state[timm_key]
-        torch_shape = tuple(int(s) for s in array.shape)
-        try:
-            converted = target.to_keras(array)
-        except ValueError:
-            converted = None
-        if converted is None or tuple(converted.shape) != target.keras_shape:
-            mismatched.append(
-                f"{label(timm_key)}: torch shape {torch_shape}, but Keras variable "
-                f"{target.variable.path!r} has shape {target.keras_shape} "
-                f"(expects torch shape {target.torch_shape}, {target.transform} transform)"
-            )
-            continue
-        values.append((target, converted))
+    missing, mismatched, values = match_state(state, targets, label)
 
     if missing or unexpected or mismatched:
         parts = [
@@ -551,5 +568,4 @@ def _port(
                          "(not in this model):\n" + _listing(unexpected))
         raise ValueError("\n".join(parts))
 
-    for target, converted in values:
-        target.variable.assign(converted.astype(target.variable.dtype, copy=False))
+    assign_values(values)

@@ -36,12 +36,15 @@ from keras_mvit2.layers.inverted_residual import InvertedResidual
 from keras_mvit2.layers.mobilevit_block import MobileViTBlock
 from keras_mvit2.layers.multi_head_attention import MultiHeadSelfAttention
 from keras_mvit2.layers.vit_layers import ClassTokenPositionEmbedding, PatchEmbedding, ViTBlock
-from keras_mvit2.weights.mobilevitv2_port import PortTarget
+from keras_mvit2.weights.mobilevitv2_port import (
+    PortTarget,
+    _listing,
+    assign_values,
+    match_state,
+)
 from keras_mvit2.weights.torch_checkpoint import (
     read_torch_state_dict,
 )
-
-_MAX_LISTED = 10
 
 
 def _layer(owner, attribute: str, kind: type, family: str):
@@ -247,13 +250,6 @@ def timm_port_targets(model: keras.Model) -> tuple[dict[str, PortTarget], str]:
     return _mobilevit_targets(net), family
 
 
-def _listing(items: list[str]) -> str:
-    shown = "\n".join(f"    {item}" for item in items[:_MAX_LISTED])
-    if len(items) > _MAX_LISTED:
-        shown += f"\n    ... and {len(items) - _MAX_LISTED} more"
-    return shown
-
-
 def _hints(state: dict[str, np.ndarray], targets: dict[str, PortTarget], family: str) -> str:
     hints = []
     head_key = "head.weight" if family == "vit" else "head.fc.weight"
@@ -318,25 +314,7 @@ def load_timm_weights(
     unexpected = [
         k for k in state if k not in targets and not (not has_head and k.startswith("head."))
     ]
-    missing = [k for k in targets if k not in state]
-    mismatched: list[str] = []
-    values: list[tuple[PortTarget, np.ndarray]] = []
-    for key, target in targets.items():
-        if key not in state:
-            continue
-        array = np.asarray(state[key])
-        try:
-            converted = target.to_keras(array)
-        except ValueError:
-            converted = None
-        if converted is None or tuple(converted.shape) != target.keras_shape:
-            mismatched.append(
-                f"{key!r}: torch shape {tuple(array.shape)}, but Keras variable "
-                f"{target.variable.path!r} has shape {target.keras_shape} "
-                f"(expects torch shape {target.torch_shape}, {target.transform} transform)"
-            )
-            continue
-        values.append((target, converted))
+    missing, mismatched, values = match_state(state, targets)
 
     if missing or unexpected or mismatched:
         parts = [f"Cannot load {source} into model {model.name!r} (timm {family}); "
@@ -352,5 +330,4 @@ def load_timm_weights(
                          "this model):\n" + _listing(unexpected))
         raise ValueError("\n".join(parts))
 
-    for target, converted in values:
-        target.variable.assign(converted.astype(target.variable.dtype, copy=False))
+    assign_values(values)

@@ -1,0 +1,32 @@
+"""Quantization-aware training, pruning and weight clustering with TFMOT, for Keras 3 models.
+
+TensorFlow Model Optimization only works on tf_keras models and must not be
+imported in a Keras 3 process (it sets ``TF_USE_LEGACY_KERAS=1``). These
+functions take a Keras 3 model, run TFMOT in a separate worker process on a
+tf_keras twin built from the same keras_mvit2 layer code (weights transferred
+by variable path and checked on real images), and give back Keras 3 models and
+TFLite files:
+
+* `qat`: quantization-aware fine-tune, exported as a full-integer TFLite model;
+* `prune`: magnitude pruning of the conv / dense kernels;
+* `cluster`: weight clustering of the conv / dense kernels.
+
+Importing this package imports neither TFMOT nor tf_keras.
+"""
+
+from keras_mvit2.quantize._worker import QuantizationWorkerError
+from keras_mvit2.quantize.qat import IO_DTYPES, QATResult, qat
+from keras_mvit2.quantize.sparsity import SparsityResult, cluster, exported_kernel_stats, prune
+from keras_mvit2.quantize.tf_keras_twin import TwinError
+
+__all__ = [
+    "IO_DTYPES",
+    "QATResult",
+    "QuantizationWorkerError",
+    "SparsityResult",
+    "TwinError",
+    "cluster",
+    "exported_kernel_stats",
+    "prune",
+    "qat",
+]

@@ -1,0 +1,756 @@
+"""Quantization-aware training (TFMOT) of a Keras 3 model, exported as full-integer TFLite.
+
+`qat(model, train_data, ...)` fine-tunes a trained Keras 3 model with simulated
+int8 quantization and writes a full-integer TFLite model. TFMOT only handles
+tf_keras models and must stay out of the Keras 3 process, so the work runs in a
+worker process on a tf_keras twin built from the same layer code
+(`keras_mvit2.quantize.tf_keras_twin`); the user only sees Keras 3 objects, the
+progress lines and the result.
+
+How the layers are quantized (worker side, `_Quantizer`):
+
+* Keras built-in layers at the top level of the model (the stem Conv2D + BN +
+  SiLU, pooling, the Dense classifier, ...) get TFMOT's default 8-bit scheme,
+  with its Conv/BN folding transforms.
+* keras_mvit2's composite layers (`InvertedResidual`, `MobileViTV2Block` with
+  its `TransformerLayer`s, the attention layers) are opaque to TFMOT, which only
+  wraps top-level layers. Their sublayers are wrapped *inside* them with
+  `QuantizeWrapperV2` after `quantize_apply` (the composite calls
+  ``self.expand_conv(x)`` by attribute, so the wrapper is picked up without any
+  change to the layer code), with these QuantizeConfigs:
+
+  - Conv2D / DepthwiseConv2D: kernel fake-quantized per output channel (TFMOT's
+    conv weight quantizer); output quantized unless the conv feeds a
+    BatchNormalization (found by tracing one call), so the converter can fold
+    the BN into the conv as TFMOT's own Conv+BN transform does.
+  - Dense / EinsumDense (attention projections of mha, linformer,
+    mobile_attention, rfa): kernel per tensor + output.
+  - BatchNormalization, GroupNorm1 (GN1) and other normalizations: output.
+  - SeparableSelfAttention: ``out_proj`` as a conv above (kernel + output);
+    ``qkv_proj`` is never called (the layer reads its kernel and splits it into
+    the query, key and value convolutions), so its kernel is fake-quantized
+    per channel by a config on the attention layer itself (the wrapper sets the
+    quantized kernel back on ``qkv_proj`` before each call); found generically:
+    a traced call shows which sublayers are called. The softmax over tokens,
+    the context sum and the ReLU(v) * context product are calibrated by the
+    converter.
+  - TransformerLayer: output (the residual sum); its norms, attention and FFN
+    convs as above. LinformerSelfAttention's E and F matrices: per-tensor
+    weight quantization.
+  - unfold / fold are space_to_depth / depth_to_space + reshape: they move
+    int8 values and need no ranges of their own.
+
+  Activation ops called as functions (SiLU, ReLU, softmax, residual adds that
+  are not a layer's output) get their ranges from the converter's calibration
+  on the representative images.
+* Before training, the activation ranges are calibrated on a few training
+  batches (a running mean of the batch min/max instead of TFMOT's EMA from the
+  [-6, 6] default, which needs thousands of steps), with BatchNormalization in
+  inference mode. BatchNormalization stays frozen (moving statistics and affine
+  parameters) during the fine-tune by default, the usual practice for a short
+  QAT run of a trained model.
+* Export: a fixed-batch-1 concrete function of the QAT model,
+  ``Optimize.DEFAULT`` + a representative dataset + ``TFLITE_BUILTINS_INT8``,
+  int8 / uint8 / float32 I/O. The parent checks in ``ai_edge_litert`` that no
+  float op is left except the I/O quantize/dequantize and measures accuracies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from keras_mvit2.quantize import _worker
+
+__all__ = ["IO_DTYPES", "QATResult", "qat"]
+
+#: Input/output types of the exported full-integer model.
+IO_DTYPES = ("int8", "uint8", "float32")
+
+
+@dataclasses.dataclass
+class QATResult:
+    """What `qat` produced and measured.
+
+    Attributes:
+        tflite_path: the full-integer TFLite file.
+        io_dtype: its input/output type.
+        float_accuracy: top-1 accuracy of the float Keras 3 model on the
+            validation data (``None`` without validation data).
+        qat_accuracy: top-1 accuracy of the fake-quantized tf_keras QAT model.
+        int8_accuracy: top-1 accuracy of the int8 TFLite model (``ai_edge_litert``).
+        int8_agreement: fraction of validation images where the int8 model's
+            top-1 class equals the float model's.
+        num_validation: number of validation images.
+        float_ops: ops of the TFLite model computing in float besides the input
+            QUANTIZE / output DEQUANTIZE (``{}`` for a fully integer model).
+        report: the `keras_mvit2.export.TFLiteReport` of the file.
+        twin_max_abs_diff: max abs difference between the tf_keras twin and the
+            Keras 3 model on the reference images before any change.
+        quantized_layers: top-level layer name -> how it was quantized.
+        history: per-epoch training loss / accuracy of the QAT fine-tune.
+        epochs: epochs run.
+        steps_per_epoch: batches per epoch.
+        calibration_steps: batches used to calibrate activation ranges.
+        seconds: wall time of the whole call.
+        worker_seconds: wall time of the worker process.
+    """
+
+    tflite_path: str
+    io_dtype: str
+    float_accuracy: float | None
+    qat_accuracy: float | None
+    int8_accuracy: float | None
+    int8_agreement: float | None
+    num_validation: int
+    float_ops: dict[str, int]
+    report: Any
+    twin_max_abs_diff: float
+    quantized_layers: dict[str, str]
+    history: list[dict[str, float]]
+    epochs: int
+    steps_per_epoch: int
+    calibration_steps: int
+    seconds: float
+    worker_seconds: float
+
+    @property
+    def accuracy_drop(self) -> float | None:
+        """float_accuracy - int8_accuracy, in points (x100), or ``None``."""
+        if self.float_accuracy is None or self.int8_accuracy is None:
+            return None
+        return 100.0 * (self.float_accuracy - self.int8_accuracy)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable dict."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name != "report"}
+        out["report"] = self.report.to_dict() if hasattr(self.report, "to_dict") else None
+        out["accuracy_drop_points"] = self.accuracy_drop
+        return out
+
+
+def _positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int. Received: {name}={value!r}")
+    return value
+
+
+def qat(
+    model_or_path: Any,
+    train_data: Any,
+    *,
+    epochs: int = 1,
+    steps_per_epoch: int | None = None,
+    learning_rate: float = 1e-4,
+    output_path: str | os.PathLike = "model_int8.tflite",
+    representative_data: Any = None,
+    io_dtype: str = "int8",
+    validation_data: Any = None,
+    batch_size: int = 32,
+    calibration_steps: int = 16,
+    num_calibration_samples: int = 200,
+    freeze_batch_norm: bool = True,
+    allow_float_ops: bool = False,
+    verbose: bool = True,
+    timeout: float | None = None,
+) -> QATResult:
+    """Quantization-aware fine-tuning with TFMOT, exported as a full-integer TFLite model.
+
+    The model stays a Keras 3 model for the user: TFMOT runs in a worker process
+    on a tf_keras twin built from the same keras_mvit2 layer code, with the
+    weights transferred by variable path and checked on real images (see the
+    module docstring for what is quantized and how). Progress is printed as it
+    happens; an error in the worker is raised here as
+    `keras_mvit2.quantize.QuantizationWorkerError` with the worker's message and
+    traceback.
+
+    Args:
+        model_or_path: a trained Keras 3 model (Functional or Sequential, one
+            image input, class scores out) or the path of a ``.keras`` file.
+            Train it first: QAT is a short fine-tune.
+        train_data: the fine-tuning data: ``(images, labels)`` numpy arrays
+            (images float in [0, 1] or uint8, labels class indices or one-hot),
+            a `tf.data.Dataset` of ``(images, labels)`` batches (e.g.
+            `keras_mvit2.data.make_train_dataset`), or a folder of class
+            sub-folders / ``"fashion_mnist"`` (read with the evaluation transform).
+        epochs: fine-tuning epochs.
+        steps_per_epoch: batches per epoch. Default: one pass over the arrays, or
+            over a finite dataset. A dataset is materialized once (this many
+            batches) and replayed each epoch.
+        learning_rate: Adam learning rate of the fine-tune (small: 1e-5 to 1e-4).
+        output_path: the ``.tflite`` file to write (atomically).
+        representative_data: calibration images for the converter (array,
+            dataset, folder or ``"fashion_mnist"``, see
+            `keras_mvit2.export.calibration_images`); default: images from
+            `train_data`.
+        io_dtype: ``"int8"`` (default), ``"uint8"`` or ``"float32"`` model
+            input/output.
+        validation_data: optional labelled data (same forms as `train_data`;
+            ``"fashion_mnist"`` means its test split): float, QAT and int8
+            accuracies are measured on it.
+        batch_size: batch size for array inputs.
+        calibration_steps: training batches used to calibrate the activation
+            ranges before the fine-tune.
+        num_calibration_samples: representative images for the converter.
+        freeze_batch_norm: keep BatchNormalization statistics and parameters fixed
+            during the fine-tune (recommended for a short QAT run).
+        allow_float_ops: accept a TFLite model in which some ops stayed float
+            (default: that is an error naming the ops).
+        verbose: stream the worker's progress to stdout.
+        timeout: stop the worker after this many seconds (``None``: no limit).
+
+    Returns:
+        A `QATResult`.
+
+    Raises:
+        ValueError: invalid arguments or data (raised before the worker starts).
+        QuantizationWorkerError: the worker failed (message and traceback included).
+        RuntimeError: the exported model keeps float ops (unless allowed) or does
+            not run in ``ai_edge_litert``.
+    """
+    start = time.monotonic()
+    _positive_int("epochs", epochs)
+    _positive_int("steps_per_epoch", steps_per_epoch, allow_none=True)
+    _positive_int("batch_size", batch_size)
+    _positive_int("calibration_steps", calibration_steps)
+    _positive_int("num_calibration_samples", num_calibration_samples)
+    if io_dtype not in IO_DTYPES:
+        raise ValueError(f"io_dtype must be one of {IO_DTYPES}. Received: io_dtype={io_dtype!r}")
+    if not isinstance(learning_rate, int | float) or not learning_rate >= 0:
+        raise ValueError(f"learning_rate must be >= 0. Received: learning_rate={learning_rate!r}")
+    output_path = os.fspath(output_path)
+
+    model = _worker.load_keras_model(model_or_path)
+    input_shape = _worker.image_input_shape(model)
+    num_classes = int(model.outputs[0].shape[-1])
+
+    with _worker.temporary_workdir("qat") as workdir:
+        x, y, train, steps = _worker.stage_training_data(
+            model, train_data, workdir, batch_size=batch_size, steps_per_epoch=steps_per_epoch)
+
+        if representative_data is None:
+            rng = np.random.default_rng(0)
+            pick = rng.choice(len(x), min(num_calibration_samples, len(x)), replace=False)
+            rep_images = x[np.sort(pick)]
+        else:
+            from keras_mvit2.export.calibration import calibration_images
+
+            rep_images = calibration_images(
+                representative_data, image_size=tuple(input_shape[1:3]),
+                channels=input_shape[3], num_samples=num_calibration_samples,
+            )
+        rep = _worker.save_arrays(os.path.join(workdir, "representative.npz"), rep_images)
+
+        val = None
+        xv = yv = None
+        if validation_data is not None:
+            xv, yv, _ = _worker.labelled_arrays(
+                validation_data, input_shape=input_shape, what="validation_data",
+                batch_size=batch_size, split="test",
+            )
+            yv = _worker.integer_labels(yv, num_classes, "validation_data")
+            val = _worker.save_arrays(os.path.join(workdir, "validation.npz"), xv, yv)
+        del x, y
+
+        reference = xv[:8] if xv is not None else rep_images[:8]
+        job = {"model": _worker.write_model_files(model, workdir, reference)}
+        job.update(
+            train=train, validation=val, representative=rep, epochs=epochs,
+            steps_per_epoch=steps, batch_size=batch_size, learning_rate=float(learning_rate),
+            calibration_steps=calibration_steps, io_dtype=io_dtype,
+            freeze_batch_norm=bool(freeze_batch_norm),
+            tflite_path=os.path.join(workdir, "qat_model.tflite"),
+        )
+        result = _worker.run_worker("qat", job, workdir, verbose=verbose, timeout=timeout)
+        with open(result["tflite_path"], "rb") as f:
+            flatbuffer = f.read()
+
+    return _finish(
+        model, flatbuffer, output_path, result=result, io_dtype=io_dtype, xv=xv, yv=yv,
+        rep_count=len(rep_images), allow_float_ops=allow_float_ops, epochs=epochs,
+        steps=steps, calibration_steps=calibration_steps, start=start, verbose=verbose,
+    )
+
+
+def _finish(model, flatbuffer: bytes, output_path: str, *, result, io_dtype, xv, yv,
+            rep_count, allow_float_ops, epochs, steps, calibration_steps, start, verbose):
+    from keras_mvit2.export import inspect_tflite, run_tflite
+    from keras_mvit2.utils.files import atomic_output
+
+    flatbuffer = _with_metadata(model, flatbuffer, io_dtype, rep_count)
+    with atomic_output(output_path) as tmp_path:
+        with open(tmp_path, "wb") as f:
+            f.write(flatbuffer)
+        report = inspect_tflite(tmp_path)
+        float_ops = dict(report.float_ops)
+        if report.num_xnnpack_partitions is None:
+            raise RuntimeError(
+                "The QAT TFLite model does not load in ai_edge_litert; not writing it."
+            )
+        if float_ops and not allow_float_ops:
+            raise RuntimeError(
+                "The QAT full-integer model still computes these ops in float: "
+                f"{float_ops} (besides the input QUANTIZE / output DEQUANTIZE). Pass "
+                "allow_float_ops=True to accept a mixed model."
+            )
+        float_acc = qat_acc = int8_acc = agreement = None
+        if xv is not None:
+            probe = run_tflite(tmp_path, xv[:1])
+            if not np.all(np.isfinite(probe)):
+                raise RuntimeError("The QAT TFLite model gives non-finite outputs.")
+            if verbose:
+                print(f"{_worker.OUTPUT_PREFIX}evaluating float Keras 3 and int8 TFLite on "
+                      f"{len(xv)} validation images", flush=True)
+            float_pred = np.argmax(np.asarray(model.predict(xv, batch_size=256, verbose=0)), -1)
+            int8_pred = np.argmax(run_tflite(tmp_path, xv), -1)
+            float_acc = float(np.mean(float_pred == yv))
+            int8_acc = float(np.mean(int8_pred == yv))
+            agreement = float(np.mean(float_pred == int8_pred))
+            qat_acc = result.get("qat_accuracy")
+    report.path = output_path
+    return QATResult(
+        tflite_path=output_path,
+        io_dtype=io_dtype,
+        float_accuracy=float_acc,
+        qat_accuracy=qat_acc,
+        int8_accuracy=int8_acc,
+        int8_agreement=agreement,
+        num_validation=0 if xv is None else len(xv),
+        float_ops=float_ops,
+        report=report,
+        twin_max_abs_diff=float(result["twin_max_abs_diff"]),
+        quantized_layers=dict(result["quantized_layers"]),
+        history=list(result["history"]),
+        epochs=epochs,
+        steps_per_epoch=steps,
+        calibration_steps=calibration_steps,
+        seconds=time.monotonic() - start,
+        worker_seconds=float(result.get("worker_seconds", 0.0)),
+    )
+
+
+def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int) -> bytes:
+    """Adds keras_mvit2's TFLite metadata (preprocessing, I/O quantization)."""
+    from keras_mvit2.export.tflite import embed_metadata, summarize_flatbuffer, tflite_metadata
+
+    summary = summarize_flatbuffer(bytes(flatbuffer))
+    info = tflite_metadata(
+        model, inputs=summary.inputs, outputs=summary.outputs, quantization="int8",
+        batch_size=1, calibration={"source": "representative images (QAT)",
+                                   "num_samples": rep_count},
+        user={"quantization_aware_training": True, "io_dtype": io_dtype},
+    )
+    return embed_metadata(flatbuffer, info)
+
+
+# --------------------------------------------------------------------------------------
+# Worker side (runs in the tf_keras process; imports TFMOT)
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What one traced call of a composite layer showed (attribute paths from the layer).
+
+    Attributes:
+        bn_fed: convs whose output goes straight into a BatchNormalization.
+        output_from: the sublayer that produced the layer's output (None: an op did).
+        called: every sublayer that was called.
+    """
+
+    bn_fed: set[str]
+    output_from: str | None
+    called: set[str]
+
+
+def _path_get(obj, path: str):
+    for part in path.split("."):
+        obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
+    return obj
+
+
+def _path_set(obj, path: str, value) -> None:
+    head, _, last = path.rpartition(".")
+    setattr(_path_get(obj, head) if head else obj, last, value)
+
+
+class _Quantizer:
+    """TFMOT QuantizeConfigs for keras_mvit2 layers and the QAT model construction."""
+
+    def __init__(self):
+        import tensorflow as tf
+        import tensorflow_model_optimization as tfmot
+        import tf_keras
+        from tensorflow_model_optimization.python.core.quantization.keras import quant_ops
+        from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import (
+            default_8bit_quantize_configs as configs,
+        )
+        from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import (
+            default_8bit_quantize_registry as registry,
+        )
+        from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import (
+            default_8bit_quantizers as quantizers,
+        )
+
+        self.tf, self.tfmot, self.tf_keras = tf, tfmot, tf_keras
+        self.registry = registry.Default8BitQuantizeRegistry()
+        qk = tfmot.quantization.keras
+        last_value = qk.quantizers.LastValueQuantizer
+        moving_average = qk.quantizers.MovingAverageQuantizer
+        conv_weights = quantizers.Default8BitConvWeightsQuantizer
+
+        class KernelQuantizeConfig(qk.QuantizeConfig):
+            """Fake-quantizes weight attributes (and optionally the output) of a layer."""
+
+            def __init__(self, weight_attrs, per_axis=False, quantize_output=True,
+                         shared_attrs=None):
+                self.weight_attrs = list(weight_attrs)
+                self.per_axis = bool(per_axis)
+                self.quantize_output = bool(quantize_output)
+                self.shared_attrs = dict(shared_attrs or {})
+
+            def _weight_quantizer(self):
+                if self.per_axis:
+                    return conv_weights()
+                return last_value(num_bits=8, per_axis=False, symmetric=True, narrow_range=True)
+
+            def get_weights_and_quantizers(self, layer):
+                return [(_path_get(layer, a), self._weight_quantizer())
+                        for a in self.weight_attrs]
+
+            def get_activations_and_quantizers(self, layer):
+                return []
+
+            def set_quantize_weights(self, layer, quantize_weights):
+                for attr, weight in zip(self.weight_attrs, quantize_weights, strict=True):
+                    _path_set(layer, attr, weight)
+                for alias, attr in self.shared_attrs.items():
+                    _path_set(layer, alias, _path_get(layer, attr))
+
+            def set_quantize_activations(self, layer, quantize_activations):
+                pass
+
+            def get_output_quantizers(self, layer):
+                if not self.quantize_output:
+                    return []
+                return [moving_average(num_bits=8, per_axis=False, symmetric=False,
+                                       narrow_range=False)]
+
+            def get_config(self):
+                return {"weight_attrs": self.weight_attrs, "per_axis": self.per_axis,
+                        "quantize_output": self.quantize_output,
+                        "shared_attrs": self.shared_attrs}
+
+        self.KernelQuantizeConfig = KernelQuantizeConfig
+        self.OutputQuantizeConfig = configs.Default8BitOutputQuantizeConfig
+        self.NoOpQuantizeConfig = configs.NoOpQuantizeConfig
+        self.wrapper = qk.QuantizeWrapperV2
+        self.summary: dict[str, list[str]] = {}
+
+        # A settable EMA decay for the activation ranges: a running mean during the
+        # calibration steps, TFMOT's 0.999 during the fine-tune.
+        self.ema_decay = tf.Variable(0.999, trainable=False, dtype=tf.float32)
+        original = getattr(quant_ops.MovingAvgQuantize, "_keras_mvit2_original",
+                           quant_ops.MovingAvgQuantize)
+        decay = self.ema_decay
+
+        def moving_avg_quantize(*args, ema_decay=0.999, **kwargs):
+            return original(*args, ema_decay=decay, **kwargs)
+
+        moving_avg_quantize._keras_mvit2_original = original
+        quant_ops.MovingAvgQuantize = moving_avg_quantize
+
+    # -------------------------------------------------------------- structure
+
+    @staticmethod
+    def is_ours(layer) -> bool:
+        return type(layer).__module__.startswith("keras_mvit2.")
+
+    def children(self, layer):
+        """`(attribute, index or None, child layer)` of a composite layer, in order."""
+        base = self.tf_keras.layers.Layer
+        for name, value in list(vars(layer).items()):
+            if name.startswith("_"):
+                continue
+            if isinstance(value, base):
+                yield name, None, value
+            elif isinstance(value, list | tuple) or type(value).__name__ == "ListWrapper":
+                for i, item in enumerate(value):
+                    if isinstance(item, base):
+                        yield name, i, item
+
+    def trace(self, layer, input_shape):
+        """One eager call of a composite layer; returns its `_Plan`.
+
+        Paths are attribute paths from `layer` (``"transformer.0.fc1"``), valid for
+        any instance with the same structure (e.g. after TFMOT's clone).
+        """
+        records = []
+        patched = []
+
+        def patch(parent, prefix):
+            for name, index, child in self.children(parent):
+                path = f"{prefix}{name}" + ("" if index is None else f".{index}")
+                original = child.call
+
+                def call(*args, _original=original, _path=path, **kwargs):
+                    out = _original(*args, **kwargs)
+                    records.append((_path, args[0] if args else None, out))
+                    return out
+
+                object.__setattr__(child, "call", call)
+                patched.append(child)
+                patch(child, path + ".")
+
+        patch(layer, "")
+        try:
+            shape = (1, *[int(d) for d in input_shape[1:]])
+            output = layer(self.tf.zeros(shape), training=False)
+        finally:
+            for child in patched:
+                object.__delattr__(child, "call")
+        producer = {id(out): path for path, _, out in records}
+        bn_fed = set()
+        for path, inputs, _ in records:
+            child = self.resolve(layer, path)
+            is_bn = isinstance(child, self.tf_keras.layers.BatchNormalization)
+            if is_bn and id(inputs) in producer:
+                bn_fed.add(producer[id(inputs)])
+        return _Plan(bn_fed, producer.get(id(output)), {path for path, _, _ in records})
+
+    @staticmethod
+    def resolve(layer, path: str):
+        return _path_get(layer, path)
+
+    def child_config(self, child, path: str, bn_fed: set[str]):
+        """The QuantizeConfig of a sublayer, or None (not wrapped)."""
+        layers = self.tf_keras.layers
+        if isinstance(child, layers.DepthwiseConv2D):
+            return self.KernelQuantizeConfig(["depthwise_kernel"], True, path not in bn_fed)
+        if isinstance(child, layers.Conv2D):
+            return self.KernelQuantizeConfig(["kernel"], True, path not in bn_fed)
+        if isinstance(child, layers.Dense | layers.EinsumDense):
+            return self.KernelQuantizeConfig(["kernel"], False, True)
+        if isinstance(child, layers.BatchNormalization | layers.LayerNormalization
+                      | layers.GroupNormalization) or type(child).__name__ == "GroupNorm1":
+            return self.OutputQuantizeConfig()
+        return None
+
+    def describe(self, config) -> str:
+        if isinstance(config, self.KernelQuantizeConfig):
+            axis = "per-channel" if config.per_axis else "per-tensor"
+            out = " + output" if config.quantize_output else ""
+            return f"{'/'.join(config.weight_attrs)} {axis}{out}"
+        if isinstance(config, self.OutputQuantizeConfig):
+            return "output"
+        return "no quantization"
+
+    def uncalled_kernels(self, layer, plan: _Plan, prefix: str) -> list[str]:
+        """Kernel paths (relative to `layer`) of direct sublayers whose kernel `layer` reads
+        itself instead of calling the sublayer (the separable attention's ``qkv_proj``)."""
+        found = []
+        layers = self.tf_keras.layers
+        for name, index, child in self.children(layer):
+            path = f"{prefix}{name}" + ("" if index is None else f".{index}")
+            if path in plan.called:
+                continue
+            rel = name + ("" if index is None else f".{index}")
+            if isinstance(child, layers.DepthwiseConv2D):
+                found.append(f"{rel}.depthwise_kernel")
+            elif isinstance(child, layers.Conv2D | layers.Dense | layers.EinsumDense):
+                found.append(f"{rel}.kernel")
+        return found
+
+    def wrap_nested(self, layer, plan: _Plan, prefix: str = "",
+                    notes: list[str] | None = None) -> list[str]:
+        """Wraps the called sublayers of a (built) composite layer in QuantizeWrapperV2,
+        recursively; kernels of sublayers that are read but not called are quantized by
+        the parent's wrapper (see `composite_config`)."""
+        notes = [] if notes is None else notes
+        for name, index, child in list(self.children(layer)):
+            path = f"{prefix}{name}" + ("" if index is None else f".{index}")
+            if path not in plan.called:
+                continue
+            config = self.child_config(child, path, plan.bn_fed)
+            if config is None and self.is_ours(child):
+                self.wrap_nested(child, plan, path + ".", notes)
+                config = self.composite_config(child, path, plan)
+            if config is None:
+                continue
+            notes.append(f"{path}: {self.describe(config)}")
+            wrapped = self.wrapper(child, config)
+            if index is None:
+                setattr(layer, name, wrapped)
+            else:
+                getattr(layer, name)[index] = wrapped
+        return notes
+
+    def composite_config(self, child, path: str, plan: _Plan):
+        """Config of a nested keras_mvit2 layer after its own sublayers were wrapped."""
+        weight_attrs = self.uncalled_kernels(child, plan, path + ".")
+        per_axis = bool(weight_attrs)
+        shared = {}
+        for attr in ("e", "f"):     # LinformerSelfAttention's token projections
+            value = getattr(child, attr, None)
+            if isinstance(value, self.tf.Variable):
+                per_axis = False
+                if attr == "f" and value is getattr(child, "e", None):
+                    shared["f"] = "e"
+                else:
+                    weight_attrs.append(attr)
+        is_attention = hasattr(child, "mix") or type(child).__name__ == "SeparableSelfAttention"
+        needs_output = not is_attention and type(child).__name__ == "TransformerLayer"
+        if weight_attrs:
+            return self.KernelQuantizeConfig(weight_attrs, per_axis, needs_output, shared)
+        if needs_output:
+            return self.OutputQuantizeConfig()
+        return None
+
+    # -------------------------------------------------------------- the model
+
+    def quantize(self, twin):
+        """`quantize_apply` on the twin plus nested wrapping; returns the QAT model."""
+        qk = self.tfmot.quantization.keras
+        plans = {}
+        for layer in twin.layers:
+            if self.is_ours(layer):
+                plans[layer.name] = self.trace(layer, layer.input_shape)
+
+        def annotate(layer):
+            if self.is_ours(layer):
+                plan = plans[layer.name]
+                producer = self.resolve(layer, plan.output_from) if plan.output_from else None
+                quantized_out = producer is not None and self.child_config(
+                    producer, plan.output_from, plan.bn_fed
+                ) is not None and plan.output_from not in plan.bn_fed
+                kernels = self.uncalled_kernels(layer, plan, "")
+                if kernels:
+                    config = self.KernelQuantizeConfig(kernels, True, not quantized_out)
+                elif quantized_out:
+                    config = self.NoOpQuantizeConfig()
+                else:
+                    config = self.OutputQuantizeConfig()
+                self.summary[layer.name] = [f"(layer: {self.describe(config)})"]
+                return qk.quantize_annotate_layer(layer, quantize_config=config)
+            if self.registry.supports(layer):
+                self.summary[layer.name] = ["TFMOT default 8-bit scheme"]
+                return qk.quantize_annotate_layer(layer)
+            if isinstance(layer, self.tf_keras.layers.InputLayer):
+                return layer
+            config = self.OutputQuantizeConfig()
+            self.summary[layer.name] = ["output"]
+            return qk.quantize_annotate_layer(layer, quantize_config=config)
+
+        scope = {
+            "KernelQuantizeConfig": self.KernelQuantizeConfig,
+            "Default8BitOutputQuantizeConfig": self.OutputQuantizeConfig,
+            "NoOpQuantizeConfig": self.NoOpQuantizeConfig,
+        }
+        with qk.quantize_scope(scope):
+            annotated = self.tf_keras.models.clone_model(twin, clone_function=annotate)
+            annotated.set_weights(twin.get_weights())
+            qat_model = qk.quantize_apply(annotated)
+        for layer in qat_model.layers:
+            inner = getattr(layer, "layer", None)
+            if inner is not None and self.is_ours(inner):
+                self.summary[inner.name] += self.wrap_nested(inner, plans[inner.name])
+        qat_model(self.tf.zeros((1, *twin.input_shape[1:])), training=False)  # build nested
+        return qat_model
+
+    def batch_norms(self, model):
+        return [m for m in model.submodules
+                if isinstance(m, self.tf_keras.layers.BatchNormalization)]
+
+    def calibrate(self, model, dataset, steps: int, log) -> None:
+        """Activation ranges from `steps` batches (running mean of batch min/max), BN frozen."""
+        norms = self.batch_norms(model)
+        trainable = [bn.trainable for bn in norms]
+        for bn in norms:
+            bn.trainable = False
+
+        @self.tf.function
+        def forward(x):
+            model(x, training=True)
+
+        try:
+            for i, (x, _) in enumerate(dataset.take(steps)):
+                self.ema_decay.assign(i / (i + 1.0))
+                forward(x)
+        finally:
+            self.ema_decay.assign(0.999)
+            for bn, flag in zip(norms, trainable, strict=True):
+                bn.trainable = flag
+        log(f"calibrated activation ranges on {steps} batches")
+
+    def convert(self, model, input_shape, representative: np.ndarray, io_dtype: str) -> bytes:
+        tf = self.tf
+        spec = tf.TensorSpec((1, *[int(d) for d in input_shape[1:]]), tf.float32)
+        function = tf.function(lambda x: model(x, training=False))
+        concrete = function.get_concrete_function(spec)
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], model)
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+
+        def representative_dataset():
+            for i in range(len(representative)):
+                yield [representative[i : i + 1]]
+
+        converter.representative_dataset = representative_dataset
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        if io_dtype != "float32":
+            dtype = {"int8": tf.int8, "uint8": tf.uint8}[io_dtype]
+            converter.inference_input_type = dtype
+            converter.inference_output_type = dtype
+        return converter.convert()
+
+
+def worker_qat(ctx) -> dict[str, Any]:
+    """The ``"qat"`` task of the worker process (see `_worker.main`)."""
+    job: Mapping[str, Any] = ctx.job
+    twin, _, diff = ctx.load_twin()
+    quantizer = _Quantizer()
+    qat_model = quantizer.quantize(twin)
+    wrapped = sum(1 for m in qat_model.submodules if isinstance(m, quantizer.wrapper))
+    ctx.log(f"QAT model: {wrapped} QuantizeWrapperV2 layers (top-level and nested)")
+
+    dataset, _ = ctx.dataset(job["train"], batch_size=job["batch_size"], shuffle=True)
+    steps = int(job["steps_per_epoch"])
+    quantizer.calibrate(qat_model, dataset, int(job["calibration_steps"]), ctx.log)
+
+    if job["freeze_batch_norm"]:
+        for bn in quantizer.batch_norms(qat_model):
+            bn.trainable = False
+    ctx.compile(qat_model, job["learning_rate"])
+    epochs = int(job["epochs"])
+    ctx.log(f"QAT fine-tune: {epochs} epoch(s) x {steps} steps, lr={job['learning_rate']:g}")
+    history = qat_model.fit(
+        dataset, epochs=epochs, steps_per_epoch=steps, verbose=0,
+        callbacks=[ctx.progress_callback("qat", epochs, steps)],
+    )
+    per_epoch = [
+        {k: float(v[i]) for k, v in history.history.items()} for i in range(epochs)
+    ]
+    qat_accuracy = ctx.evaluate(qat_model, job.get("validation"))
+    if qat_accuracy is not None:
+        ctx.log(f"QAT model (fake-quantized) validation accuracy {qat_accuracy:.4f}")
+
+    representative, _, _ = _worker.load_arrays(job["representative"])
+    ctx.log(f"converting to full-integer TFLite ({job['io_dtype']} I/O, "
+            f"{len(representative)} representative images)")
+    flatbuffer = quantizer.convert(qat_model, twin.input_shape, representative, job["io_dtype"])
+    with open(job["tflite_path"], "wb") as f:
+        f.write(flatbuffer)
+    ctx.log(f"wrote {len(flatbuffer):,} bytes")
+    return {
+        "tflite_path": job["tflite_path"],
+        "twin_max_abs_diff": diff,
+        "qat_accuracy": qat_accuracy,
+        "history": per_epoch,
+        "quantized_layers": {k: "; ".join(v) for k, v in quantizer.summary.items()},
+    }

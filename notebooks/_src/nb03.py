@@ -1,0 +1,164 @@
+import os, sys; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_nb import write, badge, install
+name = "03_quantize_and_export.ipynb"
+write(name, [
+("md", f"""
+# Quantize and export: TFLite (float16, int8, QAT) and Core ML
+
+{badge(name)}
+
+Take a trained MobileViTV2-0.5 to a phone: post-training quantization to float16 and
+full-integer int8 TFLite (calibrated on training images), quantization-aware training (QAT)
+with TensorFlow Model Optimization, a Core ML ML Program for iPhone, and one validation table
+that compares every export with the Keras model on held-out test images: output differences,
+top-1 agreement, accuracy, size, ops left in float and XNNPACK coverage.
+"""),
+("code", install("coreml,qat") + """
+    !apt-get -qq install -y dataset-fashion-mnist > /dev/null"""),
+("md", """
+## Settings
+
+Int8 needs trained weights: with random weights the activations vanish and the int8 outputs
+go constant, so the notebook trains MobileViTV2-0.5 on Fashion-MNIST for one short epoch first
+(the `mvit2 demo` recipe), unless `MVIT2_MODEL` names a trained `.keras` classifier (e.g. the
+`model_ema.keras` of `02_train_fashion_mnist.ipynb`) whose classes are Fashion-MNIST's.
+
+`MVIT2_SMALL=1` (the project's CI) trains 48 steps at 32x32 and validates on 500 images. QAT runs
+TensorFlow Model Optimization in a separate worker process and takes two to three minutes on
+two CPU cores even at its smallest, so CI skips it (`tests/test_qat.py` covers it);
+`MVIT2_QAT=1` turns it on.
+"""),
+("code", """
+import os
+
+SMALL = os.environ.get("MVIT2_SMALL", "0") == "1"
+MODEL = os.environ.get("MVIT2_MODEL")  # a trained .keras classifier; None: train one here
+RUN_QAT = os.environ.get("MVIT2_QAT", "0" if SMALL else "1") == "1"
+NUM_TEST = 500 if SMALL else 2000  # held-out test images for the validation
+OUT = "mvit2_outputs"  # files written by this notebook
+os.makedirs(OUT, exist_ok=True)
+"""),
+("md", """
+## 1. A trained model
+
+`demo.train_config` is the packaged Fashion-MNIST recipe cut to one epoch on a subset (what
+`mvit2 demo` trains); `training.train` saves `model.keras`, the float32 model with softmax that
+is exported below.
+"""),
+("code", """
+import keras
+
+from keras_mvit2 import demo, training
+
+if MODEL is None:
+    settings = demo.DemoSettings(image_size=32, train_steps=48) if SMALL else demo.FULL
+    config = demo.train_config(f"{OUT}/trained", settings, verbose=2)
+    result = training.train(config)
+    MODEL = result.model_path
+    print(f"trained: top-1 {result.metrics['raw'].top1:.2%} on "
+          f"{result.metrics['raw'].num_examples} test images")
+model = keras.saving.load_model(MODEL)
+SIZE = model.input_shape[1]
+print(model.name, model.input_shape, "->", model.output_shape)
+"""),
+("md", """
+## 2. Held-out test images
+
+The validation images are the first test images of Fashion-MNIST at the model's input size
+(the evaluation transform); the int8 calibration below reads other images, from the training
+split. For your own data pass a folder with one sub-folder per class instead of
+`"fashion_mnist:test"`.
+"""),
+("code", """
+from keras_mvit2.export import load_labelled_images
+
+test = load_labelled_images("fashion_mnist:test", image_size=(SIZE, SIZE), limit=NUM_TEST)
+print(test.images.shape, test.images.dtype, "labels", test.labels[:10], test.class_names[:3])
+"""),
+("md", """
+## 3. Post-training quantization to TFLite
+
+`to_tflite` converts with builtin ops only (no Flex), writes the file atomically and runs it in
+LiteRT before returning. `float16` halves the weights; `int8` is full integer (weights and
+activations), its activation ranges calibrated on `representative_data`: here 200 shuffled
+Fashion-MNIST training images (`"fashion_mnist"`; a folder of images, a numpy array or a
+`tf.data.Dataset` work too). An int8 model in which some op stayed float is an error unless
+`allow_float_ops=True`. With the default `io_dtype="float32"` the model quantizes its input
+and dequantizes its output itself; `io_dtype="int8"` or `"uint8"` lets an app feed raw pixels.
+"""),
+("code", """
+from keras_mvit2.export import to_tflite
+
+exports = {}
+for quantization in ("float32", "float16", "int8"):
+    path = f"{OUT}/model_{quantization}.tflite"
+    report = to_tflite(model, path, quantization=quantization,
+                       representative_data="fashion_mnist" if quantization == "int8" else None,
+                       class_names=test.class_names)
+    exports[quantization] = path
+    print(f"{quantization:>8s}: {report.size_bytes / 1e6:.2f} MB, {report.num_ops} ops, "
+          f"float ops left: {report.float_ops if quantization == 'int8' else '(float model)'}")
+"""),
+("md", """
+## 4. Quantization-aware training (QAT)
+
+`keras_mvit2.quantize.qat` fine-tunes the model with simulated int8 quantization and exports a
+full-integer TFLite model. TensorFlow Model Optimization only works on tf_keras models, so it
+runs in a worker process on a tf_keras twin built from the same layer code (the weights are
+transferred and checked on real images); you only pass and get Keras 3 objects. It reports the
+float, fake-quantized and int8 accuracies on `validation_data`. QAT keeps training the model,
+so after a short float training (as here in small mode) its int8 model can even beat the float
+one; the validation table then shows it disagreeing with the float model it started from.
+"""),
+("code", """
+if RUN_QAT:
+    from keras_mvit2.quantize import qat
+
+    qat_result = qat(model, "fashion_mnist", epochs=1, steps_per_epoch=100, batch_size=32,
+                     output_path=f"{OUT}/model_qat_int8.tflite", io_dtype="float32",
+                     validation_data=(test.images, test.labels))
+    exports["qat int8"] = qat_result.tflite_path
+    print(f"float {qat_result.float_accuracy:.2%}, QAT {qat_result.qat_accuracy:.2%}, "
+          f"int8 {qat_result.int8_accuracy:.2%}; int8 agrees with float on "
+          f"{qat_result.int8_agreement:.2%} ({qat_result.seconds:.0f} s)")
+else:
+    print("QAT skipped (MVIT2_SMALL=1); set MVIT2_QAT=1 to run it.")
+"""),
+("md", """
+## 5. Core ML for iPhone
+
+`to_coreml` writes an ML Program (`.mlpackage`, iOS 16+) with an RGB image input (scale 1/255,
+the model's preprocessing) and the class labels, in float16 by default (what the Neural Engine
+runs). Conversion works on any OS; Core ML predictions need macOS, so on Linux the validation
+below reports its structure only.
+"""),
+("code", """
+from keras_mvit2.export import to_coreml
+
+coreml = to_coreml(model, f"{OUT}/model.mlpackage", class_labels=test.class_names)
+exports["coreml"] = coreml.path
+print(f"{coreml.size_bytes / 1e6:.2f} MB, {sum(coreml.op_histogram.values())} ops, "
+      f"inputs {coreml.inputs}")
+"""),
+("md", """
+## 6. The validation table
+
+`validate` runs each export and the Keras model on the same test images (the Keras outputs
+are computed once and shared) and reports what the export lost. `mvit2 validate FILE ...
+--reference MODEL --data fashion_mnist` prints the same table from the command line.
+"""),
+("code", """
+from keras_mvit2.export import print_reports, save_reports, validate
+from keras_mvit2.export.validate import reference_outputs
+
+reference = reference_outputs(model, test.images)
+reports = [validate(path, model, test.images, test.labels, class_names=test.class_names,
+                    reference_outputs=reference) for path in exports.values()]
+print_reports(reports)
+save_reports(reports, f"{OUT}/validation.json")
+"""),
+("md", """
+Next: `04_benchmark.ipynb` measures the latency of an exported model on this machine and shows
+how to run the same measurement on an Android phone or an iPhone.
+"""),
+])
