@@ -43,3 +43,32 @@ def run_timm_oracle(out_dir, models: str) -> dict:
     with open(os.path.join(str(out_dir), "manifest.json")) as f:
         return json.load(f)
 
+
+def float_ops_from_interpreter(path) -> dict[str, int]:
+    """Float ops of a .tflite file except the graph input's QUANTIZE and the graph output's
+    DEQUANTIZE, computed independently of `TFLiteReport.float_ops`: from the interpreter's
+    node list and tensor dtypes (no delegate, so every node is listed as itself)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interpreter = Interpreter(
+        model_path=str(path),
+        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+    )
+    interpreter.allocate_tensors()
+    dtypes = {t["index"]: np.dtype(t["dtype"]) for t in interpreter.get_tensor_details()}
+    graph_in = {d["index"] for d in interpreter.get_input_details()}
+    graph_out = {d["index"] for d in interpreter.get_output_details()}
+    found: dict[str, int] = {}
+    for op in interpreter._get_ops_details():
+        ins = [t for t in op["inputs"] if t >= 0]
+        outs = [t for t in op["outputs"] if t >= 0]
+        float_in = {t for t in ins if dtypes[t].kind == "f"}
+        float_out = {t for t in outs if dtypes[t].kind == "f"}
+        if not float_in and not float_out:
+            continue
+        if op["op_name"] == "QUANTIZE" and not float_out and float_in <= graph_in:
+            continue
+        if op["op_name"] == "DEQUANTIZE" and not float_in and float_out <= graph_out:
+            continue
+        found[op["op_name"]] = found.get(op["op_name"], 0) + 1
+    return dict(sorted(found.items()))

@@ -18,6 +18,8 @@ import yaml
 from PIL import Image
 
 from keras_mvit2.cli.main import main
+from keras_mvit2.data import FASHION_MNIST_CLASSES
+from keras_mvit2.data.sources import FASHION_MNIST_DIR
 from keras_mvit2.models import list_models
 from keras_mvit2.models.builder_utils import classifier_head, load_weights, model_input
 from keras_mvit2.models.registry import register_model
@@ -183,6 +185,28 @@ def test_finetune_with_a_frozen_backbone_keeps_it(run, folder, tmp_path):
     config = yaml.safe_load((target / "config.yaml").read_text())
     assert config["model"]["weights"] == str(weights)
     assert config["model"]["freeze_backbone"] is True
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(FASHION_MNIST_DIR,
+                                                   "t10k-images-idx3-ubyte.gz")),
+                    reason="Debian's dataset-fashion-mnist is not installed")
+def test_fashion_mnist_train_and_eval(tmp_path, capsys):
+    out = tmp_path / "fashion"
+    code = main(["train", "--config", "fashion_mnist", "--data", "fashion_mnist", "-o", str(out),
+                 *_sets([*TINY, "data.train_limit=64", "data.validation_limit=32",
+                         "training.epochs=1"])])
+    assert code == 0
+    capsys.readouterr()
+    assert main(["eval", str(out / "model.keras"), "--data", "fashion_mnist",
+                 "--batch-size", "500"]) == 0
+    report = json.loads((out / "eval" / "eval.json").read_text())
+    assert report["num_examples"] == 10_000  # the whole test set
+    assert report["class_names"] == list(FASHION_MNIST_CLASSES)
+    confusion = np.array(report["confusion_matrix"])
+    # The official test set has 1,000 images of every class.
+    np.testing.assert_array_equal(confusion.sum(1), np.full(10, 1000))
+    assert report["top1"] == pytest.approx(np.trace(confusion) / 10_000)
+    assert "Ankle boot" in capsys.readouterr().out
 
 
 def test_errors_are_one_clear_line(folder, tmp_path, capsys):

@@ -16,7 +16,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from ai_edge_litert.interpreter import Interpreter, OpResolverType
+from ai_edge_litert.interpreter import Interpreter
+from model_utils import float_ops_from_interpreter
 
 from keras_mvit2.demo import SMALL, DemoSettings, print_summary, run_demo
 
@@ -82,34 +83,9 @@ def test_accuracy_equals_a_recomputation_from_the_saved_model(demo, test_images)
     assert demo.top5 >= demo.accuracy
 
 
-def _float_ops(path) -> dict[str, int]:
-    """Ops with a float input or output, except QUANTIZE of the graph input and DEQUANTIZE
-    to the graph output, from the plain interpreter's node list (no delegate)."""
-    interpreter = Interpreter(
-        model_path=str(path),
-        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-    )
-    interpreter.allocate_tensors()
-    dtypes = {t["index"]: np.dtype(t["dtype"]) for t in interpreter.get_tensor_details()}
-    graph_in = {d["index"] for d in interpreter.get_input_details()}
-    graph_out = {d["index"] for d in interpreter.get_output_details()}
-    found: dict[str, int] = {}
-    for op in interpreter._get_ops_details():
-        float_in = {t for t in op["inputs"] if t >= 0 and dtypes[t].kind == "f"}
-        float_out = {t for t in op["outputs"] if t >= 0 and dtypes[t].kind == "f"}
-        if not float_in and not float_out:
-            continue
-        if op["op_name"] == "QUANTIZE" and not float_out and float_in <= graph_in:
-            continue
-        if op["op_name"] == "DEQUANTIZE" and not float_in and float_out <= graph_out:
-            continue
-        found[op["op_name"]] = found.get(op["op_name"], 0) + 1
-    return found
-
-
 def test_tflite_is_full_int8_and_its_figures_are_right(demo, test_images):
     path = demo.paths["tflite"]
-    assert _float_ops(path) == {} and demo.int8_float_ops == {}
+    assert float_ops_from_interpreter(path) == {} and demo.int8_float_ops == {}
     interpreter = Interpreter(model_path=path)
     interpreter.allocate_tensors()
     ops = interpreter._get_ops_details()

@@ -24,7 +24,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from ai_edge_litert.interpreter import Interpreter, OpResolverType
+from ai_edge_litert.interpreter import Interpreter
+from model_utils import float_ops_from_interpreter
 
 import keras_mvit2 as mv
 from keras_mvit2.export import (
@@ -120,33 +121,6 @@ def out_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("ptq")
 
 
-def _float_ops_from_interpreter(path) -> dict[str, int]:
-    """Float ops, computed independently of `TFLiteReport.float_ops`: from the interpreter's
-    node list and tensor dtypes (no delegate, so every node is listed as itself)."""
-    interpreter = Interpreter(
-        model_path=str(path),
-        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-    )
-    interpreter.allocate_tensors()
-    dtypes = {t["index"]: np.dtype(t["dtype"]) for t in interpreter.get_tensor_details()}
-    graph_in = {d["index"] for d in interpreter.get_input_details()}
-    graph_out = {d["index"] for d in interpreter.get_output_details()}
-    found: dict[str, int] = {}
-    for op in interpreter._get_ops_details():
-        ins = [t for t in op["inputs"] if t >= 0]
-        outs = [t for t in op["outputs"] if t >= 0]
-        float_in = {t for t in ins if dtypes[t].kind == "f"}
-        float_out = {t for t in outs if dtypes[t].kind == "f"}
-        if not float_in and not float_out:
-            continue
-        if op["op_name"] == "QUANTIZE" and not float_out and float_in <= graph_in:
-            continue
-        if op["op_name"] == "DEQUANTIZE" and not float_in and float_out <= graph_out:
-            continue
-        found[op["op_name"]] = found.get(op["op_name"], 0) + 1
-    return dict(sorted(found.items()))
-
-
 def _assert_builtin_only(report) -> None:
     assert report.flex_ops == [] and report.custom_ops == [], (report.flex_ops, report.custom_ops)
     assert not {"VAR_HANDLE", "READ_VARIABLE"} & set(report.op_histogram)
@@ -231,16 +205,16 @@ def test_format_converts_and_runs_on_real_images(
     if quantization == "int8":
         # Full integer: nothing left in float but the I/O boundary.
         assert report.float_ops == {}, report.float_ops
-        assert _float_ops_from_interpreter(report.path) == {}
+        assert float_ops_from_interpreter(report.path) == {}
         assert keras_accuracy - accuracy <= 0.01, (accuracy, keras_accuracy)
     if quantization == "int16x8":
         # Ops without an int16x8 kernel in TF 2.21 stay float (listed), nothing else.
         allowed = {"SPACE_TO_DEPTH", "DEPTH_TO_SPACE", "DIV", "QUANTIZE", "DEQUANTIZE"}
         assert set(report.float_ops) <= allowed, report.float_ops
-        assert report.float_ops == _float_ops_from_interpreter(report.path)
+        assert report.float_ops == float_ops_from_interpreter(report.path)
     if quantization in ("float32", "float16", "dynamic_int8"):
         # Float models: the float-op list is the (non-empty) float graph, same as LiteRT sees.
-        assert report.float_ops and report.float_ops == _float_ops_from_interpreter(report.path)
+        assert report.float_ops and report.float_ops == float_ops_from_interpreter(report.path)
 
 
 def test_float_ops_are_detected_in_a_mixed_model(tmp_path):
@@ -260,7 +234,7 @@ def test_float_ops_are_detected_in_a_mixed_model(tmp_path):
         model, path, quantization="int8", representative_data=images, allow_float_ops=True
     )
     assert report.float_ops["SQUARE"] == 1
-    assert report.float_ops == _float_ops_from_interpreter(path)
+    assert report.float_ops == float_ops_from_interpreter(path)
     assert "DEQUANTIZE" in report.float_ops  # the island's way into float
 
 
@@ -277,7 +251,7 @@ def test_int8_real_size_256(trained, data, out_dir, record_property):
     assert report.inputs[0].shape == (1, 256, 256, 3) and report.inputs[0].dtype == "int8"
     # Input range pinned to [0, 1]: raw pixels minus 128 are the int8 input.
     assert report.inputs[0].quantization == (pytest.approx(1 / 255), -128)
-    assert report.float_ops == {} and _float_ops_from_interpreter(report.path) == {}
+    assert report.float_ops == {} and float_ops_from_interpreter(report.path) == {}
     assert report.max_tensor_rank <= 4
     record_property("op_histogram_256_int8", json.dumps(report.op_histogram))
     record_property("xnnpack_partitions_256_int8", report.num_xnnpack_partitions)

@@ -26,7 +26,6 @@ the same batches on every run.
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from keras_mvit2.data.sources import FASHION_MNIST_DIR, load_fashion_mnist_arrays
 from keras_mvit2.tasks.detection import AnchorConfig, match_anchors
 
 __all__ = [
@@ -47,13 +47,11 @@ __all__ = [
     "background_photos",
     "detection_dataset",
     "detection_targets",
-    "load_fashion_mnist",
     "pasted_fashion_mnist",
     "segmentation_dataset",
 ]
 
 #: Where the Debian package `dataset-fashion-mnist` installs the IDX files.
-FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_CLASSES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
@@ -67,40 +65,6 @@ VAL_PHOTOS = ("coffee", "rocket")
 
 # --------------------------------------------------------------------------------------
 # Sources
-
-
-def load_fashion_mnist(
-    split: str = "train", directory: str | os.PathLike | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Fashion-MNIST as numpy: `(images (N, 28, 28) uint8, labels (N,) uint8)`.
-
-    Args:
-        split: "train" (60,000) or "test" (10,000).
-        directory: folder of the four `*-ubyte.gz` files; defaults to
-            `$KERAS_MVIT2_FASHION_MNIST` or `FASHION_MNIST_DIR`.
-    """
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test'. Received: split={split!r}")
-    directory = os.fspath(
-        directory or os.environ.get("KERAS_MVIT2_FASHION_MNIST", FASHION_MNIST_DIR)
-    )
-    prefix = "train" if split == "train" else "t10k"
-    paths = [os.path.join(directory, f"{prefix}-{kind}-ubyte.gz")
-             for kind in ("images-idx3", "labels-idx1")]
-    for path in paths:
-        if not os.path.exists(path):
-            raise FileNotFoundError(
-                f"Fashion-MNIST file {path!r} not found. Install it offline with "
-                "`apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or point "
-                "KERAS_MVIT2_FASHION_MNIST at a folder with the four *-ubyte.gz files."
-            )
-    with gzip.open(paths[0], "rb") as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-    with gzip.open(paths[1], "rb") as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)
-    if len(images) != len(labels):
-        raise ValueError(f"Corrupt Fashion-MNIST files in {directory!r}: counts differ.")
-    return images, labels
 
 
 def background_photos(split: str = "all") -> list[np.ndarray]:
@@ -212,7 +176,8 @@ def pasted_fashion_mnist(
             `ignore_index` in the masks, like the boundary band of PASCAL VOC masks.
         ignore_index: value of ignored mask pixels.
         seed: RNG seed; the same arguments give the same dataset.
-        fashion_mnist_dir: see `load_fashion_mnist`.
+        fashion_mnist_dir: folder of the four Fashion-MNIST `*-ubyte.gz` files (default:
+            Debian's `dataset-fashion-mnist`, see `keras_mvit2.data.load_fashion_mnist_arrays`).
 
     Returns:
         A `PastedDataset`. Items overlap each other by at most 25 % of a box (IoU
@@ -235,8 +200,9 @@ def pasted_fashion_mnist(
     if ignore_index < len(classes) + 1 or ignore_index > 255:
         raise ValueError(f"ignore_index must be in ({len(classes)}, 255]. Got {ignore_index}")
 
-    items, item_labels = load_fashion_mnist(
-        "train" if split == "train" else "test", fashion_mnist_dir
+    items, item_labels = load_fashion_mnist_arrays(
+        "train" if split == "train" else "test",
+        data_dir=fashion_mnist_dir or FASHION_MNIST_DIR,
     )
     pools = [np.nonzero(item_labels == c)[0] for c in classes]
     if photos not in ("all", "split"):
