@@ -8,7 +8,7 @@ trained as in the training issue (``mvit2 train --config fashion_mnist``: its
 ``model.keras`` or ``model_ema.keras``); without it the script trains one with
 the same recipe (`keras_mvit2.training`, config ``fashion_mnist``) for
 `--train-epochs` epochs at `--image-size` (a shorter run than the 12 epochs at
-64x64 of the recipe; the output folder is reused, so a second run resumes).
+48x48 of the recipe; the output folder is reused, so a second run resumes).
 
 Then, on the full 10,000-image Fashion-MNIST test set (the training recipe's
 evaluation transform):

@@ -135,7 +135,10 @@ def prune(
         model_or_path: a trained Keras 3 model or ``.keras`` path (as `qat`).
         train_data: fine-tuning data (as `keras_mvit2.quantize.qat`).
         target_sparsity: final fraction of zeros in each pruned kernel, in (0, 1).
-        epochs, steps_per_epoch, learning_rate, batch_size: the fine-tune (Adam).
+        epochs: fine-tuning epochs (Adam).
+        steps_per_epoch: batches per epoch (default: the whole data).
+        learning_rate: Adam learning rate.
+        batch_size: fine-tuning batch size.
         initial_sparsity: sparsity at the first mask update.
         frequency: steps between mask updates.
         output_path: also export the pruned model to this ``.tflite`` file with
@@ -202,8 +205,9 @@ def cluster(
 
     Args:
         num_clusters: distinct values per kernel (> 1).
-        Other arguments: as `prune` (the default learning rate is lower: the
-        centroids move all weights of a cluster at once).
+
+    The other arguments are as `prune` (the default learning rate is lower: the
+    centroids move all weights of a cluster at once).
 
     Returns:
         A `SparsityResult` whose `model` is the clustered Keras 3 model.

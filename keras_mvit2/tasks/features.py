@@ -174,7 +174,8 @@ def mobilevitv2_features(
         name: model name; defaults to `mobilevitv2_<100 alpha>_features_os<output_stride>`.
         attention: the attention of every MobileViTv2 block (any name of
             `keras_mvit2.attention.available()`, a config dict or a layer).
-        attn_dropout, ffn_dropout, block_dropout: as `MobileViTV2`.
+
+    `attn_dropout`, `ffn_dropout` and `block_dropout` are as in `MobileViTV2`.
 
     Returns:
         A Functional `keras.Model` whose output is a dict `{level: feature map}`.

@@ -323,12 +323,11 @@ def PSPNet(  # noqa: N802 (keras.applications naming)
     adaptive average pooling and a 1x1 conv + BN + ReLU to `C / len(pool_sizes)`
     channels (floored to a multiple of 16), bilinearly upsampled (align_corners) and
     concatenated with the features; a 3x3 conv + BN + ReLU to `psp_channels`, spatial
-    dropout, and a 1x1 classifier with bias.
+    dropout, and a 1x1 classifier with bias. The arguments it shares with `DeepLabV3`
+    (width, input, classes, output stride, head activation, logits upsampling,
+    attention, weights, input tensor, name) mean the same there.
 
     Args:
-        width_multiplier, input_shape, classes, output_stride, head_activation,
-        upsample_logits, attention, weights, backbone_weights, input_tensor, name:
-            as `DeepLabV3`.
         psp_channels: fusion width (ml-cvnets MobileViTv2 configs: 512).
         pool_sizes: adaptive pooling sizes (default (1, 2, 3, 6)).
         dropout: spatial dropout after the fusion conv (0.1).

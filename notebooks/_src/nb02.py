@@ -20,8 +20,8 @@ per-class accuracy and the confusion matrix. Fashion-MNIST is read from Debian's
 
 `MVIT2_SMALL=1` (set by the project's CI) trains two short epochs at 32x32 so that every cell
 runs in about a minute on a CPU; the accuracy is then far from what the model can do. Without
-it the notebook runs the packaged recipe (`keras_mvit2/configs/fashion_mnist.yaml`: 64x64,
-12 epochs over the 60,000 training images; use a GPU runtime).
+it the notebook runs the packaged recipe (`keras_mvit2/configs/fashion_mnist.yaml`: 48x48,
+12 epochs over the 60,000 training images: 92.8 % in 45 min on 2 CPU cores, faster on a GPU).
 
 `IMAGES` switches to your own data: a folder with one sub-folder of images per class
 (`my_images/cat/001.jpg`, `my_images/dog/002.png`, ...). 10 % of each class is held out for
