@@ -34,7 +34,6 @@ Prints a table and writes JSON (atomically).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -48,7 +47,6 @@ INT8_BAR = 0.55
 FP32_BAR = 0.90
 SIZE = 256
 ANCHOR_DIRS = ("/work/shared/anchors",)
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
 
 # --------------------------------------------------------------------------------------
@@ -97,11 +95,9 @@ def environment() -> dict:
 
 
 def _fashion_mnist(split: str, n: int, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    prefix = "train" if split == "train" else "t10k"
-    with gzip.open(os.path.join(FASHION_MNIST, f"{prefix}-images-idx3-ubyte.gz"), "rb") as f:
-        x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-    with gzip.open(os.path.join(FASHION_MNIST, f"{prefix}-labels-idx1-ubyte.gz"), "rb") as f:
-        y = np.frombuffer(f.read(), np.uint8, offset=8)
+    from keras_mvit2.data import load_fashion_mnist_arrays
+
+    x, y = load_fashion_mnist_arrays(split)
     return x[offset : offset + n], y[offset : offset + n].astype("int64")
 
 
@@ -175,18 +171,17 @@ def build_our_model(args, log) -> tuple[object, str]:
     )
 
 
-def convert_ours(model, out_dir: str, num_calibration: int, log,
-                 prefix: str = "ours") -> dict[str, str]:
+def convert_ours(model, out_dir: str, num_calibration: int, log) -> dict[str, str]:
     from keras_mvit2.export import to_tflite
 
     calib_raw, _ = _fashion_mnist("train", num_calibration, offset=50_000)
     calibration = _rgb(calib_raw, SIZE)
     paths = {}
     log("converting ours: float32 ...")
-    paths[f"{prefix}_fp32"] = to_tflite(model, os.path.join(out_dir, f"{prefix}_fp32.tflite")).path
+    paths["ours_fp32"] = to_tflite(model, os.path.join(out_dir, "ours_fp32.tflite")).path
     log(f"converting ours: full int8 (int8 I/O, {num_calibration} calibration images) ...")
-    paths[f"{prefix}_int8"] = to_tflite(
-        model, os.path.join(out_dir, f"{prefix}_int8.tflite"), quantization="int8",
+    paths["ours_int8"] = to_tflite(
+        model, os.path.join(out_dir, "ours_int8.tflite"), quantization="int8",
         io_dtype="int8", representative_data=calibration,
     ).path
     return paths
