@@ -140,7 +140,7 @@ def _timm_state_dict(model: keras.Model) -> dict:
     return state
 
 
-def test_task_models_load_classifier_checkpoints(classifier_file):
+def test_task_models_load_classifier_checkpoints(classifier_file, tmp_path):
     classifier, path = classifier_file
     reference = {w.path: w.numpy() for w in classifier.weights}
     state = _timm_state_dict(classifier)
@@ -158,10 +158,45 @@ def test_task_models_load_classifier_checkpoints(classifier_file):
                 np.testing.assert_array_equal(w.numpy(), reference[w.path], err_msg=w.path)
                 checked += 1
         assert checked == len(classifier.weights) - 2  # all but the Dense head
-    # A checkpoint of another width is refused with a clear message.
+    # A task model passes its backbone on (a trained segmenter starts a detector), and
+    # only the backbone: the detector's own head keeps its initialization.
+    seg = built[0]
+    perturb_norms(seg, seed=4)
+    keras.utils.set_random_seed(7)
+    det = SSDLite(0.5, input_shape=(64, 64, 3), classes=5, backbone_weights=seg,
+                  name="from_segmenter")
+    keras.utils.set_random_seed(7)
+    fresh = SSDLite(0.5, input_shape=(64, 64, 3), classes=5, name="fresh")
+    seg_weights = {w.path: w.numpy() for w in seg.weights}
+    copied = 0
+    for w, w_fresh in zip(det.weights, fresh.weights, strict=True):
+        if w.path.startswith(("stem_", "stage")):
+            np.testing.assert_array_equal(w.numpy(), seg_weights[w.path], err_msg=w.path)
+            copied += 1
+        else:
+            np.testing.assert_array_equal(w.numpy(), w_fresh.numpy(), err_msg=w.path)
+    assert copied == len(classifier.weights) - 2
+    # ... or its saved .keras file (mvit2 train --task ... --backbone-weights run/model.keras).
+    det.save(tmp_path / "det.keras")
+    psp = PSPNet(0.5, input_shape=(64, 64, 3), classes=5, psp_channels=32,
+                 backbone_weights=tmp_path / "det.keras", name="from_file")
+    for w in psp.weights:
+        if w.path.startswith(("stem_", "stage")):
+            np.testing.assert_array_equal(w.numpy(), seg_weights[w.path], err_msg=w.path)
+    (tmp_path / "broken.keras").write_bytes(b"not a zip archive")
+    with pytest.raises(ValueError, match="Cannot load the Keras model"):
+        PSPNet(0.5, input_shape=(64, 64, 3), classes=5, psp_channels=32,
+               backbone_weights=tmp_path / "broken.keras", name="from_broken")
+    # A checkpoint or model of another width is refused with a clear message.
     with pytest.raises(ValueError, match="shape"):
         DeepLabV3(0.75, input_shape=(64, 64, 3), classes=5, aspp_channels=32,
                   backbone_weights=path, name="other_width")
+    with pytest.raises(ValueError, match=r"shape .* in model 'from_segmenter'"):
+        PSPNet(0.75, input_shape=(64, 64, 3), classes=5, psp_channels=32,
+               backbone_weights=det, name="other_width_from_model")
+    with pytest.raises(ValueError, match="has no layer 'stem_conv': not a MobileViTv2"):
+        SSDLite(0.5, input_shape=(64, 64, 3), classes=5, name="from_a_stranger",
+                backbone_weights=keras.Sequential([keras.layers.Dense(2)], name="stranger"))
 
 
 # --------------------------------------------------------------------------------------

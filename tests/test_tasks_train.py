@@ -3,8 +3,8 @@ on real scikit-image photos, built offline), their metrics against trivial basel
 and their export: TFLite float32 and full int8 run in LiteRT and compared with Keras,
 Core ML converted and inspected.
 
-One segmenter and one detector are trained once per module (MobileViTv2-0.5, 64x64,
-300 steps each) and shared by the export tests.
+One segmenter (from scratch) and one detector (from the segmenter's backbone) are trained
+once per module (MobileViTv2-0.5, 64x64, 300 and 600 steps) and shared by the export tests.
 """
 
 import json
@@ -83,11 +83,15 @@ def segmenter(seg_data):
 
 
 @pytest.fixture(scope="module")
-def detector(det_data):
+def detector(det_data, segmenter):
     train, _ = det_data
     keras.utils.set_random_seed(0)
+    # Detectors start from a trained backbone (the paper's from ImageNet); here from the
+    # segmenter's, trained on the same kind of images. From scratch, 600 steps learn too
+    # slowly to test: over seeds 1-3 val mAP 0.006 / 0.007 / 0.051 (0.024 at 1200 steps).
     model = SSDLite(0.5, input_shape=(SIZE, SIZE, 3), classes=train.num_classes,
-                    anchor_config=SMALL_ANCHORS, proj_channels=(64, 64, 64, 32))
+                    anchor_config=SMALL_ANCHORS, proj_channels=(64, 64, 64, 32),
+                    backbone_weights=segmenter[0])
     tt.compile_detection(model, _optimizer(DET_STEPS))
     dataset = td.detection_dataset(train.images, train.boxes, train.labels, model.anchors, 16,
                                    training=True, config=SMALL_ANCHORS, augment=None, seed=0)
@@ -175,15 +179,15 @@ def test_detection_learns(detector, det_data):
     result = tt.evaluate_detection(model, val.images, truth, model.anchors, SMALL_ANCHORS)
     center = tt.center_box_baseline(truth)["map"]
     random = tt.random_box_baseline(truth)["map"]
-    # Measured (2 cores), three runs (CPU training is not bit-reproducible, and from
-    # scratch the outcome spreads): val mAP@[.5:.95] 0.043 / 0.069 / 0.119 (AP50 0.18 /
-    # 0.23 / 0.41), loss 10.6 -> 3.5; centred mean-size boxes 0.0027, random boxes 0.0003.
+    # Measured (2 cores), from the segmenter's backbone, seeds 0 / 1 / 2: val mAP@[.5:.95]
+    # 0.200 / 0.187 / 0.163 (AP50 0.50 / 0.48 / 0.50), loss 9.4 -> 3.0 / 9.7 -> 3.1 /
+    # 10.0 -> 3.6; centred mean-size boxes 0.0027, random boxes 0.0003.
     print(json.dumps({"det_losses": losses, "det_val": result, "center": center,
                       "random": random}))
     assert losses[-1] < 0.5 * losses[0], losses
-    assert result["map"] > 0.025 and result["map"] > 10 * max(center, random), (
+    assert result["map"] > 0.06 and result["map"] > 20 * max(center, random), (
         result, center, random)
-    assert result["map_50"] > 0.1, result
+    assert result["map_50"] > 0.2, result
 
 
 # --------------------------------------------------------------------------------------

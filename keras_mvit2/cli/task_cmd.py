@@ -57,7 +57,9 @@ def add_train_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) ->
     p.add_argument("--no-augment", action="store_true",
                    help="disable the Table 11 augmentations")
     p.add_argument("--train-images", type=int, default=512)
-    p.add_argument("--backbone-weights", help="classifier checkpoint for the backbone")
+    p.add_argument("--backbone-weights",
+                   help="backbone to start from: a classifier checkpoint (.pt/.pth/.safetensors/"
+                        ".weights.h5) or a trained model's .keras (e.g. a segmenter's)")
 
 
 def _common(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

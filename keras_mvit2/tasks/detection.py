@@ -321,7 +321,7 @@ def SSDLite(  # noqa: N802 (keras.applications naming)
     head_activation: str = "relu",
     attention="separable",
     weights: str | os.PathLike | None = None,
-    backbone_weights: str | os.PathLike | None = None,
+    backbone_weights: str | os.PathLike | keras.Model | None = None,
     input_tensor=None,
     name: str | None = None,
 ) -> keras.Model:
@@ -345,7 +345,8 @@ def SSDLite(  # noqa: N802 (keras.applications naming)
         head_activation: activation of the extra layers and projections (ReLU).
         attention: attention of the backbone (any of `keras_mvit2.attention`).
         weights: a `.weights.h5` of this very model.
-        backbone_weights: a classifier checkpoint for the backbone.
+        backbone_weights: a classifier checkpoint for the backbone, or a model with
+            the same backbone to copy it from (see `tasks.load_backbone_weights`).
         input_tensor: optional Keras tensor to build on.
         name: model name.
 

@@ -146,7 +146,7 @@ def mobilevitv2_features(
     width_multiplier: float = 1.0,
     input_shape: tuple[int, int, int] | None = None,
     output_stride: int = 32,
-    weights: str | os.PathLike | None = None,
+    weights: str | os.PathLike | keras.Model | None = None,
     input_tensor=None,
     levels: tuple[str, ...] = FEATURE_LEVELS,
     name: str | None = None,
@@ -165,8 +165,8 @@ def mobilevitv2_features(
             ml-cvnets' segmentation models).
         weights: `None`, or a classifier checkpoint (ml-cvnets `.pt`, timm
             `.pth`/`.bin`/`.safetensors`, a state dict, or a Keras `.weights.h5` of a
-            `MobileViTV2` classifier); the classifier head is dropped. See
-            `load_backbone_weights`.
+            `MobileViTV2` classifier; the classifier head is dropped), or a model
+            with the same backbone to copy it from. See `load_backbone_weights`.
         input_tensor: optional Keras tensor to build on.
         levels: which of `FEATURE_LEVELS` to output (outputs of `stage1_block1` ..
             `stage4_block1`; strides 4/8/16/32 at output stride 32, see
@@ -243,7 +243,7 @@ def mobilevitv2_features(
 
 def load_backbone_weights(
     model: keras.Model,
-    weights: str | os.PathLike | Mapping | None,
+    weights: str | os.PathLike | Mapping | keras.Model | None,
     *,
     width_multiplier: float | None = None,
     attention="separable",
@@ -251,7 +251,7 @@ def load_backbone_weights(
     """Loads classifier weights into the MobileViTv2 layers of `model`, in place.
 
     `model` is a feature extractor or a task model built on one (its layers named
-    `stem_conv`, `stage{i}_block{j}`, ...). Accepted files:
+    `stem_conv`, `stage{i}_block{j}`, ...). Accepted sources:
 
     - PyTorch checkpoints (ml-cvnets `.pt`, timm `.pth`/`.bin`/`.safetensors`, HF),
       or such a state dict (name -> array): every backbone tensor is checked, the
@@ -259,11 +259,15 @@ def load_backbone_weights(
     - a Keras `.weights.h5` saved from a `MobileViTV2` classifier (any number of
       classes, with or without top): it is loaded into a temporary
       `MobileViTV2(width_multiplier, include_top=False, attention=attention)` and
-      copied layer by layer (names and shapes checked).
+      copied layer by layer (names and shapes checked);
+    - a Keras model with the same backbone, or its `.keras` file: a `MobileViTV2`
+      classifier, a feature extractor or a task model (e.g. a trained segmenter's
+      backbone to start a detector from), copied layer by layer (names and shapes
+      checked).
 
     Args:
         model: the model to fill.
-        weights: `None` (nothing to do) or the checkpoint path.
+        weights: `None` (nothing to do), the checkpoint path, a state dict or a model.
         width_multiplier: the backbone's width (needed for `.weights.h5` files only;
             read from the model when `None`).
         attention: the backbone's attention (for `.weights.h5` files).
@@ -280,9 +284,12 @@ def load_backbone_weights(
         _backbone_layers(model)
         load_torch_weights(model, weights)
         return
+    if isinstance(weights, keras.Model):
+        _copy_backbone(_backbone_layers(model), weights, f"model {weights.name!r}")
+        return
     if not isinstance(weights, str | os.PathLike):
         raise ValueError(
-            "weights must be None, a checkpoint path or a state dict. "
+            "weights must be None, a checkpoint path, a state dict or a Keras model. "
             f"Received: weights={type(weights).__name__}"
         )
     path = os.fspath(weights)
@@ -294,6 +301,13 @@ def load_backbone_weights(
     if not os.path.exists(path):
         raise FileNotFoundError(f"Weights file not found: {path!r}")
     layers = _backbone_layers(model)
+    if path.endswith(".keras"):
+        try:
+            source = keras.saving.load_model(path, compile=False)
+        except Exception as err:  # corrupt archive, unknown layers, ...
+            raise ValueError(f"Cannot load the Keras model {path!r}: {err}") from err
+        _copy_backbone(layers, source, repr(path))
+        return
     if path.endswith(".weights.h5"):
         if width_multiplier is None:
             width_multiplier = _infer_width(model)
@@ -351,19 +365,30 @@ def _copy_from_classifier_h5(
             f"width_multiplier={width_multiplier} and attention={attention!r}: {err}. "
             "(A task model's own .weights.h5 goes to its weights= argument instead.)"
         ) from err
+    _copy_backbone(layers, source, repr(path))
+
+
+def _copy_backbone(layers: list[keras.layers.Layer], source: keras.Model, origin: str) -> None:
+    """Copies every variable of `layers` from the same-named layer of `source`, all
+    names and shapes checked before anything is assigned."""
     pairs = []
     for layer in layers:
-        src = source.get_layer(layer.name)
+        try:
+            src = source.get_layer(layer.name)
+        except ValueError:
+            raise ValueError(
+                f"{origin} has no layer {layer.name!r}: not a MobileViTv2 backbone."
+            ) from None
         if len(src.weights) != len(layer.weights):
             raise ValueError(
-                f"Layer {layer.name!r} has {len(layer.weights)} variables, the classifier's "
+                f"Layer {layer.name!r} has {len(layer.weights)} variables, {origin}'s "
                 f"{len(src.weights)}: not the same architecture."
             )
         for dst_var, src_var in zip(layer.weights, src.weights, strict=True):
             if tuple(dst_var.shape) != tuple(src_var.shape):
                 raise ValueError(
                     f"{dst_var.path}: shape {tuple(dst_var.shape)} in the model, "
-                    f"{tuple(src_var.shape)} in {path!r}."
+                    f"{tuple(src_var.shape)} in {origin}."
                 )
             pairs.append((dst_var, src_var))
     for dst_var, src_var in pairs:

@@ -234,7 +234,7 @@ def DeepLabV3(  # noqa: N802 (keras.applications naming)
     upsample_logits: bool = True,
     attention="separable",
     weights: str | os.PathLike | None = None,
-    backbone_weights: str | os.PathLike | None = None,
+    backbone_weights: str | os.PathLike | keras.Model | None = None,
     input_tensor=None,
     name: str | None = None,
 ) -> keras.Model:
@@ -259,7 +259,8 @@ def DeepLabV3(  # noqa: N802 (keras.applications naming)
             align_corners); `False` returns them at the output stride.
         attention: attention of the backbone blocks (any of `keras_mvit2.attention`).
         weights: a `.weights.h5` of this very model (same arguments).
-        backbone_weights: a classifier checkpoint for the backbone (see
+        backbone_weights: a classifier checkpoint for the backbone, or a model with
+            the same backbone to copy it from (see
             `keras_mvit2.tasks.load_backbone_weights`).
         input_tensor: optional Keras tensor to build on.
         name: model name.
@@ -313,7 +314,7 @@ def PSPNet(  # noqa: N802 (keras.applications naming)
     upsample_logits: bool = True,
     attention="separable",
     weights: str | os.PathLike | None = None,
-    backbone_weights: str | os.PathLike | None = None,
+    backbone_weights: str | os.PathLike | keras.Model | None = None,
     input_tensor=None,
     name: str | None = None,
 ) -> keras.Model:
