@@ -34,7 +34,6 @@ Prints a table and writes JSON (atomically).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -381,10 +380,9 @@ def main(argv: list[str] | None = None) -> int:
             "kecam_int8 / kecam_fp32": ratio("kecam_int8", "kecam_fp32", 1.0),
         },
     }
-    from keras_mvit2.utils.files import atomic_output
+    from keras_mvit2.utils.files import write_json
 
-    with atomic_output(args.out) as tmp_path, open(tmp_path, "w") as f:
-        json.dump(result, f, indent=2)
+    write_json(args.out, result)
     _table(result)
     print(f"wrote {args.out}")
     return 0

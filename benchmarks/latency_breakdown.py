@@ -22,7 +22,6 @@ Prints a table and writes JSON (atomically).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -148,10 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         "fp32_bar": 0.9,
         "ours_ms_needed_for_bar": 0.9 * whole["kecam_ms"],
     }
-    from keras_mvit2.utils.files import atomic_output
+    from keras_mvit2.utils.files import write_json
 
-    with atomic_output(args.out) as tmp_path, open(tmp_path, "w") as f:
-        json.dump(result, f, indent=2)
+    write_json(args.out, result)
     _table(result)
     print(f"wrote {args.out}")
     return 0

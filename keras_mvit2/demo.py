@@ -259,7 +259,7 @@ def run_demo(
         validate,
     )
     from keras_mvit2.export.validate import reference_outputs
-    from keras_mvit2.utils.files import atomic_output
+    from keras_mvit2.utils.files import write_json
 
     if settings is not None and not isinstance(settings, DemoSettings):
         raise ValueError(f"settings must be a DemoSettings. Received: {settings!r}")
@@ -402,15 +402,8 @@ def run_demo(
         steps=steps,
         seconds=time.monotonic() - start,
     )
-    with atomic_output(paths["summary"]) as tmp, open(tmp, "w") as f:
-        json.dump(result.to_dict(), f, indent=2, default=_json_default)
+    write_json(paths["summary"], result.to_dict())
     return result
-
-
-def _json_default(x: Any) -> Any:
-    if hasattr(x, "item"):  # numpy scalars
-        return x.item()
-    raise TypeError(f"Not JSON serializable: {type(x).__name__}")
 
 
 def print_summary(result: DemoResult, console: Any = None) -> None:

@@ -7,10 +7,9 @@ these commands only parse arguments, call the library and print the result.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import atomic_output, write_json
 
 
 def _common(p: argparse.ArgumentParser, *, lr: float) -> None:
@@ -68,8 +67,7 @@ def register(sub) -> None:
 
 def _write_json(path: str | None, data) -> None:
     if path:
-        with atomic_output(path) as tmp, open(tmp, "w") as f:
-            json.dump(data, f, indent=2, default=str)
+        write_json(path, data)
 
 
 def _worker_failed(command: str, err) -> int:

@@ -16,7 +16,7 @@ import argparse
 import json
 import os
 
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import atomic_output, write_json
 
 TASKS = ("segmentation", "detection")
 HEADS = {"segmentation": ("deeplabv3", "pspnet"), "detection": ("ssdlite",)}
@@ -139,11 +139,6 @@ def _build(args, num_classes: int):
                    proj_channels=(c,) * (levels - 1) + (max(c // 2, 8),), **common)
 
 
-def _write_json(path: str, payload) -> None:
-    with atomic_output(path) as tmp, open(tmp, "w") as f:
-        json.dump(payload, f, indent=2)
-
-
 def train_task(args: argparse.Namespace) -> int:
     """Trains a task model for parsed `args` (`mvit2 train --task ...`, see
     `add_train_arguments`; `args.task` and `args.output` are set); returns 0."""
@@ -197,8 +192,8 @@ def train_task(args: argparse.Namespace) -> int:
     run_config["class_names"] = list(train.class_names)
     if not segmentation:
         run_config["anchor_config"] = model.anchor_config.to_dict()
-    _write_json(os.path.join(args.output, "config.json"), run_config)
-    _write_json(os.path.join(args.output, "metrics.json"), metrics)
+    write_json(os.path.join(args.output, "config.json"), run_config)
+    write_json(os.path.join(args.output, "metrics.json"), metrics)
     print(json.dumps({k: v for k, v in metrics.items() if k != "confusion_matrix"}, indent=2))
     return 0
 
@@ -253,7 +248,7 @@ def _eval(args: argparse.Namespace) -> int:
     shown = {k: v for k, v in metrics.items() if k != "confusion_matrix"}
     print(json.dumps(shown, indent=2))
     if args.json_path:
-        _write_json(args.json_path, metrics)
+        write_json(args.json_path, metrics)
     return 0
 
 
@@ -278,5 +273,5 @@ def _profile(args: argparse.Namespace) -> int:
         for row in [headers, *table]:
             print("  ".join(f"{c:>14}" for c in row))
     if args.json_path:
-        _write_json(args.json_path, rows)
+        write_json(args.json_path, rows)
     return 0

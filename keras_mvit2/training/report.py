@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from keras_mvit2.training.trainer import EvalResult, _write_json
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.training.trainer import EvalResult
+from keras_mvit2.utils.files import atomic_output, write_json
 
 #: Classes up to which every cell of the confusion matrix is annotated with its count.
 ANNOTATE_MAX_CLASSES = 30
@@ -102,7 +102,7 @@ def write_eval_report(
     os.makedirs(output_dir, exist_ok=True)
     report = {**dict(info or {}), **result.to_dict()}
     json_path = os.path.join(output_dir, "eval.json")
-    _write_json(json_path, report)
+    write_json(json_path, report)
     png_path = plot_confusion_matrix(result, os.path.join(output_dir, "confusion_matrix.png"),
                                      title=title)
     return {"json": json_path, "confusion_matrix": png_path}

@@ -52,7 +52,7 @@ from keras_mvit2.training.distribute import (
 )
 from keras_mvit2.training.ema import ExponentialMovingAverage, _Untracked
 from keras_mvit2.training.schedules import WarmupCosineDecay
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import atomic_output, write_json
 
 logger = logging.getLogger("keras_mvit2.training")
 
@@ -691,18 +691,6 @@ def latest_checkpoint(output_dir: str | os.PathLike) -> dict[str, Any] | None:
     return state
 
 
-def _write_json(path: str, payload: Any) -> None:
-    with atomic_output(path) as tmp, open(tmp, "w") as f:
-        json.dump(payload, f, indent=1, default=_json_default)
-
-
-def _json_default(x):
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    raise TypeError(f"Not JSON serializable: {type(x).__name__}")
-
 
 def _save_checkpoint(trainer: ClassifierTrainer, ckpt_dir: str, epoch: int,
                      history: list[dict], keep: int) -> str:
@@ -717,7 +705,7 @@ def _save_checkpoint(trainer: ClassifierTrainer, ckpt_dir: str, epoch: int,
         "seed_states": _seed_states(trainer.classifier),
         "history": history,
     }
-    _write_json(os.path.join(ckpt_dir, STATE_FILE), state)
+    write_json(os.path.join(ckpt_dir, STATE_FILE), state)
     old = sorted(f for f in os.listdir(ckpt_dir)
                  if f.startswith("epoch_") and f.endswith(".weights.h5"))
     for f in old[:-keep]:
@@ -934,7 +922,7 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
     }
     if chief:
         config.save(config_path)
-        _write_json(os.path.join(out, "run.json"), run_info)
+        write_json(os.path.join(out, "run.json"), run_info)
 
     # --- epochs ---------------------------------------------------------------------
     throughput = _Throughput(scaling.global_batch)
@@ -1008,7 +996,7 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
     if skipped:
         logger.warning(train_source.skipped.report())
     if chief:
-        _write_json(os.path.join(out, "metrics.json"), {
+        write_json(os.path.join(out, "metrics.json"), {
             "metrics": {k: v.to_dict() for k, v in metrics.items()},
             "history": history,
             "images_per_second": images_per_second,

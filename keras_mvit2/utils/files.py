@@ -1,10 +1,14 @@
-"""Atomic file output: a reader never sees a half-written file."""
+"""Atomic file output: a reader never sees a half-written file (any file, or JSON)."""
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
 
 
 @contextlib.contextmanager
@@ -32,3 +36,23 @@ def atomic_output(path: str | os.PathLike) -> Iterator[str]:
         os.replace(tmp_path, path)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def write_json(path: str | os.PathLike, payload: Any, *, indent: int = 2) -> None:
+    """Writes `payload` to `path` as JSON, atomically (`atomic_output`).
+
+    numpy scalars and arrays become numbers and lists, paths strings; anything else
+    that JSON cannot hold raises `TypeError` before `path` is touched.
+    """
+    with atomic_output(path) as tmp, open(tmp, "w") as f:
+        json.dump(payload, f, indent=indent, default=_to_json)
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"Not JSON serializable: {type(value).__name__}")
