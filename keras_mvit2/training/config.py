@@ -403,8 +403,11 @@ class TrainingConfig(_Section):
             (TF_CONFIG), `tpu`.
         tpu: TPU address for `TPUClusterResolver` (`null`/`local`: the local TPU VM).
         seed: seed of the weight initialization and dropout/stochastic depth.
-        deterministic: `tf.config.experimental.enable_op_determinism()` (bitwise
-            reproducible runs, slower on GPU).
+        deterministic: `tf.config.experimental.enable_op_determinism()` and one
+            intra-op and one inter-op thread (bitwise reproducible runs; slower). The
+            thread counts only take effect in a process whose TensorFlow has not
+            started yet: otherwise start it with `TF_NUM_INTRAOP_THREADS=1
+            TF_NUM_INTEROP_THREADS=1` (a warning says so).
         steps_per_execution: Keras' steps per `tf.function` call.
         jit_compile: compile the train step with XLA (`fit(jit_compile=True)`); off by
             default (single-device only: the step contains the replica all-reduce).
