@@ -691,7 +691,6 @@ def latest_checkpoint(output_dir: str | os.PathLike) -> dict[str, Any] | None:
     return state
 
 
-
 def _save_checkpoint(trainer: ClassifierTrainer, ckpt_dir: str, epoch: int,
                      history: list[dict], keep: int) -> str:
     name = f"epoch_{epoch:04d}.weights.h5"
@@ -770,7 +769,6 @@ def _check_resume_config(config: TrainConfig, config_path: str) -> None:
             f"({saved.model}); resuming it with {config.model} would mix two models. Use "
             "another output.dir or set output.resume=false."
         )
-
 
 
 #: Environment variables TensorFlow reads for its thread counts at start-up; both set to
