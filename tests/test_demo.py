@@ -7,7 +7,6 @@ claim is checked op by op on the interpreter's tensor types; the PNG is decoded 
 the Core ML package is read back with coremltools.
 """
 
-import gzip
 import importlib.util
 import json
 import os
@@ -19,20 +18,15 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 from model_utils import float_ops_from_interpreter
 
+from keras_mvit2.data.sources import FASHION_MNIST_DIR, load_fashion_mnist_arrays
 from keras_mvit2.demo import SMALL, DemoSettings, print_summary, run_demo
 
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 HAS_COREML = importlib.util.find_spec("coremltools") is not None
 
 pytestmark = pytest.mark.skipif(
-    not os.path.exists(os.path.join(FASHION_MNIST, "t10k-images-idx3-ubyte.gz")),
+    not os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
     reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
 )
-
-
-def _idx(name: str, offset: int) -> np.ndarray:
-    with gzip.open(os.path.join(FASHION_MNIST, name), "rb") as f:
-        return np.frombuffer(f.read(), np.uint8, offset=offset)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +41,8 @@ def test_images(demo):
     in the same float operations and order, so the images are bit-identical (the int8
     model rounds its input to 1/255 steps: one ulp can flip a prediction)."""
     n, size = demo.num_test_images, demo.settings.image_size
-    x = _idx("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 28, 28)[:n]
-    y = _idx("t10k-labels-idx1-ubyte.gz", 8)[:n].astype("int64")
+    x, y = load_fashion_mnist_arrays("test")
+    x, y = x[:n], y[:n].astype("int64")
     pixels = tf.image.resize(x[..., None].astype("float32"), (size, size), "bilinear",
                              antialias=True)
     images = np.clip(np.asarray(pixels) * np.float32(1.0 / 255.0), 0.0, 1.0)

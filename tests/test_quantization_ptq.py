@@ -16,7 +16,6 @@ Thresholds (measured on this recipe, with margin): int8 top-1 agreement with Ker
 kernel is wrong) and closer to Keras than int8.
 """
 
-import gzip
 import json
 import os
 
@@ -28,6 +27,11 @@ from ai_edge_litert.interpreter import Interpreter
 from model_utils import float_ops_from_interpreter
 
 import keras_mvit2 as mv
+from keras_mvit2.data.sources import (
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_DIR,
+    load_fashion_mnist_arrays,
+)
 from keras_mvit2.export import (
     UnsupportedOpError,
     calibration_images,
@@ -38,11 +42,7 @@ from keras_mvit2.export import (
 )
 from keras_mvit2.layers import GroupNorm1
 
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
-CLASSES = [
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
-]
+CLASSES = list(FASHION_MNIST_CLASSES)
 SIZE = 32
 TRAIN_STEPS = 160
 BATCH = 64
@@ -50,14 +50,9 @@ NUM_TEST = 1000
 NUM_CALIBRATION = 200
 
 pytestmark = pytest.mark.skipif(
-    not os.path.exists(os.path.join(FASHION_MNIST, "t10k-images-idx3-ubyte.gz")),
+    not os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
     reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
 )
-
-
-def _idx(name: str, offset: int) -> np.ndarray:
-    with gzip.open(os.path.join(FASHION_MNIST, name), "rb") as f:
-        return np.frombuffer(f.read(), np.uint8, offset=offset)
 
 
 def _rgb(images: np.ndarray, size: int) -> np.ndarray:
@@ -68,10 +63,9 @@ def _rgb(images: np.ndarray, size: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def data():
-    x_train = _idx("train-images-idx3-ubyte.gz", 16).reshape(-1, 28, 28)
-    y_train = _idx("train-labels-idx1-ubyte.gz", 8).astype("int64")
-    x_test = _idx("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 28, 28)
-    y_test = _idx("t10k-labels-idx1-ubyte.gz", 8).astype("int64")
+    x_train, y_train = load_fashion_mnist_arrays("train")
+    x_test, y_test = load_fashion_mnist_arrays("test")
+    y_train, y_test = y_train.astype("int64"), y_test.astype("int64")
     n = TRAIN_STEPS * BATCH
     return {
         "x_train": x_train[:n], "y_train": y_train[:n],

@@ -6,7 +6,6 @@ computed here independently (a hand-written LiteRT loop with its own (de)quantiz
 interpreter's node list, `os.path.getsize`). The CLI is run end to end on that model.
 """
 
-import gzip
 import json
 import os
 
@@ -17,6 +16,11 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
 from keras_mvit2.cli.main import main
+from keras_mvit2.data.sources import (
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_DIR,
+    load_fashion_mnist_arrays,
+)
 from keras_mvit2.export import read_tflite_metadata, to_tflite
 from keras_mvit2.export.calibration import load_labelled_images
 from keras_mvit2.export.validate import (
@@ -28,21 +32,12 @@ from keras_mvit2.export.validate import (
     validate,
 )
 
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
-CLASSES = [
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
-]
+CLASSES = list(FASHION_MNIST_CLASSES)
 
 pytestmark = pytest.mark.skipif(
-    not os.path.exists(os.path.join(FASHION_MNIST, "t10k-images-idx3-ubyte.gz")),
+    not os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
     reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
 )
-
-
-def _idx(name: str, offset: int) -> np.ndarray:
-    with gzip.open(os.path.join(FASHION_MNIST, name), "rb") as f:
-        return np.frombuffer(f.read(), np.uint8, offset=offset)
 
 
 def _rgb(images: np.ndarray) -> np.ndarray:
@@ -51,10 +46,10 @@ def _rgb(images: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def data():
-    x_train = _idx("train-images-idx3-ubyte.gz", 16).reshape(-1, 28, 28)[:6000]
-    y_train = _idx("train-labels-idx1-ubyte.gz", 8)[:6000].astype("int64")
-    x_test = _idx("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 28, 28)[:400]
-    y_test = _idx("t10k-labels-idx1-ubyte.gz", 8)[:400].astype("int64")
+    x_train, y_train = load_fashion_mnist_arrays("train")
+    x_train, y_train = x_train[:6000], y_train[:6000].astype("int64")
+    x_test, y_test = load_fashion_mnist_arrays("test")
+    x_test, y_test = x_test[:400], y_test[:400].astype("int64")
     return _rgb(x_train), y_train, _rgb(x_test), y_test
 
 

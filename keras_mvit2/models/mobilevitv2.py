@@ -51,6 +51,24 @@ def mobilevitv2_widths(width_multiplier: float) -> MobileViTV2Widths:
     return MobileViTV2Widths(stem, stages, attention_dims, ffn_dims)
 
 
+def mobilevitv2_stem(x, widths: MobileViTV2Widths):
+    """The layers before the first attention stage, on a Keras tensor `(B, H, W, 3)`:
+    3x3 stride-2 conv + BN + SiLU, then `stage0_block0` .. `stage1_block1` (inverted
+    residuals); returns the stride-4 map `(B, H/4, W/4, widths.stages[1])`. Shared by the
+    classifier and the task backbone, so their layer names (and weights) match."""
+    x = keras.layers.ZeroPadding2D(1, name="stem_pad")(x)
+    x = keras.layers.Conv2D(
+        widths.stem, 3, strides=2, use_bias=False,
+        kernel_initializer=conv_kernel_initializer(),
+        name="stem_conv",
+    )(x)
+    x = batch_norm("stem_bn")(x)
+    x = keras.layers.Activation("silu", name="stem_act")(x)
+    x = InvertedResidual(widths.stages[0], strides=1, name="stage0_block0")(x)
+    x = InvertedResidual(widths.stages[1], strides=2, name="stage1_block0")(x)
+    return InvertedResidual(widths.stages[1], strides=1, name="stage1_block1")(x)
+
+
 def MobileViTV2(  # noqa: N802 (keras.applications naming)
     width_multiplier: float = 1.0,
     include_top: bool = True,
@@ -117,18 +135,7 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
     rates = [float(r) for r in np.linspace(0.0, drop_path_rate, total_layers)]
     inputs, x = model_input(input_tensor, input_shape)
 
-    x = keras.layers.ZeroPadding2D(1, name="stem_pad")(x)
-    x = keras.layers.Conv2D(
-        widths.stem, 3, strides=2, use_bias=False,
-        kernel_initializer=conv_kernel_initializer(),
-        name="stem_conv",
-    )(x)
-    x = batch_norm("stem_bn")(x)
-    x = keras.layers.Activation("silu", name="stem_act")(x)
-
-    x = InvertedResidual(widths.stages[0], strides=1, name="stage0_block0")(x)
-    x = InvertedResidual(widths.stages[1], strides=2, name="stage1_block0")(x)
-    x = InvertedResidual(widths.stages[1], strides=1, name="stage1_block1")(x)
+    x = mobilevitv2_stem(x, widths)
     for i, num_layers in enumerate(ATTENTION_LAYERS):
         stage = i + 2
         x = InvertedResidual(widths.stages[stage], strides=2, name=f"stage{stage}_block0")(x)

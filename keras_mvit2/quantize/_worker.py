@@ -689,6 +689,19 @@ def image_input_shape(model) -> tuple[int, ...]:
     return shape
 
 
+def path_get(obj: Any, path: str) -> Any:
+    """The attribute / list item at dotted `path` of `obj` ("qkv_proj.kernel", "blocks.0")."""
+    for part in path.split("."):
+        obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
+    return obj
+
+
+def path_set(obj: Any, path: str, value: Any) -> None:
+    """Sets the attribute at dotted `path` of `obj` (see `path_get`)."""
+    head, _, last = path.rpartition(".")
+    setattr(path_get(obj, head) if head else obj, last, value)
+
+
 def stage_training_data(model, train_data, workdir: str, *, batch_size: int,
                         steps_per_epoch: int | None):
     """Reads `train_data` for `model` and saves it for the worker.

@@ -370,17 +370,6 @@ class _Plan:
     called: set[str]
 
 
-def _path_get(obj, path: str):
-    for part in path.split("."):
-        obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
-    return obj
-
-
-def _path_set(obj, path: str, value) -> None:
-    head, _, last = path.rpartition(".")
-    setattr(_path_get(obj, head) if head else obj, last, value)
-
-
 class _Quantizer:
     """TFMOT QuantizeConfigs for keras_mvit2 layers and the QAT model construction."""
 
@@ -422,7 +411,7 @@ class _Quantizer:
                 return last_value(num_bits=8, per_axis=False, symmetric=True, narrow_range=True)
 
             def get_weights_and_quantizers(self, layer):
-                return [(_path_get(layer, a), self._weight_quantizer())
+                return [(_worker.path_get(layer, a), self._weight_quantizer())
                         for a in self.weight_attrs]
 
             def get_activations_and_quantizers(self, layer):
@@ -430,9 +419,9 @@ class _Quantizer:
 
             def set_quantize_weights(self, layer, quantize_weights):
                 for attr, weight in zip(self.weight_attrs, quantize_weights, strict=True):
-                    _path_set(layer, attr, weight)
+                    _worker.path_set(layer, attr, weight)
                 for alias, attr in self.shared_attrs.items():
-                    _path_set(layer, alias, _path_get(layer, attr))
+                    _worker.path_set(layer, alias, _worker.path_get(layer, attr))
 
             def set_quantize_activations(self, layer, quantize_activations):
                 pass
@@ -527,7 +516,7 @@ class _Quantizer:
 
     @staticmethod
     def resolve(layer, path: str):
-        return _path_get(layer, path)
+        return _worker.path_get(layer, path)
 
     def child_config(self, child, path: str, bn_fed: set[str]):
         """The QuantizeConfig of a sublayer, or None (not wrapped)."""

@@ -459,18 +459,6 @@ def worker_prune(ctx) -> dict[str, Any]:
     })
 
 
-def _path_get(obj, path: str):
-    for part in path.split("."):
-        obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
-    return obj
-
-
-def _path_set(obj, path: str, value) -> None:
-    head, _, last = path.rpartition(".")
-    parent = _path_get(obj, head) if head else obj
-    setattr(parent, last, value)
-
-
 def worker_cluster(ctx) -> dict[str, Any]:
     """The ``"cluster"`` task of the worker process."""
     import tensorflow_model_optimization as tfmot
@@ -489,10 +477,10 @@ def worker_cluster(ctx) -> dict[str, Any]:
         """ClusterWeights for kernels reached by attribute paths (``"fc1.kernel"``)."""
 
         def get_weight_from_layer(self, weight_name):
-            return _path_get(self.layer, weight_name)
+            return _worker.path_get(self.layer, weight_name)
 
         def set_weight_to_layer(self, weight_name, new_weight):
-            _path_set(self.layer, weight_name, new_weight)
+            _worker.path_set(self.layer, weight_name, new_weight)
 
         def strip_clustering(self):
             for name, original in self.original_clusterable_weights.items():

@@ -30,11 +30,14 @@ import keras
 
 from keras_mvit2 import profiling
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers.initializers import conv_kernel_initializer
-from keras_mvit2.layers.inverted_residual import InvertedResidual, batch_norm
+from keras_mvit2.layers.inverted_residual import InvertedResidual
 from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.models.builder_utils import model_input
-from keras_mvit2.models.mobilevitv2 import ATTENTION_LAYERS, mobilevitv2_widths
+from keras_mvit2.models.mobilevitv2 import (
+    ATTENTION_LAYERS,
+    mobilevitv2_stem,
+    mobilevitv2_widths,
+)
 
 __all__ = [
     "FEATURE_LEVELS",
@@ -195,16 +198,7 @@ def mobilevitv2_features(
     widths = mobilevitv2_widths(width_multiplier)
     inputs, x = model_input(input_tensor, input_shape)
 
-    x = keras.layers.ZeroPadding2D(1, name="stem_pad")(x)
-    x = keras.layers.Conv2D(
-        widths.stem, 3, strides=2, use_bias=False,
-        kernel_initializer=conv_kernel_initializer(), name="stem_conv",
-    )(x)
-    x = batch_norm("stem_bn")(x)
-    x = keras.layers.Activation("silu", name="stem_act")(x)
-    x = InvertedResidual(widths.stages[0], strides=1, name="stage0_block0")(x)
-    x = InvertedResidual(widths.stages[1], strides=2, name="stage1_block0")(x)
-    x = InvertedResidual(widths.stages[1], strides=1, name="stage1_block1")(x)
+    x = mobilevitv2_stem(x, widths)
     outputs = {"stage1": x}
 
     # ml-cvnets: dilate layer_4 (our stage 3) for OS 8, layer_5 (stage 4) for OS 8 and 16.
