@@ -4,7 +4,7 @@
         [--rounds 40] [--invokes 5] [--weights trained|random] [--keras-model PATH.keras]
 
 Batch 1, 256x256, 1 thread, ``ai_edge_litert``; every model once with its default
-delegate (XNNPACK) and once without (``BUILTIN_WITHOUT_DEFAULT_DELEGATES``). All eight
+delegate (XNNPACK) and once without (``BUILTIN_WITHOUT_DEFAULT_DELEGATES``). All twelve
 interpreters are timed in interleaved rounds (A B C D ..., A B C D ..., each round
 `--invokes` invokes of each), so load changes on a shared machine hit all of them alike;
 the table reports medians of all invokes of the invoking thread's CPU time (with one
@@ -13,21 +13,25 @@ wait; wall-clock medians beside), the interquartile range and the ratios ours / 
 from this one run.
 
 Our models: MobileViTV2-0.5 converted with `keras_mvit2.export.to_tflite` (float32, and
-full int8 with int8 I/O like the peer). Weights (latency does not depend on them, int8
-calibration does): by default the model is trained for `--train-steps` steps on
-Fashion-MNIST at 32x32 (1000-class head, as the peer) and the weights are moved to the
-256x256 model (MobileViTv2 has no size-dependent weights); int8 is calibrated on
-Fashion-MNIST training images at 256x256. ``--weights random`` uses variance-preserving
-random weights with perturbed BN/GN statistics instead, calibrated on the same images;
-``--keras-model`` uses a trained `.keras` model.
+full int8 with int8 I/O like the peer), as shipped (back-to-back 1x1 convolutions fused,
+`keras_mvit2.export.pointwise_fusion`) and with ``fuse_pointwise=False`` (``*_unfused``:
+the converter's graph op for op), so the run shows what the fusion is worth. Weights
+(latency does not depend on them, int8 calibration does): by default the model is
+trained for `--train-steps` steps on Fashion-MNIST at 32x32 (1000-class head, as the
+peer) and the weights are moved to the 256x256 model (MobileViTv2 has no size-dependent
+weights); int8 is calibrated on Fashion-MNIST training images at 256x256.
+``--weights random`` uses variance-preserving random weights with perturbed BN/GN
+statistics instead, calibrated on the same images; ``--keras-model`` uses a trained
+`.keras` model.
 
 Peers: ``/work/shared/anchors/kecam_mobilevit_v2_050_{fp32,int8}.tflite`` (kecam 1.4.3's
 MobileViT_V2_050, random weights, int8 I/O; see the anchors README).
 
 Bars (issue 5): our int8 <= 0.55x kecam int8, our float32 <= 0.9x kecam float32.
 
-Recorded: CPU model, cores, load average before/after, versions, and per model its
-XNNPACK partition count, the ops left outside XNNPACK, and the float ops (int8).
+Ratios: ours / kecam for float32 and int8 (the bars), the unfused models / kecam, and
+int8 / float32 of each. Recorded: CPU model, cores, load average before/after, versions,
+and per model its XNNPACK partition count, the ops left outside XNNPACK, and the float ops (int8).
 Prints a table and writes JSON (atomically).
 """
 
@@ -176,13 +180,17 @@ def convert_ours(model, out_dir: str, num_calibration: int, log) -> dict[str, st
     calib_raw, _ = _fashion_mnist("train", num_calibration, offset=50_000)
     calibration = _rgb(calib_raw, SIZE)
     paths = {}
-    log("converting ours: float32 ...")
-    paths["ours_fp32"] = to_tflite(model, os.path.join(out_dir, "ours_fp32.tflite")).path
-    log(f"converting ours: full int8 (int8 I/O, {num_calibration} calibration images) ...")
-    paths["ours_int8"] = to_tflite(
-        model, os.path.join(out_dir, "ours_int8.tflite"), quantization="int8",
-        io_dtype="int8", representative_data=calibration,
-    ).path
+    for suffix, fuse in (("", True), ("_unfused", False)):
+        log(f"converting ours{suffix}: float32 ...")
+        paths[f"ours_fp32{suffix}"] = to_tflite(
+            model, os.path.join(out_dir, f"ours_fp32{suffix}.tflite"), fuse_pointwise=fuse
+        ).path
+        log(f"converting ours{suffix}: full int8 (int8 I/O, {num_calibration} calibration "
+            "images) ...")
+        paths[f"ours_int8{suffix}"] = to_tflite(
+            model, os.path.join(out_dir, f"ours_int8{suffix}.tflite"), quantization="int8",
+            io_dtype="int8", representative_data=calibration, fuse_pointwise=fuse,
+        ).path
     return paths
 
 
@@ -240,7 +248,9 @@ def _model_info(path: str) -> dict:
     from keras_mvit2.export import inspect_tflite
 
     report = inspect_tflite(path)
+    metadata = report.metadata or {}
     return {
+        "graph_optimizations": metadata.get("graph_optimizations"),
         "path": os.path.abspath(path),
         "size_bytes": report.size_bytes,
         "num_ops": report.num_ops,
@@ -304,9 +314,10 @@ def _table(result: dict) -> None:
             console.print(f"{name}: output elements computed outside XNNPACK: " + ", ".join(
                 f"{k} {v:,}" for k, v in elements.items()))
     for key, ratio in result["ratios"].items():
+        verdict = "" if ratio["bar"] is None else (
+            f"; bar <= {ratio['bar']} -> {'PASS' if ratio['pass'] else 'MISS'}")
         console.print(
-            f"{key}: {ratio['value']:.3f} (no XNNPACK {ratio['no_xnnpack']:.3f}); bar <= "
-            f"{ratio['bar']} -> {'PASS' if ratio['pass'] else 'MISS'}"
+            f"{key}: {ratio['value']:.3f} (no XNNPACK {ratio['no_xnnpack']:.3f}){verdict}"
         )
 
 
@@ -339,8 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(out_dir, exist_ok=True)
         model, weights = build_our_model(args, log)
         ours = convert_ours(model, out_dir, args.num_calibration, log)
-        order = {"ours_fp32": ours["ours_fp32"], "ours_int8": ours["ours_int8"],
-                 "kecam_fp32": peers["kecam_fp32"], "kecam_int8": peers["kecam_int8"]}
+        order = {**ours, **peers}
         configs = {}
         for name, path in order.items():
             configs[f"{name}|xnnpack"] = (path, True)
@@ -358,10 +368,11 @@ def main(argv: list[str] | None = None) -> int:
         }
     env["loadavg_after"] = list(os.getloadavg())
 
-    def ratio(a: str, b: str, bar: float) -> dict:
+    def ratio(a: str, b: str, bar: float | None = None) -> dict:
         value = models[a]["xnnpack"]["median_ms"] / models[b]["xnnpack"]["median_ms"]
         no_xnn = models[a]["no_xnnpack"]["median_ms"] / models[b]["no_xnnpack"]["median_ms"]
-        return {"value": value, "no_xnnpack": no_xnn, "bar": bar, "pass": value <= bar}
+        return {"value": value, "no_xnnpack": no_xnn, "bar": bar,
+                "pass": None if bar is None else value <= bar}
 
     result = {
         "benchmark": "keras_mvit2 TFLite latency vs kecam (issue 5)",
@@ -369,13 +380,17 @@ def main(argv: list[str] | None = None) -> int:
                      "rounds": args.rounds, "invokes_per_round": args.invokes,
                      "warmup": args.warmup,
                      "statistic": "median of all invokes, thread CPU time (wall beside)",
-                     "order": "interleaved rounds over all 8 interpreters"},
+                     "order": f"interleaved rounds over all {len(configs)} interpreters"},
         "our_weights": weights,
         "environment": env,
         "models": models,
         "ratios": {
             "ours_int8 / kecam_int8": ratio("ours_int8", "kecam_int8", INT8_BAR),
             "ours_fp32 / kecam_fp32": ratio("ours_fp32", "kecam_fp32", FP32_BAR),
+            "ours_int8_unfused / kecam_int8": ratio("ours_int8_unfused", "kecam_int8"),
+            "ours_fp32_unfused / kecam_fp32": ratio("ours_fp32_unfused", "kecam_fp32"),
+            "ours_fp32 / ours_fp32_unfused": ratio("ours_fp32", "ours_fp32_unfused"),
+            "ours_int8 / ours_int8_unfused": ratio("ours_int8", "ours_int8_unfused"),
             "ours_int8 / ours_fp32": ratio("ours_int8", "ours_fp32", 1.0),
             "kecam_int8 / kecam_fp32": ratio("kecam_int8", "kecam_fp32", 1.0),
         },

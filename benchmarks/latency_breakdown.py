@@ -54,9 +54,7 @@ def cut_points(path: str) -> dict[str, int]:
 
 def prefix_model(path: str, num_ops: int) -> bytes:
     """The model's first `num_ops` operators as a model whose output is the last one's."""
-    import flatbuffers
-
-    from keras_mvit2.export.flatbuffer import parse_flatbuffer
+    from keras_mvit2.export.flatbuffer import parse_flatbuffer, serialize_flatbuffer
 
     model = parse_flatbuffer(path)
     graph = model.subgraphs[0]
@@ -64,9 +62,7 @@ def prefix_model(path: str, num_ops: int) -> bytes:
         graph.outputs = [graph.operators[num_ops - 1].outputs[0]]
         graph.operators = graph.operators[:num_ops]
         model.signatureDefs = None  # they name the original outputs
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    return serialize_flatbuffer(model)
 
 
 def _our_model(out_dir: str) -> str:

@@ -47,7 +47,12 @@ from ai_edge_litert import schema_py_generated as tfl_schema
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from keras_mvit2.bench.schema import BenchResult, LatencyStats
-from keras_mvit2.export.flatbuffer import TENSOR_TYPE_NAMES, op_names, parse_flatbuffer
+from keras_mvit2.export.flatbuffer import (
+    TENSOR_TYPE_NAMES,
+    op_names,
+    parse_flatbuffer,
+    serialize_flatbuffer,
+)
 
 __all__ = [
     "OpTiming",
@@ -772,8 +777,6 @@ def _is_constant(model: Any, tensor: Any) -> bool:
 
 def _single_op_model(model: Any, op: Any) -> bytes:
     """A flatbuffer holding only `op`, its tensors and its constant buffers."""
-    import flatbuffers
-
     graph = model.subgraphs[0]
     old_ids = [int(i) for i in op.inputs if int(i) >= 0] + [int(i) for i in op.outputs]
     mapping: dict[int, int] = {}
@@ -807,15 +810,11 @@ def _single_op_model(model: Any, op: Any) -> bytes:
     single.subgraphs = [sub]
     single.buffers = buffers
     single.description = "keras_mvit2 op_profile"
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(single.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    return serialize_flatbuffer(single)
 
 
 def _overhead_model() -> bytes:
     """A one-op model doing almost nothing (RESHAPE of one float): the invoke overhead."""
-    import flatbuffers
-
     model = tfl_schema.ModelT()
     model.version = 3
     code = tfl_schema.OperatorCodeT()
@@ -836,9 +835,7 @@ def _overhead_model() -> bytes:
     sub = tfl_schema.SubGraphT()
     sub.tensors, sub.operators, sub.inputs, sub.outputs = tensors, [op], [0], [2]
     model.subgraphs = [sub]
-    builder = flatbuffers.Builder(256)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    return serialize_flatbuffer(model, 256)
 
 
 def op_profile(

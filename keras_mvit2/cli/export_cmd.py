@@ -47,6 +47,9 @@ def register(sub) -> None:
                    help="also write the metadata JSON next to the model (<output>.json)")
     g.add_argument("--allow-float-ops", action="store_true",
                    help="int8: accept ops left in float instead of failing")
+    g.add_argument("--no-fuse-pointwise", dest="fuse_pointwise", action="store_false",
+                   help="keep back-to-back 1x1 convolutions apart (by default each such "
+                        "pair is fused into one: same function, fewer MACs)")
     g = p.add_argument_group("Core ML")
     g.add_argument("--precision", choices=("float16", "float32"), default="float16",
                    help="compute precision (default float16)")
@@ -213,6 +216,7 @@ def _export(args: argparse.Namespace) -> int:
             class_names=class_names,
             sidecar=args.sidecar,
             allow_float_ops=args.allow_float_ops,
+            fuse_pointwise=args.fuse_pointwise,
         )
         _print_tflite(report)
     else:

@@ -1,10 +1,11 @@
-"""Reading `.tflite` flatbuffers with LiteRT's generated schema (no TensorFlow import)."""
+"""Reading and writing `.tflite` flatbuffers with LiteRT's generated schema (no TF import)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+import flatbuffers
 from ai_edge_litert import schema_py_generated as tfl_schema
 
 #: Builtin operator code -> name ("CONV_2D", ...).
@@ -44,3 +45,19 @@ def op_names(model: Any) -> list[str]:
         else:
             names.append(BUILTIN_NAMES.get(builtin, f"BUILTIN_{builtin}"))
     return names
+
+
+def serialize_flatbuffer(model: Any, size_hint: int = 1024) -> bytes:
+    """A `ModelT` (as from `parse_flatbuffer`, possibly edited) back to `.tflite` bytes."""
+    builder = flatbuffers.Builder(size_hint)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def tensor_indices(array: Any) -> list[int]:
+    """An index vector of the object API (numpy array, list or None) as a list of ints.
+
+    (The object API holds index vectors as numpy arrays: ``array or []`` would be
+    wrong, a single index 0 is falsy.)
+    """
+    return [] if array is None else [int(i) for i in array]

@@ -36,7 +36,6 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import flatbuffers
 import keras
 import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
@@ -47,7 +46,10 @@ from keras_mvit2.export.flatbuffer import (
     TENSOR_TYPE_NAMES,
     op_names,
     parse_flatbuffer,
+    serialize_flatbuffer,
+    tensor_indices,
 )
+from keras_mvit2.export.pointwise_fusion import PointwiseFusion, fuse_pointwise_convolutions
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = [
@@ -243,6 +245,7 @@ def to_tflite(
     sidecar: bool = False,
     allow_float_ops: bool = False,
     calibration_seed: int = 0,
+    fuse_pointwise: bool = True,
 ) -> TFLiteReport:
     """Converts a Keras 3 model to a TFLite file with builtin ops only, optionally quantized.
 
@@ -268,6 +271,12 @@ def to_tflite(
       MobileViTV2-0.5 top-1 agreement with Keras 0.99 vs 0.975, but run by the
       reference kernels, not XNNPACK; SPACE_TO_DEPTH, DEPTH_TO_SPACE and DIV have no
       int16 kernel and stay float), calibrated like int8.
+
+    Graph optimization: with ``fuse_pointwise=True`` (the default) each pair of
+    back-to-back 1x1 convolutions with nothing non-linear between them is fused into
+    one (`keras_mvit2.export.pointwise_fusion`): the same function with fewer
+    multiply-accumulates (MobileViTV2-0.5: three pairs, 56 M MACs, about 9 % of the
+    float32 latency). For int8/int16x8 the float graph is fused before calibration.
 
     Metadata: a JSON document (see `tflite_metadata`) is stored in the flatbuffer's
     ``metadata`` list under the name ``"keras_mvit2"``: preprocessing (RGB, scale
@@ -302,6 +311,8 @@ def to_tflite(
         allow_float_ops: for ``"int8"``, accept a model in which some ops were left
             in float (default: such a model is an error listing those ops).
         calibration_seed: seed of the calibration subset.
+        fuse_pointwise: fuse back-to-back 1x1 convolutions (see above). ``False``
+            keeps the converter's graph op for op.
 
     Returns:
         The `TFLiteReport` of the written file (with `float_ops` and `metadata`).
@@ -356,7 +367,9 @@ def to_tflite(
             "num_samples": len(calibration),
         }
 
-    flatbuffer = _convert_model(model, input_shape, quantization, io_dtype, calibration)
+    flatbuffer, fusions = _convert_model(
+        model, input_shape, quantization, io_dtype, calibration, fuse_pointwise
+    )
     summary = summarize_flatbuffer(bytes(flatbuffer))
     info = tflite_metadata(
         model,
@@ -367,6 +380,7 @@ def to_tflite(
         class_names=class_names,
         calibration=calibration_info,
         user=dict(metadata) if metadata is not None else None,
+        fused_pointwise=fusions if fuse_pointwise else None,
     )
     flatbuffer = embed_metadata(flatbuffer, info)
 
@@ -570,6 +584,26 @@ def _make_converter(
     return converter
 
 
+def _fuse_before_calibration(converter, fusions: list[PointwiseFusion]) -> None:
+    """Makes `converter` fuse 1x1 convolutions in its float graph before calibrating it.
+
+    TF 2.21's converter calibrates and quantizes the converted float flatbuffer in
+    ``TFLiteConverter._quantize(float_model, ...)``; fusing there means the calibration
+    sees (and the quantizer quantizes) the fused graph. The fused pairs are appended
+    to `fusions`. A TensorFlow without that hook gets an unfused quantized model.
+    """
+    quantize = getattr(converter, "_quantize", None)
+    if quantize is None:
+        return
+
+    def fuse_then_quantize(float_model, *args, **kwargs):
+        fused, found = fuse_pointwise_convolutions(bytes(float_model))
+        fusions.extend(found)
+        return quantize(fused, *args, **kwargs)
+
+    converter._quantize = fuse_then_quantize
+
+
 def _check_int16x8_hazards(concrete_function, model: keras.Model) -> None:
     """Refuses graphs that make TF 2.21's int16x8 quantizer abort the whole process.
 
@@ -587,11 +621,11 @@ def _check_int16x8_hazards(concrete_function, model: keras.Model) -> None:
         for op in subgraph.operators or []:
             if names[op.opcodeIndex] != "SUB":
                 continue
-            for i in _indices(op.inputs):
+            for i in tensor_indices(op.inputs):
                 buffer = summary_model.buffers[tensors[i].buffer] if i >= 0 else None
                 data = None if buffer is None else buffer.data
                 if data is not None and len(data) and not np.any(np.asarray(data)):
-                    out = tensors[_indices(op.outputs)[0]]
+                    out = tensors[tensor_indices(op.outputs)[0]]
                     hazards.append(_decode(out.name))
                     break
     if hazards:
@@ -639,7 +673,9 @@ def _convert_model(
     quantization: str,
     io_dtype: str,
     calibration: np.ndarray | None,
-) -> bytes:
+    fuse_pointwise: bool = True,
+) -> tuple[bytes, list[PointwiseFusion]]:
+    """The converted flatbuffer and the 1x1 convolution pairs fused in it."""
     from tensorflow.lite.python.convert_phase import ConverterError
 
     concrete_function = _concrete_function(model, input_shape)
@@ -648,11 +684,18 @@ def _convert_model(
     converter = _make_converter(
         concrete_function, quantization, io_dtype, calibration, batch=input_shape[0] or 1
     )
+    fusions: list[PointwiseFusion] = []
+    if fuse_pointwise and quantization in CALIBRATED:
+        _fuse_before_calibration(converter, fusions)
     try:
         with warnings.catch_warnings():
             # "Statistics for quantized inputs were expected, but not specified" (harmless).
             warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
-            return converter.convert()
+            flatbuffer = converter.convert()
+        if fuse_pointwise and quantization not in CALIBRATED:
+            # float32 and float16 weights are fused here; quantized weights are skipped.
+            flatbuffer, fusions = fuse_pointwise_convolutions(flatbuffer)
+        return flatbuffer, fusions
     except ConverterError as err:
         unsupported = _unsupported_ops_from_error(err)
         if not unsupported:
@@ -914,11 +957,6 @@ def _read_flatbuffer(path: str) -> _FlatbufferSummary:
         return summarize_flatbuffer(f.read())
 
 
-def _indices(array) -> list[int]:
-    # (index arrays are numpy arrays: no `or []`, a single index 0 is falsy)
-    return [] if array is None else [int(i) for i in array]
-
-
 def summarize_flatbuffer(buf: bytes) -> _FlatbufferSummary:
     model = parse_flatbuffer(buf)
     names = op_names(model)
@@ -934,8 +972,8 @@ def summarize_flatbuffer(buf: bytes) -> _FlatbufferSummary:
     outputs: list[TensorDetails] = []
     if model.subgraphs:
         main = model.subgraphs[0]
-        inputs = [_flatbuffer_tensor(main.tensors[i]) for i in _indices(main.inputs)]
-        outputs = [_flatbuffer_tensor(main.tensors[i]) for i in _indices(main.outputs)]
+        inputs = [_flatbuffer_tensor(main.tensors[i]) for i in tensor_indices(main.inputs)]
+        outputs = [_flatbuffer_tensor(main.tensors[i]) for i in tensor_indices(main.outputs)]
     return _FlatbufferSummary(
         dict(sorted(counts.items())),
         max_rank,
@@ -957,16 +995,16 @@ def _float_ops(model, names: list[str] | None = None) -> dict[str, int]:
     counts: collections.Counter[str] = collections.Counter()
     for subgraph in model.subgraphs or []:
         tensors = subgraph.tensors or []
-        graph_inputs = set(_indices(subgraph.inputs))
-        graph_outputs = set(_indices(subgraph.outputs))
+        graph_inputs = set(tensor_indices(subgraph.inputs))
+        graph_outputs = set(tensor_indices(subgraph.outputs))
         for op in subgraph.operators or []:
             name = names[op.opcodeIndex]
             float_in = {
-                i for i in _indices(op.inputs)
+                i for i in tensor_indices(op.inputs)
                 if i >= 0 and int(tensors[i].type) in _FLOAT_TENSOR_TYPES
             }
             float_out = {
-                i for i in _indices(op.outputs)
+                i for i in tensor_indices(op.outputs)
                 if i >= 0 and int(tensors[i].type) in _FLOAT_TENSOR_TYPES
             }
             if not float_in and not float_out:
@@ -997,6 +1035,7 @@ def tflite_metadata(
     class_names: list[str] | None = None,
     calibration: dict[str, Any] | None = None,
     user: dict[str, Any] | None = None,
+    fused_pointwise: Sequence[PointwiseFusion] | None = None,
 ) -> dict[str, Any]:
     """The JSON document that `to_tflite` stores in the file (and the sidecar).
 
@@ -1010,7 +1049,10 @@ def tflite_metadata(
     ``q = round(x / scale) + zero_point`` from the [0, 1] input ``x``, and
     ``y = (q - zero_point) * scale`` for the output), ``output_kind``
     (``"probabilities"`` or ``"logits"``), ``class_names`` (or ``None``),
-    ``calibration`` (source and number of images, for int8/int16x8) and ``user``.
+    ``calibration`` (source and number of images, for int8/int16x8),
+    ``graph_optimizations`` (``fused_pointwise_convolutions``: how many pairs of 1x1
+    convolutions were fused and the ``macs_saved``; ``None`` when fusion was off) and
+    ``user``.
     """
     from keras_mvit2 import __version__
 
@@ -1050,6 +1092,10 @@ def tflite_metadata(
         "output_kind": output_kind,
         "class_names": class_names,
         "calibration": calibration,
+        "graph_optimizations": None if fused_pointwise is None else {
+            "fused_pointwise_convolutions": len(fused_pointwise),
+            "macs_saved": int(sum(f.macs_saved for f in fused_pointwise)),
+        },
         "user": user,
     }
 
@@ -1067,9 +1113,7 @@ def embed_metadata(flatbuffer: bytes, info: Mapping[str, Any]) -> bytes:
     entry.buffer = len(model.buffers) - 1
     kept = [m for m in (model.metadata or []) if _decode(m.name) != METADATA_NAME]
     model.metadata = [*kept, entry]
-    builder = flatbuffers.Builder(len(flatbuffer) + len(data) + 4096)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    return serialize_flatbuffer(model, len(flatbuffer) + len(data) + 4096)
 
 
 def _decode(value: Any) -> str:
