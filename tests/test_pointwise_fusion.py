@@ -166,6 +166,27 @@ def test_fuses_exactly_the_eligible_pairs_and_keeps_the_function(case, tmp_path)
     _assert_same_outputs(model, fused.path, _images(4), atol=1e-5)
 
 
+@pytest.mark.parametrize("quantization", ["float32", "float16"])
+def test_constants_shared_with_other_ops_are_left_alone(quantization, tmp_path):
+    # Untrained BNs fold into all-zero biases, which the converter stores as one tensor
+    # read by every conv: the fused conv gets new constants, the others keep theirs.
+    keras.utils.set_random_seed(0)
+    model = _chain()
+    fused = to_tflite(model, tmp_path / "fused.tflite", quantization=quantization)
+    plain = to_tflite(model, tmp_path / "plain.tflite", quantization=quantization,
+                      fuse_pointwise=False)
+    with open(plain.path, "rb") as f:
+        flat = parse_flatbuffer(f.read())
+    graph = flat.subgraphs[0]
+    biases = [tensor_indices(op.inputs)[2] for op in graph.operators
+              if op_names(flat)[op.opcodeIndex] == "CONV_2D"]
+    assert len(set(biases)) < len(biases)  # shared: what this test is about
+    assert plain.op_histogram["CONV_2D"] - fused.op_histogram["CONV_2D"] == 2
+    _assert_no_orphans(fused.path)
+    _assert_same_outputs(model, fused.path, _images(4),
+                         atol=1e-5 if quantization == "float32" else 5e-3)
+
+
 def test_returns_the_same_bytes_when_nothing_fuses(tmp_path):
     report = to_tflite(_build(_spatial), tmp_path / "m.tflite", fuse_pointwise=False)
     with open(report.path, "rb") as f:

@@ -264,7 +264,13 @@ def test_cli_export_then_validate(model, data, tmp_path, capsys):
 
     fp32_path = tmp_path / "tiny_fp32.tflite"
     assert main(["export", str(model_path), "-o", str(fp32_path)]) == 0  # format from suffix
+    unfused_path = tmp_path / "tiny_fp32_unfused.tflite"
+    assert main(["export", str(model_path), "-o", str(unfused_path), "--no-fuse-pointwise"]) == 0
     capsys.readouterr()
+    # fusion on by default (this CNN has no 1x1 pair to fuse), off with the flag
+    fused = read_tflite_metadata(fp32_path)["graph_optimizations"]
+    assert fused == {"fused_pointwise_convolutions": 0, "macs_saved": 0}
+    assert read_tflite_metadata(unfused_path)["graph_optimizations"] is None
 
     report_path = tmp_path / "validation.json"
     rc = main([

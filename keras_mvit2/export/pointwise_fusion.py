@@ -2,13 +2,14 @@
 
 Two 1x1 convolutions with nothing non-linear between them are one linear map:
 ``W_b (W_a x + b_a) + b_b = (W_b W_a) x + (W_b b_a + b_b)``. After batch-norm folding,
-MobileViTv2 has three such pairs: the projection of stage 1's inverted residual
-(32 -> 32 channels at 128x128 for width 0.5) and the projections that end the MobileViT
-blocks of stages 2 and 3 (``conv_proj``: d -> C), each followed by the expansion of the
-next stride-2 inverted residual (C -> 2C). The reference and every port keep them apart;
-one product, ``in x out``, costs fewer multiply-accumulates than ``in x mid + mid x out``
-whenever the middle is not the narrowest side. MobileViTV2-0.5 at 256x256: 56 M of
-444 M MACs less (13 %), and 9 % less float32 latency with XNNPACK on one thread.
+MobileViTv2 has three such pairs: the projection of the first inverted residual
+(``stage0_block0``, 32 -> 32 channels at 128x128 for width 0.5) and the projections that
+end the MobileViT blocks of ``stage2`` and ``stage3`` (``conv_proj``: d -> C), each
+followed by the expansion of the next stride-2 inverted residual (C -> 2C). The
+reference and every port keep them apart; one product, ``in x out``, costs fewer
+multiply-accumulates than ``in x mid + mid x out`` whenever the middle is not the
+narrowest side. MobileViTV2-0.5 at 256x256: 56 M of
+444 M MACs less (13 %), and 7 % less float32 latency with XNNPACK on one thread.
 
 The rewrite runs on the converted flatbuffer, after TensorFlow folded the batch norms
 into the convolutions, so it sees the graph that will run. It fuses a pair only when
@@ -18,12 +19,13 @@ it cannot change the model's function:
   not a model output and is read by exactly one op: the second convolution's input;
 * the second convolution is 1x1, stride 1 (any fused activation);
 * weights and biases are constants of the model (float32, or float16 behind a
-  DEQUANTIZE as in ``quantization="float16"`` files), read by no other op;
+  DEQUANTIZE as in ``quantization="float16"`` files);
 * activations are float (not quantized) and the product has fewer MACs.
 
-The products are taken in float64 and stored in the weights' type; outputs agree with
-the unfused model to float32 rounding (~1e-7 relative). Orphaned tensors, buffers and
-weight DEQUANTIZE ops are removed, so the file also gets smaller.
+The products are taken in float64 and stored, in the weights' type, in new constant
+tensors (the converter shares equal constants between ops, so none is edited in place);
+outputs agree with the unfused model to float32 rounding (~1e-7 relative). Orphaned
+tensors, buffers and weight DEQUANTIZE ops are removed, so the file also gets smaller.
 """
 
 from __future__ import annotations
@@ -124,9 +126,9 @@ class _Constant:
     dequantize_op: int | None
 
 
-def _constant(model, subgraph, graph: _Graph, names, tensor: int, reader: int):
-    """The constant feeding `reader` through `tensor`, or None if it is not one we may edit."""
-    if tensor < 0 or graph.only_reader(tensor) != reader:
+def _constant(model, subgraph, graph: _Graph, names, tensor: int) -> _Constant | None:
+    """The constant behind `tensor` (a weight or a float16 weight's DEQUANTIZE), or None."""
+    if tensor < 0 or tensor in graph.outputs:
         return None
     source, dequantize = tensor, None
     if tensor in graph.producer:
@@ -135,7 +137,7 @@ def _constant(model, subgraph, graph: _Graph, names, tensor: int, reader: int):
             return None
         dequantize = graph.producer[tensor]
         source = tensor_indices(op.inputs)[0]
-        if graph.only_reader(source) != dequantize:
+        if source in graph.producer:
             return None
     t = subgraph.tensors[source]
     data = model.buffers[t.buffer].data
@@ -150,19 +152,40 @@ def _value(model, subgraph, constant: _Constant) -> np.ndarray:
     return np.frombuffer(data, dtype=_NUMPY_TYPES[t.type]).reshape(tensor_indices(t.shape))
 
 
-def _set_value(model, subgraph, constant: _Constant, value: np.ndarray) -> None:
-    """Stores `value` (in the constant's type) in a new buffer of the constant's tensor."""
-    t = subgraph.tensors[constant.tensor]
+def _new_constant(model, subgraph, like: _Constant, value: np.ndarray, name: str,
+                  before: int) -> int:
+    """A new constant tensor holding `value` in `like`'s type, behind a new DEQUANTIZE
+    (inserted at op index `before`) when `like` has one; returns the tensor to read.
+
+    New tensors, never edited ones: the converter shares equal constants (e.g. all-zero
+    biases) between ops, so editing one in place could change another op.
+    """
+    template = subgraph.tensors[like.tensor]
     buffer = tfl_schema.BufferT()
-    buffer.data = np.frombuffer(value.astype(_NUMPY_TYPES[t.type]).tobytes(), dtype=np.uint8)
+    buffer.data = np.frombuffer(
+        value.astype(_NUMPY_TYPES[template.type]).tobytes(), dtype=np.uint8
+    )
     model.buffers.append(buffer)
-    t.buffer = len(model.buffers) - 1
-    shapes = [t] if constant.dequantize_op is None else [
-        t, subgraph.tensors[tensor_indices(subgraph.operators[constant.dequantize_op].outputs)[0]]
-    ]
-    for tensor in shapes:
-        tensor.shape = np.asarray(value.shape, dtype=np.int32)
-        tensor.shapeSignature = None
+    source = _add_tensor(subgraph, name, template.type, value.shape, len(model.buffers) - 1)
+    if like.dequantize_op is None:
+        return source
+    output = _add_tensor(subgraph, name + "/dequantize", _FLOAT32, value.shape, 0)
+    dequantize = tfl_schema.OperatorT()
+    dequantize.opcodeIndex = subgraph.operators[like.dequantize_op].opcodeIndex
+    dequantize.inputs = np.asarray([source], dtype=np.int32)
+    dequantize.outputs = np.asarray([output], dtype=np.int32)
+    subgraph.operators.insert(before, dequantize)
+    return output
+
+
+def _add_tensor(subgraph, name: str, dtype: int, shape, buffer: int) -> int:
+    tensor = tfl_schema.TensorT()
+    tensor.name = name
+    tensor.type = dtype
+    tensor.shape = np.asarray(shape, dtype=np.int32)
+    tensor.buffer = buffer
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
 
 
 def _is_float_activation(subgraph, tensor: int) -> bool:
@@ -206,8 +229,8 @@ def _fuse_one(model, subgraph, names) -> PointwiseFusion | None:
         if tensor_indices(second.inputs)[0] != middle:
             continue
         constants = [
-            _constant(model, subgraph, graph, names, tensor_indices(op.inputs)[i], index)
-            for op, index in ((first, first_index), (second, second_index))
+            _constant(model, subgraph, graph, names, tensor_indices(op.inputs)[i])
+            for op in (first, second)
             for i in (1, 2)
         ]
         if any(c is None for c in constants):
@@ -220,21 +243,25 @@ def _fuse_one(model, subgraph, names) -> PointwiseFusion | None:
             continue
         b_a = _value(model, subgraph, bias_a).astype(np.float64)
         b_b = _value(model, subgraph, bias_b).astype(np.float64)
-        _set_value(model, subgraph, kernel_b, (w_b @ w_a).reshape(cout, 1, 1, cin))
-        _set_value(model, subgraph, bias_b, w_b @ b_a + b_b)
-        inputs = tensor_indices(second.inputs)
-        inputs[0] = tensor_indices(first.inputs)[0]
-        second.inputs = np.asarray(inputs, dtype=np.int32)
-        out_shape = tensor_indices(subgraph.tensors[tensor_indices(second.outputs)[0]].shape)
-        pixels = int(np.prod(out_shape[:-1])) if out_shape else 0
+        output = tensor_indices(second.outputs)[0]
+        out_shape = tensor_indices(subgraph.tensors[output].shape)
         fusion = PointwiseFusion(
             first=_name(subgraph.tensors[middle]),
-            second=_name(subgraph.tensors[tensor_indices(second.outputs)[0]]),
+            second=_name(subgraph.tensors[output]),
             channels=(cin, mid, cout),
-            macs_saved=pixels * (mid * (cin + cout) - cin * cout),
+            macs_saved=int(np.prod(out_shape[:-1])) * (mid * (cin + cout) - cin * cout),
         )
-        dead = {first_index} | {c.dequantize_op for c in (kernel_a, bias_a)} - {None}
-        subgraph.operators = [op for i, op in enumerate(operators) if i not in dead]
+        name = f"{fusion.second}/fused_pointwise"
+        subgraph.operators.pop(first_index)                    # `second` moves up by one
+        second_index -= 1
+        kernel = _new_constant(model, subgraph, kernel_b, (w_b @ w_a).reshape(cout, 1, 1, cin),
+                               name + "/kernel", second_index)
+        second_index += kernel_b.dequantize_op is not None
+        bias = _new_constant(model, subgraph, bias_b, w_b @ b_a + b_b, name + "/bias",
+                             second_index)
+        second.inputs = np.asarray([tensor_indices(first.inputs)[0], kernel, bias],
+                                   dtype=np.int32)
+        _drop_dead_dequantize(subgraph, names)
         return fusion
     return None
 
@@ -247,6 +274,16 @@ def _name(tensor) -> str:
 
 # --------------------------------------------------------------------------------------
 # Clean-up
+
+
+def _drop_dead_dequantize(subgraph, names: list[str]) -> None:
+    """Removes DEQUANTIZE ops whose output nothing reads (weights no op uses any more)."""
+    graph = _Graph(subgraph)
+    subgraph.operators = [
+        op for op in subgraph.operators
+        if names[op.opcodeIndex] != "DEQUANTIZE"
+        or any(t in graph.readers or t in graph.outputs for t in tensor_indices(op.outputs))
+    ]
 
 
 def _drop_unused(model) -> None:
