@@ -275,7 +275,7 @@ def to_tflite(
     Graph optimization: with ``fuse_pointwise=True`` (the default) each pair of
     back-to-back 1x1 convolutions with nothing non-linear between them is fused into
     one (`keras_mvit2.export.pointwise_fusion`): the same function with fewer
-    multiply-accumulates (MobileViTV2-0.5: three pairs, 56 M MACs, about 9 % of the
+    multiply-accumulates (MobileViTV2-0.5: three pairs, 56 M MACs, about 7 % of the
     float32 latency). For int8/int16x8 the float graph is fused before calibration.
 
     Metadata: a JSON document (see `tflite_metadata`) is stored in the flatbuffer's
