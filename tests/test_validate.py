@@ -255,6 +255,7 @@ def test_cli_export_then_validate(model, data, tmp_path, capsys):
     assert rc == 0
     printed = capsys.readouterr().out
     assert "XNNPACK partitions" in printed and "float ops left" in printed
+    assert "fused 1x1 conv pairs" in printed
     meta = read_tflite_metadata(int8_path)
     assert meta["quantization"] == "int8" and meta["class_names"] == CLASSES
     assert meta["calibration"] == {"source": "fashion_mnist", "num_samples": 100}

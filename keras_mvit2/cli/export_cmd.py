@@ -263,6 +263,10 @@ def _print_tflite(report) -> None:
     outside = report.ops_outside_xnnpack or {}
     table.add_row("ops outside XNNPACK", f"{report.num_ops_outside_xnnpack}" + (
         ": " + ", ".join(f"{k} {v}" for k, v in outside.items()) if outside else ""))
+    fused = meta.get("graph_optimizations")
+    table.add_row("fused 1x1 conv pairs", "off (--no-fuse-pointwise)" if fused is None else (
+        f"{fused['fused_pointwise_convolutions']} "
+        f"({fused['macs_saved'] / 1e6:.1f} M MACs saved)"))
     table.add_row("max tensor rank", str(report.max_tensor_rank))
     table.add_row("flex / custom ops", str(report.flex_ops + report.custom_ops or "none"))
     names = meta.get("class_names")
