@@ -26,6 +26,33 @@ def perturb_norms(model: keras.Model, seed: int = 0) -> None:
             w.assign(rng.normal(0.0, 0.2, n).astype("float32"))
 
 
+def mobilevitv2_fused_macs(model: keras.Model) -> int:
+    """MACs per image that fusing MobileViTv2's three 1x1 pairs saves, from the Keras layers.
+
+    The pairs: the last linear projection of stages 0, 2 and 3 (`project_conv` of
+    `stage0_block0`, `conv_proj` of the MobileViT blocks) and the 1x1 expansion of the next
+    stage's first block, at that stage's map size (input / 2 ** (stage + 1)).
+    """
+    height, width = model.inputs[0].shape[1:3]
+    blocks = {layer.name: layer for layer in model._flatten_layers(include_self=False)}
+
+    def convs(block):
+        return {layer.name: layer for layer in block._flatten_layers(include_self=False)
+                if isinstance(layer, keras.layers.Conv2D)}
+
+    saved = 0
+    for first, second, stage in (("stage0_block0", "stage1_block0", 0),
+                                 ("stage2_block1", "stage3_block0", 2),
+                                 ("stage3_block1", "stage4_block0", 3)):
+        a = next(v for k, v in convs(blocks[first]).items() if k in ("project_conv", "conv_proj"))
+        b = convs(blocks[second])["expand_conv"]
+        assert tuple(a.kernel.shape[:2]) == tuple(b.kernel.shape[:2]) == (1, 1)
+        (cin, mid), out = a.kernel.shape[2:], b.kernel.shape[3]
+        pixels = -(-height // 2 ** (stage + 1)) * -(-width // 2 ** (stage + 1))
+        saved += pixels * (mid * (cin + out) - cin * out)
+    return saved
+
+
 TORCH_READY = all(
     importlib.util.find_spec(m) is not None for m in ("torch", "timm", "safetensors")
 )
