@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import flatbuffers
+import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
 
 #: Builtin operator code -> name ("CONV_2D", ...).
@@ -17,6 +18,14 @@ BUILTIN_NAMES = {
 TENSOR_TYPE_NAMES = {
     value: name.lower() for name, value in vars(tfl_schema.TensorType).items()
     if not name.startswith("_")
+}
+#: Tensor type code -> numpy dtype, for the types whose buffers hold plain arrays.
+NUMPY_DTYPES = {
+    tfl_schema.TensorType.FLOAT32: np.float32,
+    tfl_schema.TensorType.FLOAT16: np.float16,
+    tfl_schema.TensorType.INT32: np.int32,
+    tfl_schema.TensorType.INT8: np.int8,
+    tfl_schema.TensorType.UINT8: np.uint8,
 }
 
 
@@ -41,7 +50,7 @@ def op_names(model: Any) -> list[str]:
         builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
         if builtin == tfl_schema.BuiltinOperator.CUSTOM:
             custom = code.customCode
-            names.append(custom.decode() if isinstance(custom, bytes) else str(custom))
+            names.append(decode_name(custom))
         else:
             names.append(BUILTIN_NAMES.get(builtin, f"BUILTIN_{builtin}"))
     return names
@@ -61,3 +70,20 @@ def tensor_indices(array: Any) -> list[int]:
     wrong, a single index 0 is falsy.)
     """
     return [] if array is None else [int(i) for i in array]
+
+
+def decode_name(value: Any) -> str:
+    """A string field of the object API (tensor, metadata or custom-op name) as `str`."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def constant_array(model: Any, tensor: Any) -> np.ndarray | None:
+    """The data of a constant `tensor` (a `TensorT` of `model`) as an array of its type and
+    shape; None when the tensor has no data (not a constant) or its type is not in
+    `NUMPY_DTYPES`."""
+    dtype = NUMPY_DTYPES.get(int(tensor.type))
+    data = model.buffers[tensor.buffer].data
+    if dtype is None or data is None or len(data) == 0:
+        return None
+    values = np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=dtype)
+    return values.reshape(tensor_indices(tensor.shape))

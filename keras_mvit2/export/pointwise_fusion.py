@@ -8,8 +8,8 @@ end the MobileViT blocks of ``stage2`` and ``stage3`` (``conv_proj``: d -> C), e
 followed by the expansion of the next stride-2 inverted residual (C -> 2C). The
 reference and every port keep them apart; one product, ``in x out``, costs fewer
 multiply-accumulates than ``in x mid + mid x out`` whenever the middle is not the
-narrowest side. MobileViTV2-0.5 at 256x256: 56 M of
-444 M MACs less (13 %), and 7 % less float32 latency with XNNPACK on one thread.
+narrowest side. MobileViTV2-0.5 at 256x256: 56 M of 444 M MACs less (13 %), and 7 %
+less float32 latency with XNNPACK on one thread.
 
 The rewrite runs on the converted flatbuffer, after TensorFlow folded the batch norms
 into the convolutions, so it sees the graph that will run. It fuses a pair only when
@@ -37,6 +37,9 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
 
 from keras_mvit2.export.flatbuffer import (
+    NUMPY_DTYPES,
+    constant_array,
+    decode_name,
     op_names,
     parse_flatbuffer,
     serialize_flatbuffer,
@@ -47,7 +50,6 @@ __all__ = ["PointwiseFusion", "fuse_pointwise_convolutions"]
 
 _FLOAT32 = tfl_schema.TensorType.FLOAT32
 _FLOAT16 = tfl_schema.TensorType.FLOAT16
-_NUMPY_TYPES = {_FLOAT32: np.float32, _FLOAT16: np.float16}
 
 
 @dataclass(frozen=True)
@@ -140,16 +142,15 @@ def _constant(model, subgraph, graph: _Graph, names, tensor: int) -> _Constant |
         if source in graph.producer:
             return None
     t = subgraph.tensors[source]
-    data = model.buffers[t.buffer].data
-    if t.type not in _NUMPY_TYPES or data is None or not len(data) or _has_quantization(t):
+    if t.type not in (_FLOAT32, _FLOAT16) or _has_quantization(t):
+        return None
+    if constant_array(model, t) is None:
         return None
     return _Constant(source, dequantize)
 
 
 def _value(model, subgraph, constant: _Constant) -> np.ndarray:
-    t = subgraph.tensors[constant.tensor]
-    data = np.asarray(model.buffers[t.buffer].data, dtype=np.uint8).tobytes()
-    return np.frombuffer(data, dtype=_NUMPY_TYPES[t.type]).reshape(tensor_indices(t.shape))
+    return constant_array(model, subgraph.tensors[constant.tensor])
 
 
 def _new_constant(model, subgraph, like: _Constant, value: np.ndarray, name: str,
@@ -163,7 +164,7 @@ def _new_constant(model, subgraph, like: _Constant, value: np.ndarray, name: str
     template = subgraph.tensors[like.tensor]
     buffer = tfl_schema.BufferT()
     buffer.data = np.frombuffer(
-        value.astype(_NUMPY_TYPES[template.type]).tobytes(), dtype=np.uint8
+        value.astype(NUMPY_DTYPES[template.type]).tobytes(), dtype=np.uint8
     )
     model.buffers.append(buffer)
     source = _add_tensor(subgraph, name, template.type, value.shape, len(model.buffers) - 1)
@@ -267,9 +268,7 @@ def _fuse_one(model, subgraph, names) -> PointwiseFusion | None:
 
 
 def _name(tensor) -> str:
-    name = tensor.name
-    name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
-    return name.split(";")[0]
+    return decode_name(tensor.name).split(";")[0]
 
 
 # --------------------------------------------------------------------------------------

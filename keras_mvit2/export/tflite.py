@@ -44,6 +44,7 @@ from ai_edge_litert.interpreter import Interpreter
 from keras_mvit2.export.flatbuffer import (
     BUILTIN_NAMES,
     TENSOR_TYPE_NAMES,
+    decode_name,
     op_names,
     parse_flatbuffer,
     serialize_flatbuffer,
@@ -626,7 +627,7 @@ def _check_int16x8_hazards(concrete_function, model: keras.Model) -> None:
                 data = None if buffer is None else buffer.data
                 if data is not None and len(data) and not np.any(np.asarray(data)):
                     out = tensors[tensor_indices(op.outputs)[0]]
-                    hazards.append(_decode(out.name))
+                    hazards.append(decode_name(out.name))
                     break
     if hazards:
         known = _layer_names(model)
@@ -1111,18 +1112,14 @@ def embed_metadata(flatbuffer: bytes, info: Mapping[str, Any]) -> bytes:
     entry = tfl_schema.MetadataT()
     entry.name = METADATA_NAME
     entry.buffer = len(model.buffers) - 1
-    kept = [m for m in (model.metadata or []) if _decode(m.name) != METADATA_NAME]
+    kept = [m for m in (model.metadata or []) if decode_name(m.name) != METADATA_NAME]
     model.metadata = [*kept, entry]
     return serialize_flatbuffer(model, len(flatbuffer) + len(data) + 4096)
 
 
-def _decode(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
 def _metadata_entry(model) -> dict[str, Any] | None:
     for entry in model.metadata or []:
-        if _decode(entry.name) != METADATA_NAME:
+        if decode_name(entry.name) != METADATA_NAME:
             continue
         buffer = model.buffers[entry.buffer]
         if buffer.data is None:
@@ -1151,9 +1148,8 @@ def _flatbuffer_tensor(tensor) -> TensorDetails:
     zeros = [] if q is None or q.zeroPoint is None else list(q.zeroPoint)
     scale = float(scales[0]) if scales else 0.0
     zero = int(zeros[0]) if zeros else 0
-    name = tensor.name.decode() if isinstance(tensor.name, bytes) else str(tensor.name)
     return TensorDetails(
-        name=name,
+        name=decode_name(tensor.name),
         shape=shape,
         shape_signature=signature,
         dtype=TENSOR_TYPE_NAMES.get(int(tensor.type), f"type_{tensor.type}"),

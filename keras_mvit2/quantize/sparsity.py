@@ -317,34 +317,30 @@ def exported_kernel_stats(path: str | os.PathLike) -> list[dict[str, Any]]:
     output channel: axis 0 for CONV_2D / FULLY_CONNECTED, the last axis for
     DEPTHWISE_CONV_2D). Kernels that are not constant buffers are skipped.
     """
-    from ai_edge_litert import schema_py_generated as schema
+    from keras_mvit2.export.flatbuffer import (
+        constant_array,
+        decode_name,
+        op_names,
+        parse_flatbuffer,
+    )
 
-    with open(os.fspath(path), "rb") as f:
-        model = schema.ModelT.InitFromPackedBuf(bytearray(f.read()), 0)
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    dtypes = {schema.TensorType.FLOAT32: np.float32, schema.TensorType.INT8: np.int8,
-              schema.TensorType.FLOAT16: np.float16, schema.TensorType.UINT8: np.uint8}
+    model = parse_flatbuffer(os.fspath(path))
+    names = op_names(model)
     out = []
     for subgraph in model.subgraphs or []:
         for op in subgraph.operators or []:
-            code = model.operatorCodes[op.opcodeIndex]
-            name = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)))
+            name = names[op.opcodeIndex]
             if name not in _KERNEL_OPS or op.inputs is None or len(op.inputs) < 2:
                 continue
             tensor = subgraph.tensors[int(op.inputs[1])]
-            buffer = model.buffers[tensor.buffer]
-            dtype = dtypes.get(int(tensor.type))
-            if dtype is None or buffer.data is None or len(buffer.data) == 0:
+            values = constant_array(model, tensor)
+            if values is None or values.dtype == np.int32:
                 continue
-            shape = tuple(int(d) for d in tensor.shape)
-            values = np.frombuffer(np.asarray(buffer.data, np.uint8).tobytes(), dtype=dtype)
-            values = values.reshape(shape)
             channels = np.moveaxis(values, -1, 0) if name == "DEPTHWISE_CONV_2D" else values
             per_channel = max(np.unique(c).size for c in channels.reshape(len(channels), -1))
-            tensor_name = tensor.name.decode() if isinstance(tensor.name, bytes) else tensor.name
             out.append({
-                "op": name, "tensor": tensor_name, "shape": list(shape),
-                "dtype": np.dtype(dtype).name, "sparsity": float(np.mean(values == 0)),
+                "op": name, "tensor": decode_name(tensor.name), "shape": list(values.shape),
+                "dtype": values.dtype.name, "sparsity": float(np.mean(values == 0)),
                 "unique": int(np.unique(values).size), "max_unique_per_channel": int(per_channel),
             })
     return out
