@@ -249,6 +249,27 @@ def test_prune_reaches_target_sparsity_in_keras_and_tflite(trained, fmnist, tmp_
     assert result.float_accuracy_after >= result.float_accuracy_before - 0.1
 
 
+def test_pruned_1x1_pairs_are_not_fused_on_export(fmnist, tmp_path):
+    # Two back-to-back 1x1 convs (the pair to_tflite fuses by default): the product of
+    # two pruned kernels is dense, so the export keeps them apart and keeps their zeros.
+    from keras_mvit2.quantize import prune
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((32, 32, 3))
+    x = keras.layers.Conv2D(16, 3, strides=4, padding="same", activation="relu")(inputs)
+    x = keras.layers.Conv2D(32, 1, use_bias=False, name="a")(x)
+    x = keras.layers.BatchNormalization(name="a_bn")(x)
+    x = keras.layers.Conv2D(32, 1, activation="relu", name="b")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(10)(x))
+    result = prune(model, (fmnist["x"][:640], fmnist["y"][:640]), target_sparsity=0.5,
+                   steps_per_epoch=10, batch_size=BATCH, output_path=tmp_path / "p.tflite")
+    assert result.tflite_report.metadata["graph_optimizations"] is None
+    convs = [k for k in result.exported_kernels if k["op"] == "CONV_2D"]
+    assert len(convs) == 3
+    assert all(k["sparsity"] >= 0.5 - 1.0 / np.prod(k["shape"]) for k in convs), convs
+
+
 def test_cluster_leaves_at_most_k_values_per_kernel(trained, fmnist, tmp_path):
     from keras_mvit2.quantize import cluster
 

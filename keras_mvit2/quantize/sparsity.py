@@ -290,7 +290,10 @@ def _run(task, model_or_path, train_data, options, *, epochs, steps_per_epoch, l
         kwargs = {}
         if quantization in ("int8", "int16x8"):
             kwargs["representative_data"] = calibration
-        report = to_tflite(copy, tflite_path, quantization=quantization, **kwargs)
+        # No 1x1 pair fusion: the product of two pruned / clustered kernels is neither
+        # sparse nor clustered, and the exported file must keep what was trained.
+        report = to_tflite(copy, tflite_path, quantization=quantization,
+                           fuse_pointwise=False, **kwargs)
         exported = exported_kernel_stats(tflite_path)
     target = options.get("target_sparsity", options.get("num_clusters"))
     return SparsityResult(
