@@ -11,7 +11,9 @@ convergence test trains the real MobileViTV2-0.5.
 import dataclasses
 import glob
 import json
+import logging
 import os
+import platform
 import subprocess
 import sys
 
@@ -30,8 +32,10 @@ from keras_mvit2.models.builder_utils import classifier_head, load_weights, mode
 from keras_mvit2.models.registry import register_model
 from keras_mvit2.training import distribute
 from keras_mvit2.training.trainer import (
-    SINGLE_THREAD_ENV,
+    DETERMINISTIC_ENV,
     ClassifierTrainer,
+    _make_deterministic,
+    _onednn_enabled,
     make_optimizer,
 )
 
@@ -400,24 +404,47 @@ def _final_arrays(result: training.TrainResult):
     return [w.numpy() for w in raw.weights], [w.numpy() for w in ema.weights]
 
 
+def test_deterministic_names_what_the_process_lacks(caplog, monkeypatch):
+    # This process's TensorFlow has started (with the default threads, and oneDNN where
+    # it is the default): `training.deterministic` cannot fix either, so it says how to
+    # start the process instead.
+    _ = (tf.constant(1.0) + 1.0).numpy()  # the runtime runs: thread counts are fixed
+    if os.environ.get("TF_ENABLE_ONEDNN_OPTS") is None and platform.machine() == "x86_64":
+        assert _onednn_enabled()  # TensorFlow's default on x86
+    enabled = []  # recorded, not applied: this process's other tests keep their kernels
+    monkeypatch.setattr(tf.config.experimental, "enable_op_determinism",
+                        lambda: enabled.append(True))
+    with caplog.at_level(logging.WARNING, logger="keras_mvit2.training"):
+        _make_deterministic()
+    assert enabled == [True]
+    assert "TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 TF_ENABLE_ONEDNN_OPTS=0" in (
+        caplog.text)
+    threads_from_env = all(os.environ.get(k) == "1" for k in
+                           ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"))
+    assert ("several threads" in caplog.text) == (not threads_from_env)
+    assert ("oneDNN" in caplog.text) == _onednn_enabled()
+
+
 @needs_fashion
 def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path):
-    if any(os.environ.get(k) != v for k, v in SINGLE_THREAD_ENV.items()):
-        # Bitwise equality needs deterministic kernels on one TensorFlow thread (with
-        # more, a CI run under load saw the third epoch's loss differ in the last bit).
-        # This process's TensorFlow already runs with more: run this test in a child
-        # that starts with one.
+    if any(os.environ.get(k) != v for k, v in DETERMINISTIC_ENV.items()):
+        # Bitwise equality needs deterministic kernels on one TensorFlow thread, and
+        # Eigen's kernels rather than oneDNN's (see `_make_deterministic`: CI runs saw
+        # the third epoch's loss differ in the last bit with either missing). This
+        # process's TensorFlow already runs without them: run this test in a child that
+        # starts with them.
         child = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
              f"{__file__}::test_resume_after_kill_matches_an_uninterrupted_run",
              "--basetemp", str(tmp_path / "child")],
-            env={**os.environ, **SINGLE_THREAD_ENV},
+            env={**os.environ, **DETERMINISTIC_ENV},
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
             capture_output=True, text=True, timeout=900, check=False,
         )
         assert child.returncode == 0 and "1 passed" in child.stdout, (
             child.stdout[-6000:] + child.stderr[-3000:])
         return
+    assert not _onednn_enabled()  # the variable really switched TensorFlow to Eigen
     sections = {
         "model": {"drop_path_rate": 0.2, "dropout": 0.1},  # random ops: seeds must resume too
         "data": {"validation_split": None},

@@ -771,38 +771,64 @@ def _check_resume_config(config: TrainConfig, config_path: str) -> None:
         )
 
 
-#: Environment variables TensorFlow reads for its thread counts at start-up; both set to
-#: "1" make `training.deterministic` runs bitwise reproducible (`_make_deterministic`).
-SINGLE_THREAD_ENV = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+#: Environment variables TensorFlow reads once, when it loads: one intra-op and one
+#: inter-op thread, and its Eigen kernels instead of oneDNN's. A process started with them
+#: runs `training.deterministic` bitwise reproducibly (`_make_deterministic`).
+DETERMINISTIC_ENV = {
+    "TF_NUM_INTRAOP_THREADS": "1",
+    "TF_NUM_INTEROP_THREADS": "1",
+    "TF_ENABLE_ONEDNN_OPTS": "0",
+}
+
+
+def _onednn_enabled() -> bool:
+    """Whether this process's TensorFlow runs oneDNN kernels (decided when it loaded)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:  # a TensorFlow without the probe: go by the variable
+        return os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "0"
+    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def _make_deterministic() -> None:
-    """Deterministic kernels, and one intra-op and one inter-op thread where TensorFlow
-    still allows it.
+    """Deterministic kernels on one intra-op and one inter-op thread, without oneDNN.
 
-    `enable_op_determinism` is not enough on a loaded CPU: with more threads, runs
-    still round differently (measured here under load: the third epoch's loss of two
-    identical runs differed in the last bit; with one intra-op thread, a resumed run's
-    weights still differed from the uninterrupted run's by 1e-8 in a quarter of the stem
-    kernel). With one thread of each kind they agreed bitwise in every trial. The
-    thread counts can only be set before TensorFlow's runtime starts; if it already runs
-    with more, a warning says how to start the process instead (`SINGLE_THREAD_ENV`).
+    `enable_op_determinism` is not enough on a CPU. Measured here (the same 12-step
+    run, three processes at once on two cores):
+    - with several threads, two identical runs differed in the last bit of the third
+      epoch's loss;
+    - with one thread of each kind but oneDNN's kernels (TensorFlow's default on x86),
+      2 runs of 63 (and one CI run) took another path, one of them from the first
+      optimizer step on (weights 1.6e-4 apart after 12 steps): oneDNN caches its
+      primitives per thread, and which thread runs a kernel depends on timing;
+    - with one thread of each kind and Eigen's kernels, 78 of 78 runs were bitwise equal.
+    Thread counts can still be set here if TensorFlow's runtime has not started; oneDNN
+    is chosen when TensorFlow loads. What cannot be set any more is named in a warning
+    that says how to start the process instead (`DETERMINISTIC_ENV`).
     """
     tf.config.experimental.enable_op_determinism()
-    if all(os.environ.get(k) == v for k, v in SINGLE_THREAD_ENV.items()):
-        return
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(1)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-    except RuntimeError:
-        if (tf.config.threading.get_intra_op_parallelism_threads(),
-                tf.config.threading.get_inter_op_parallelism_threads()) != (1, 1):
-            logger.warning(
-                "training.deterministic: TensorFlow already runs with several threads, "
-                "whose kernels may round differently from run to run under load. For "
-                "bitwise-reproducible runs start the process with %s.",
-                " ".join(f"{k}={v}" for k, v in SINGLE_THREAD_ENV.items()),
-            )
+    missing = []
+    if _onednn_enabled():
+        missing.append("TensorFlow loaded with oneDNN's kernels, which may run another "
+                       "path depending on which thread runs them")
+    threads_from_env = all(os.environ.get(k) == "1" for k in
+                           ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"))
+    if not threads_from_env:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:
+            if (tf.config.threading.get_intra_op_parallelism_threads(),
+                    tf.config.threading.get_inter_op_parallelism_threads()) != (1, 1):
+                missing.append("TensorFlow already runs with several threads, whose "
+                               "kernels may round differently from run to run under load")
+    if missing:
+        logger.warning(
+            "training.deterministic: %s. For bitwise-reproducible runs start the process "
+            "with %s.",
+            "; ".join(missing),
+            " ".join(f"{k}={v}" for k, v in DETERMINISTIC_ENV.items()),
+        )
 
 
 def train(
@@ -828,10 +854,11 @@ def train(
         started again with the same config resumes after the last completed epoch, at
         the same optimizer step and schedule position, and finishes with the same weights
         as an uninterrupted run (bitwise with `training.deterministic: true` in a process
-        with one TensorFlow thread, see `_make_deterministic`; otherwise multi-threaded
-        kernels may round differently, ~1e-7 relative). Under `multi_worker`,
-        `output.dir` must be a folder every worker sees (a shared disk such as NFS; files
-        are written with local renames, so not an object store); only the chief writes.
+        started with `DETERMINISTIC_ENV`, see `_make_deterministic`; otherwise kernels
+        may round differently, ~1e-7 relative, and the difference grows over steps).
+        Under `multi_worker`, `output.dir` must be a folder every worker sees (a shared
+        disk such as NFS; files are written with local renames, so not an object store);
+        only the chief writes.
     """
     if not isinstance(config, TrainConfig):
         config = load_config(config)
