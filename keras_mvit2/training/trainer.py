@@ -799,8 +799,10 @@ def _make_deterministic() -> None:
       epoch's loss;
     - with one thread of each kind but oneDNN's kernels (TensorFlow's default on x86),
       2 runs of 63 (and one CI run) took another path, one of them from the first
-      optimizer step on (weights 1.6e-4 apart after 12 steps): oneDNN caches its
-      primitives per thread, and which thread runs a kernel depends on timing;
+      optimizer step on (weights 1.6e-4 apart after 12 steps). The data pipeline alone
+      and the train step on a fixed batch were bitwise repeatable; which oneDNN kernel
+      varies was not pinned down (its primitives are cached per thread, and which
+      thread runs a kernel depends on timing);
     - with one thread of each kind and Eigen's kernels, 78 of 78 runs were bitwise equal.
     Thread counts can still be set here if TensorFlow's runtime has not started; oneDNN
     is chosen when TensorFlow loads. What cannot be set any more is named in a warning
