@@ -251,20 +251,30 @@ def test_int8_real_size_256(trained, data, out_dir, record_property):
     record_property("xnnpack_partitions_256_int8", report.num_xnnpack_partitions)
     record_property("ops_outside_xnnpack_256_int8", json.dumps(report.ops_outside_xnnpack))
 
-    x = _rgb(data["x_test"][:48], 256)
+    x = _rgb(data["x_test"][:96], 256)
     ref = np.asarray(model.predict(x, batch_size=16, verbose=0), dtype="float32")
     got = run_tflite(report.path, x)
-    # The 32x32-trained weights give low-margin logits at 256, so compare the logit
-    # vectors themselves (centered per image) rather than only the argmax.
+    # The 32x32-trained weights are at chance level at 256 (Keras top-1 8-13 %), with
+    # low-margin logits: top-1 agreement over all images counts coin flips on near-ties
+    # (measured 0.67-1.0 over trainings). What int8 must keep is the logit vectors
+    # themselves (centered per image), and the class wherever Keras does not face a tie.
     a = got - got.mean(-1, keepdims=True)
     b = ref - ref.mean(-1, keepdims=True)
     corr = float(np.sum(a * b) / np.sqrt(np.sum(a * a) * np.sum(b * b)))
-    agreement = float(np.mean(got.argmax(-1) == ref.argmax(-1)))
+    relative_error = float(np.abs(got - ref).mean() / b.std())
+    top2 = np.sort(ref, axis=-1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 0.5  # >> the int8 logit error (mean 0.04, max <= 0.52)
+    agreement_clear = float(np.mean(got.argmax(-1)[clear] == ref.argmax(-1)[clear]))
     record_property("corr_256", corr)
-    record_property("agreement_256", agreement)
+    record_property("relative_error_256", relative_error)
+    record_property("agreement_256_clear", agreement_clear)
     assert float(np.ptp(ref, axis=0).max()) > 0.1, "reference logits nearly constant"
-    assert corr >= 0.9, corr
-    assert agreement >= 0.7, agreement
+    # Measured: corr 0.997-1.000 (7 trainings); relative error 0.021-0.067, clear images
+    # 28-95 of 96 and agreement 1.0 on them (4 trainings).
+    assert corr >= 0.98, corr
+    assert relative_error <= 0.15, relative_error
+    assert clear.sum() >= 10, f"only {clear.sum()} images with a clear Keras top-1"
+    assert agreement_clear >= 0.95, agreement_clear
 
 
 def test_int16x8_is_closer_to_keras_than_int8(converted, test_set):
