@@ -264,13 +264,13 @@ def _resolve_model(path: str) -> str:
 
 def _read_run(model_path: str) -> tuple[dict, dict]:
     """`(config.yaml, run.json)` of the run folder holding `model_path` (empty if none)."""
-    import yaml
+    from keras_mvit2.training.config import load_yaml
 
     folder = os.path.dirname(os.path.abspath(model_path))
     config, run = {}, {}
     if os.path.exists(os.path.join(folder, "config.yaml")):
         with open(os.path.join(folder, "config.yaml")) as f:
-            config = yaml.safe_load(f) or {}
+            config = load_yaml(f.read()) or {}
     if os.path.exists(os.path.join(folder, "run.json")):
         with open(os.path.join(folder, "run.json")) as f:
             run = json.load(f)

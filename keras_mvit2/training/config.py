@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -581,6 +582,27 @@ def _check_keys(d: Mapping[str, Any], valid: Sequence[str], where: str, prefix: 
 # --------------------------------------------------------------------------------------
 
 
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading numbers as YAML 1.2 does.
+
+    PyYAML follows YAML 1.1, whose floats need a dot and a signed exponent: `1e-3`, `1E-3`,
+    `3e4` and `1.0e9` come back as strings. YAML 1.2 (and everyone writing a learning
+    rate) reads them as floats.
+    """
+
+
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """Parses YAML text (safe, with YAML 1.2 floats such as `1e-3`, see `_Yaml12Loader`)."""
+    return yaml.load(text, Loader=_Yaml12Loader)  # a SafeLoader subclass: safe
+
+
 def packaged_configs() -> list[str]:
     """Names of the configs shipped in `keras_mvit2/configs` (e.g. `fashion_mnist`)."""
     folder = resources.files("keras_mvit2") / "configs"
@@ -604,7 +626,7 @@ def _read_yaml(path_or_name: str | os.PathLike) -> dict[str, Any]:
         with open(path) as f:
             text = f.read()
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         raise ValueError(f"Config {path!r} is not valid YAML: {e}") from None
     if data is not None and not isinstance(data, dict):
@@ -626,7 +648,7 @@ def apply_overrides(d: Mapping[str, Any], overrides: Sequence[str]) -> dict[str,
         section, field = parts
         _check_keys({section: None}, list(_SECTIONS), "the config")
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml(text)
         except yaml.YAMLError as e:
             raise ValueError(f"Override {item!r} has a value that is not YAML: {e}") from None
         current = out.get(section) or {}
