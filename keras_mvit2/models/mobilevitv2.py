@@ -2,6 +2,7 @@
 Transformers", TMLR 2023): Table 6 architecture with ml-cvnets' width rule."""
 
 import functools
+import numbers
 import os
 from dataclasses import dataclass
 
@@ -32,10 +33,14 @@ class MobileViTV2Widths:
 
 def mobilevitv2_widths(width_multiplier: float) -> MobileViTV2Widths:
     """Channels for any width multiplier (ml-cvnets `config/mobilevit_v2.py`)."""
-    if not 0.0 < width_multiplier <= 4.0:
+    if (
+        isinstance(width_multiplier, bool)
+        or not isinstance(width_multiplier, numbers.Real)
+        or not 0.0 < width_multiplier <= 4.0
+    ):
         raise ValueError(
-            "width_multiplier must be in (0, 4]; the paper uses 0.5 to 2.0. "
-            f"Received: width_multiplier={width_multiplier}"
+            "width_multiplier must be a number in (0, 4]; the paper uses 0.5 to 2.0. "
+            f"Received: width_multiplier={width_multiplier!r}"
         )
     a = width_multiplier
     stem = make_divisible(min(max(32 * a, 16), 64), 8, min_value=16)
