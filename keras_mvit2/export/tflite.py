@@ -701,6 +701,9 @@ def _convert_model(
         unsupported = _unsupported_ops_from_error(err)
         if not unsupported:
             raise
+        graph_def = concrete_function.graph.as_graph_def()
+        for op, scopes in _op_scopes_in_graph(graph_def, set(unsupported)).items():
+            unsupported[op] |= scopes
         raise _unsupported_op_error(unsupported, model, quantization) from err
     except RuntimeError as err:
         # The calibration/quantization step reports ops without a quantized kernel as
@@ -768,6 +771,44 @@ def _unsupported_ops_from_error(err: Exception) -> dict[str, set[str]]:
             if loc_op == op:
                 found[op].add(scope)
     return dict(found)
+
+
+def _op_scopes_in_graph(graph_def, ops: set[str]) -> dict[str, set[str]]:
+    """TF op name -> name scopes of the traced graph's nodes that run it.
+
+    The converter's locations miss ops inside a function the layer calls (a
+    ``tf.function`` in its ``call``): their scope restarts in the function's body.
+    Here such an op is found in the function library, and the scope is the one of
+    the graph node that calls the function (``.../my_layer_1/PartitionedCall``).
+    """
+    library = {f.signature.name: f for f in graph_def.library.function}
+    memo: dict[str, set[str]] = {}
+
+    def ops_in_function(name: str) -> set[str]:
+        if name not in memo:
+            memo[name] = set()  # a function that calls itself adds nothing more
+            function = library.get(name)
+            memo[name] = _ops_in_nodes(function.node_def if function else [], ops_in_function)
+        return memo[name]
+
+    found: dict[str, set[str]] = {}
+    for node in graph_def.node:
+        for op in _ops_in_nodes([node], ops_in_function) & ops:
+            found.setdefault(op, set()).add(node.name)
+    return found
+
+
+def _ops_in_nodes(nodes, ops_in_function: Callable[[str], set[str]]) -> set[str]:
+    """The op types the nodes run, including those of the functions they call."""
+    found = set()
+    for node in nodes:
+        found.add(node.op)
+        for value in node.attr.values():
+            called = [value.func] if value.HasField("func") else list(value.list.func)
+            for function in called:
+                if function.name:
+                    found |= ops_in_function(function.name)
+    return found
 
 
 def _enum_name(message, field: str) -> str:
