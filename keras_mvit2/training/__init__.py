@@ -36,6 +36,7 @@ from keras_mvit2.training.distribute import (
     resolve_precision,
     scale_for_replicas,
 )
+from keras_mvit2.training.divergence import StopOnNonFiniteLoss, TrainingDivergedError
 from keras_mvit2.training.ema import ExponentialMovingAverage
 from keras_mvit2.training.report import plot_confusion_matrix, write_eval_report
 from keras_mvit2.training.schedules import WarmupCosineDecay
@@ -65,9 +66,11 @@ __all__ = [
     "OutputConfig",
     "Scaling",
     "ScheduleConfig",
+    "StopOnNonFiniteLoss",
     "TrainConfig",
     "TrainResult",
     "TrainingConfig",
+    "TrainingDivergedError",
     "WarmupCosineDecay",
     "apply_overrides",
     "build_classifier",

@@ -17,6 +17,10 @@
   values), `checkpoints/epoch_NNNN.weights.h5` + `checkpoints/state.json` after every
   epoch (resumed automatically), `tensorboard/`, `model.keras` and `model_ema.keras`
   (float32 inference models with softmax), `metrics.json`.
+
+A non-finite loss (or weight) stops the run at once with `TrainingDivergedError`
+(`keras_mvit2.training.divergence`): the checkpoints of earlier epochs stay, nothing of the
+diverged epoch and no model is written, and a rerun resumes from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -49,6 +53,11 @@ from keras_mvit2.training.distribute import (
     precision_policy,
     resolve_precision,
     scale_for_replicas,
+)
+from keras_mvit2.training.divergence import (
+    StopOnNonFiniteLoss,
+    diverged_error,
+    non_finite_weights,
 )
 from keras_mvit2.training.ema import ExponentialMovingAverage, _Untracked
 from keras_mvit2.training.schedules import WarmupCosineDecay
@@ -406,6 +415,7 @@ def make_sources(
         if d.validation is None and d.validation_fraction > 0:
             train = mvdata.image_folder(d.train, split="training",
                                         validation_fraction=d.validation_fraction, seed=d.seed)
+            _check_two_classes(train, d.train)  # before the split's own checks
             val = mvdata.image_folder(d.train, split="validation",
                                       validation_fraction=d.validation_fraction, seed=d.seed)
         else:
@@ -419,8 +429,19 @@ def make_sources(
         train = mvdata.tfds_source(d.tfds_name, d.train_split, data_dir=d.train)
         val = None if d.validation_split is None else mvdata.tfds_source(
             d.tfds_name, d.validation_split, data_dir=d.validation or d.train)
+    _check_two_classes(train, d.train)
     return _limited(train, d.train_limit), (
         None if val is None else _limited(val, d.validation_limit))
+
+
+def _check_two_classes(source: mvdata.ImageSource, where: str | None) -> None:
+    names = list(source.class_names)
+    if len(names) < 2:
+        raise ValueError(
+            f"The training data {where!r} has {len(names)} class ({names}); a classifier "
+            "needs at least two classes. For an image folder, put each class's images in its "
+            "own sub-folder (DIR/<class>/*.jpg) with at least two sub-folders."
+        )
 
 
 def _build_kwargs(config: TrainConfig, num_classes: int) -> dict[str, Any]:
@@ -849,6 +870,11 @@ def train(
     Returns:
         A `TrainResult`.
 
+    Raises:
+        TrainingDivergedError: the loss or a weight became NaN or infinite. Training stops
+            after that batch; the checkpoints of the earlier epochs stay and a rerun (with
+            a lower learning rate, say) resumes from the last one; no model is written.
+
     Notes:
         Epochs are run one `fit` call each, on a dataset built with seed `data.seed + e`,
         and a checkpoint (weights, optimizer state and step count, EMA, dropout seeds,
@@ -1001,6 +1027,8 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
             logger.warning("output.tensorboard is on but the `tensorboard` package is not "
                            "installed (`pip install tensorboard`): no TensorBoard logs.")
     callbacks += user_callbacks
+    stop_on_non_finite = StopOnNonFiniteLoss()
+    callbacks.insert(0, stop_on_non_finite)
     verbose = config.output.verbose if chief else 0
     timed_images, timed_seconds = 0, 0.0
     every = config.training.validate_every
@@ -1020,6 +1048,15 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
             shuffle=False,
         )
         seconds = time.perf_counter() - start
+        bad = [] if stop_on_non_finite.batch is not None else non_finite_weights(
+            classifier.weights)
+        if stop_on_non_finite.batch is not None or bad:
+            raise diverged_error(
+                epoch=epoch + 1,
+                batch=None if stop_on_non_finite.batch is None else stop_on_non_finite.batch + 1,
+                loss=stop_on_non_finite.loss, bad_weights=bad, last_checkpoint=checkpoint_path,
+                lr=config.optimizer.lr, clip_global_norm=config.optimizer.clip_global_norm,
+                precision=policy)
         ips, images, timed = throughput.images_per_second()
         timed_images += images
         timed_seconds += timed
