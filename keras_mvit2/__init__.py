@@ -2,7 +2,18 @@
 
 __version__ = "0.1.0"
 
-from keras_mvit2 import attention, data, export, layers, models, quantize, tasks, visualize
+# `_startup` first: it loads TensorFlow without its C++ start-up INFO lines.
+from keras_mvit2 import (
+    _startup,  # noqa: F401
+    attention,
+    data,
+    export,
+    layers,
+    models,
+    quantize,
+    tasks,
+    visualize,
+)
 from keras_mvit2.models import (
     MobileViT,
     MobileViTV2,

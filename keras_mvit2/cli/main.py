@@ -1,6 +1,7 @@
 """Entry point of the `mvit2` console script."""
 
 import argparse
+import contextlib
 import sys
 
 from keras_mvit2.cli import (
@@ -15,6 +16,8 @@ from keras_mvit2.cli import (
     visualize_cmd,
     weights_cmd,
 )
+from keras_mvit2.training.divergence import TrainingDivergedError
+from keras_mvit2.utils.quiet import native_chatter_filtered, quiet_libraries
 
 _COMMANDS = (demo_cmd, models_cmd, weights_cmd, visualize_cmd, bench_cmd, bench_android_cmd,
              qat_cmd, export_cmd, task_cmd, train_cmd)
@@ -25,20 +28,38 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mvit2",
         description="MobileViTv2 for Keras 3: build, port, train, export, benchmark.",
     )
+    verbose_help = ("show TensorFlow's, coremltools' and Keras' own logs, warnings and "
+                    "progress bars (hidden by default)")
+    parser.add_argument("-v", "--verbose", action="store_true", help=verbose_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _COMMANDS:
         module.register(sub)
+    for command in sub.choices.values():  # `mvit2 demo -v` as well as `mvit2 -v demo`
+        command.add_argument("-v", "--verbose", action="store_true",
+                             default=argparse.SUPPRESS, help=verbose_help)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs `mvit2`; returns the exit status (errors print one line, no traceback)."""
+    """Runs `mvit2`; returns the exit status.
+
+    Errors print one line, no traceback: status 2 for bad input (a wrong value, a missing
+    file, an unconvertible model), 3 for a training run that diverged (NaN or inf loss).
+    Unless `-v`, the libraries' own logs and progress bars are hidden.
+    """
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except (ValueError, FileNotFoundError, ImportError, OSError) as err:
-        print(f"mvit2 {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    quiet = not args.verbose
+    if quiet:
+        quiet_libraries()
+    with native_chatter_filtered() if quiet else contextlib.nullcontext():
+        try:
+            return int(args.handler(args) or 0)
+        except TrainingDivergedError as err:
+            print(f"mvit2 {args.command}: error: {err}", file=sys.stderr)
+            return 3
+        except (ValueError, FileNotFoundError, ImportError, OSError) as err:
+            print(f"mvit2 {args.command}: error: {err}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":
