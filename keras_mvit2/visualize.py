@@ -27,6 +27,13 @@ class ContextScoreMap:
     output_stride: int     # input size / feature-map size
     scores: np.ndarray     # (H, W) raw context scores (each pixel-in-patch sums to 1)
     normalized: np.ndarray  # (H, W) min-max normalized to [0, 1]
+    num_patches: int = 0   # N, the patches the scores are spread over
+
+    @property
+    def is_flat(self) -> bool:
+        """True when the map carries no information: one patch (every score is 1) or equal
+        scores everywhere; its normalized map is all zeros."""
+        return self.num_patches == 1 or float(np.ptp(self.scores)) < 1e-12
 
 
 def scores_to_map(scores: np.ndarray, grid_size: tuple[int, int], patch_size: int = 2):
@@ -93,7 +100,8 @@ def context_scores(model: keras.Model, image: np.ndarray) -> list[ContextScoreMa
                 )
             scores = keras.ops.convert_to_numpy(layer.attn.context_scores(layer.norm1(tokens)))
             folded = scores_to_map(scores, grid, block.patch_size)[0]
-            maps.append(ContextScoreMap(block.name, index, stride, folded, _min_max(folded)))
+            maps.append(ContextScoreMap(block.name, index, stride, folded, _min_max(folded),
+                                        num_patches=grid[0] * grid[1]))
             tokens = layer(tokens, training=False)
     return maps
 
@@ -106,7 +114,12 @@ def plot_context_scores(
     alpha: float = 0.6,
     cmap: str = "jet",
 ) -> str:
-    """Saves the input and one overlaid panel per attention layer as a PNG (atomically)."""
+    """Saves the input and one overlaid panel per attention layer as a PNG (atomically).
+
+    Colours are each layer's context scores, min-max normalized (colour bar). A layer whose
+    map is flat (`ContextScoreMap.is_flat`: its feature map is a single patch at this input
+    size, so every score is 1) shows the input with a note instead of a uniform colour.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,16 +140,30 @@ def plot_context_scores(
             ax = axes[row][column]
             if column - 1 < len(row_maps):
                 m = row_maps[column - 1]
+                ax.imshow(shown)
+                ax.set_title(f"OS={stride} layer {m.layer_index}", fontsize=8)
+                if m.is_flat:
+                    reason = ("1 patch at this input size:\nevery score is 1, no map"
+                              if m.num_patches == 1 else "all scores equal: no map")
+                    ax.text(0.5, 0.5, reason, transform=ax.transAxes, ha="center",
+                            va="center", fontsize=7, color="black",
+                            bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none"})
+                    continue
                 overlay = np.asarray(
                     keras.ops.image.resize(m.normalized[..., None], shown.shape[:2],
                                            interpolation="bilinear")
                 )[..., 0]
-                ax.imshow(shown)
                 ax.imshow(overlay, cmap=cmap, alpha=alpha, vmin=0.0, vmax=1.0)
-                ax.set_title(f"OS={stride} layer {m.layer_index}", fontsize=8)
         for ax in axes[row]:
             ax.axis("off")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.0, 0.9, 1.0))
+    bar_axes = fig.add_axes((0.92, 0.15, 0.02, 0.7))
+    bar = fig.colorbar(
+        matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(0.0, 1.0), cmap=cmap),
+        cax=bar_axes)
+    bar.set_label("context score (min-max per layer)", fontsize=8)
+    bar.set_ticks([0.0, 0.5, 1.0], labels=["min", "", "max"])
+    bar.ax.tick_params(labelsize=7)
     with atomic_output(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
