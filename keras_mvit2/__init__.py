@@ -1,6 +1,6 @@
 """keras_mvit2: MobileViTv2 and linear-cost attention for Keras 3, TFLite and CoreML."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from keras_mvit2 import attention, data, export, layers, models, quantize, tasks, visualize
 from keras_mvit2.models import (

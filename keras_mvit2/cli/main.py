@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from keras_mvit2 import __version__
 from keras_mvit2.cli import (
     bench_android_cmd,
     bench_cmd,
@@ -25,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mvit2",
         description="MobileViTv2 for Keras 3: build, port, train, export, benchmark.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print the keras_mvit2 version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _COMMANDS:
         module.register(sub)
