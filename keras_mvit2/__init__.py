@@ -1,6 +1,6 @@
 """keras_mvit2: MobileViTv2 and linear-cost attention for Keras 3, TFLite and CoreML."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # `_startup` first: it loads TensorFlow without its C++ start-up INFO lines.
 from keras_mvit2 import (

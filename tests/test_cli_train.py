@@ -17,6 +17,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from keras_mvit2 import __version__
 from keras_mvit2.cli.main import main
 from keras_mvit2.data import FASHION_MNIST_CLASSES
 from keras_mvit2.data.sources import FASHION_MNIST_DIR
@@ -115,6 +116,7 @@ def test_train_writes_the_run_and_prints_metrics_and_paths(run, folder):
     assert config["output"]["dir"] == str(out)
     run_info = json.loads((out / "run.json").read_text())
     assert run_info["class_names"] == list(CLASSES)
+    assert run_info["keras_mvit2"] == __version__
     assert run_info["train_examples"] + run_info["validation_examples"] == 3 * PER_CLASS
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics["history"]) == 2

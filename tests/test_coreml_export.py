@@ -59,6 +59,10 @@ def test_classifier_labels_and_float32(tmp_path):
     # A logits model gets a softmax so the classifier's probabilities are probabilities.
     assert report.op_histogram.get("softmax", 0) == 1
     assert report.metadata["keras_mvit2.precision"] == "float32"
+    # The package records the keras_mvit2 version that wrote it (read back from the file).
+    assert report.metadata["keras_mvit2.version"] == mv.__version__
+    assert ct.models.MLModel(report.path, skip_model_load=True).short_description.endswith(
+        f"exported by keras_mvit2 {mv.__version__}")
 
 
 @pytest.mark.parametrize(

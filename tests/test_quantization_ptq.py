@@ -294,6 +294,7 @@ def test_metadata_round_trip(converted, trained):
         assert json.load(f) == meta  # the sidecar holds the same document
     assert meta["format"] == "keras_mvit2.tflite_metadata" and meta["version"] == 1
     assert meta["model"] == trained.name
+    assert meta["keras_mvit2_version"] == mv.__version__
     assert meta["quantization"] == "int8" and meta["batch_size"] is None
     assert meta["class_names"] == CLASSES
     assert meta["output_kind"] == "logits"

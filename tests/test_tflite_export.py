@@ -137,6 +137,8 @@ def test_mobilevitv2_050_256_converts_builtin_only(report_256, capsys, record_pr
     assert json.loads(json.dumps(report.to_dict()))["op_histogram"] == hist
     assert inspect_tflite(report.path) == report
     assert report.size_bytes == os.path.getsize(report.path)
+    # The file records the keras_mvit2 version that wrote it (metadata read from the file).
+    assert inspect_tflite(report.path).metadata["keras_mvit2_version"] == mv.__version__
 
 
 def test_mobilevitv2_050_256_matches_keras(model_256, report_256, images_256, record_property):

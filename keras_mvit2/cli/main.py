@@ -4,6 +4,7 @@ import argparse
 import contextlib
 import sys
 
+from keras_mvit2 import __version__
 from keras_mvit2.cli import (
     bench_android_cmd,
     bench_cmd,
@@ -28,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mvit2",
         description="MobileViTv2 for Keras 3: build, port, train, export, benchmark.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print the keras_mvit2 version and exit")
     verbose_help = ("show TensorFlow's, coremltools' and Keras' own logs, warnings and "
                     "progress bars (hidden by default)")
     parser.add_argument("-v", "--verbose", action="store_true", help=verbose_help)

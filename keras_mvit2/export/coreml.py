@@ -84,7 +84,9 @@ def to_coreml(
             `"palettize"` (k-means look-up table of `palettize_bits` bits) or
             `"prune"` (magnitude pruning to `prune_sparsity`), applied with
             `coremltools.optimize.coreml`.
-        metadata: extra user-defined metadata strings.
+        metadata: extra user-defined metadata strings (besides ``keras_mvit2.version``,
+            ``keras_mvit2.model``, ``keras_mvit2.preprocessing``, ``keras_mvit2.precision``
+            and ``keras_mvit2.weight_compression``, which are always written).
 
     Returns:
         A `CoreMLReport` of the saved program.
@@ -158,8 +160,11 @@ def to_coreml(
         mlmodel = ct.models.MLModel(spec, weights_dir=mlmodel.weights_dir, skip_model_load=True)
     mlmodel = _compress(ct, mlmodel, weight_compression, palettize_bits, prune_sparsity)
 
-    mlmodel.short_description = f"{model.name} exported by keras_mvit2"
+    from keras_mvit2 import __version__
+
+    mlmodel.short_description = f"{model.name} exported by keras_mvit2 {__version__}"
     info = {
+        "keras_mvit2.version": __version__,
         "keras_mvit2.model": model.name,
         "keras_mvit2.preprocessing": json.dumps(
             {"color": "RGB", "scale": 1.0 / 255.0, "input_shape": list(shape)}

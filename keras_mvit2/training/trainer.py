@@ -43,6 +43,7 @@ from keras.src.backend.tensorflow.trainer import (
 )
 from keras.src.losses import loss as loss_module
 
+from keras_mvit2 import __version__
 from keras_mvit2 import data as mvdata
 from keras_mvit2.models import create_model
 from keras_mvit2.training.config import TrainConfig, load_config
@@ -1006,6 +1007,7 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
         "class_names": class_names,
         "train_examples": train_source.num_examples,
         "validation_examples": None if val_source is None else val_source.num_examples,
+        "keras_mvit2": __version__,
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
     }

@@ -8,27 +8,65 @@ the same file.
 """
 import glob
 import os
+import re
 import runpy
 import sys
 
 import nbformat
 
-REPO = "keras-mvit2/keras_mvit2"
 NOTEBOOKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_INIT = os.path.join(os.path.dirname(NOTEBOOKS), "keras_mvit2", "__init__.py")
 
 
-def badge(name):
-    url = f"https://colab.research.google.com/github/{REPO}/blob/main/notebooks/{name}"
-    return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({url})"
+def version():
+    """keras_mvit2.__version__, read from the source (importing it would load TensorFlow)."""
+    with open(PACKAGE_INIT) as f:
+        return re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 
 
-def install(extras="torch,coreml"):
-    """The first code cell: installs keras_mvit2 with `extras` on Colab only."""
-    return f'''# Colab: install keras_mvit2 (a local checkout already has it: `pip install -e .`)
+def wheel():
+    """The file name of the wheel that `python -m build` writes into dist/."""
+    return f"keras_mvit2-{version()}-py3-none-any.whl"
+
+
+#: Where the notebooks say to look for Colab instructions (no badge: no public URL is known).
+COLAB_NOTE = ("To run this notebook in Colab, upload it and the keras_mvit2 wheel (or point "
+              "`KERAS_MVIT2` in the first code cell at a Git repository): see *Notebooks in "
+              "Colab* in the project's README.")
+
+
+def install(extras="torch,coreml", colab_only=""):
+    """The first code cell: the `KERAS_MVIT2` setting (a pip requirement with `extras`) and
+    an install that runs only where keras_mvit2 does not import yet; `colab_only` is a
+    shell line run on Colab only."""
+    cell = f'''# ======== SETTING: where pip installs keras_mvit2 from (edit this line) ========
+KERAS_MVIT2 = "{wheel()}[{extras}]"
+# Default: the wheel that `python -m build` writes into dist/, uploaded to this session
+# (Colab: Files pane > Upload, into /content). Or a pip requirement such as
+#   "keras_mvit2[{extras}] @ git+https://github.com/<you>/keras_mvit2@main"  (a Git repository)
+#   "keras_mvit2[{extras}]=={version()}"  (a version published on PyPI; none is yet)
+# Nothing is installed where keras_mvit2 already imports (a checkout after `pip install -e .`,
+# or a session that ran this cell before: to change versions there, run
+# `%pip uninstall -y keras_mvit2`, restart the runtime and run this cell again).
+import importlib.util
+import os
 import sys
 
+spec = importlib.util.find_spec("keras_mvit2")
+if spec is None:
+    source = KERAS_MVIT2.split("[")[0]
+    if source.endswith(".whl") and not os.path.exists(source):
+        raise FileNotFoundError(
+            f"{{source}} is not in {{os.getcwd()}}: upload the wheel built by `python -m build` "
+            "there, or set KERAS_MVIT2 to a Git URL or a published version")
+    %pip install -q "{{KERAS_MVIT2}}"
+else:
+    print(f"keras_mvit2 already imports from {{os.path.dirname(spec.origin)}}: not installing")'''
+    if colab_only:
+        cell += f'''
 if "google.colab" in sys.modules:
-    %pip install -q "keras_mvit2[{extras}] @ git+https://github.com/{REPO}"'''
+    {colab_only}'''
+    return cell
 
 
 INSTALL = install()

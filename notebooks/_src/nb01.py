@@ -1,11 +1,11 @@
 import os, sys; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_nb import write, badge, INSTALL
+from make_nb import write, COLAB_NOTE, INSTALL
 name = "01_quickstart.ipynb"
 write(name, [
 ("md", f"""
 # keras_mvit2 quickstart
 
-{badge(name)}
+{COLAB_NOTE}
 
 Build a MobileViTv2 in Keras 3, port Apple (ml-cvnets) or timm weights if you have a checkpoint,
 classify a few photos and look at what the separable self-attention attends to (the paper's

@@ -1,11 +1,11 @@
 import os, sys; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_nb import write, badge, install
+from make_nb import write, COLAB_NOTE, install
 name = "02_train_fashion_mnist.ipynb"
 write(name, [
 ("md", f"""
 # Train MobileViTv2 on Fashion-MNIST (or on your own images)
 
-{badge(name)}
+{COLAB_NOTE}
 
 Train MobileViTV2-0.5 from scratch with the paper's recipe (AdamW without weight decay on norms
 and biases, linear warm-up + cosine learning rate, label smoothing, gradient clipping, an EMA of
@@ -13,8 +13,7 @@ the weights), plot the loss and accuracy curves, and evaluate the model: top-1 /
 per-class accuracy and the confusion matrix. Fashion-MNIST is read from Debian's
 `dataset-fashion-mnist` package; the same code trains on a folder of your own images.
 """),
-("code", install() + """
-    !apt-get -qq install -y dataset-fashion-mnist > /dev/null"""),
+("code", install(colab_only="!apt-get -qq install -y dataset-fashion-mnist > /dev/null")),
 ("md", """
 ## Settings
 

@@ -1,11 +1,11 @@
 import os, sys; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_nb import write, badge, install
+from make_nb import write, COLAB_NOTE, install
 name = "03_quantize_and_export.ipynb"
 write(name, [
 ("md", f"""
 # Quantize and export: TFLite (float16, int8, QAT) and Core ML
 
-{badge(name)}
+{COLAB_NOTE}
 
 Take a trained MobileViTV2-0.5 to a phone: post-training quantization to float16 and
 full-integer int8 TFLite (calibrated on training images), quantization-aware training (QAT)
@@ -13,8 +13,7 @@ with TensorFlow Model Optimization, a Core ML ML Program for iPhone, and one val
 that compares every export with the Keras model on held-out test images: output differences,
 top-1 agreement, accuracy, size, ops left in float and XNNPACK coverage.
 """),
-("code", install("coreml,qat") + """
-    !apt-get -qq install -y dataset-fashion-mnist > /dev/null"""),
+("code", install("coreml,qat", colab_only="!apt-get -qq install -y dataset-fashion-mnist > /dev/null")),
 ("md", """
 ## Settings
 

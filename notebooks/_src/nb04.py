@@ -1,11 +1,11 @@
 import os, sys; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_nb import write, badge, INSTALL
+from make_nb import write, COLAB_NOTE, INSTALL
 name = "04_benchmark.ipynb"
 write(name, [
 ("md", f"""
 # Benchmark: latency on this machine, attention vs tokens, and on a phone
 
-{badge(name)}
+{COLAB_NOTE}
 
 Measure the batch-1 latency of exported MobileViTV2-0.5 files in LiteRT on this machine
 (float32 with XNNPACK on and off, float16), reproduce the paper's Fig. 1 (one attention layer of

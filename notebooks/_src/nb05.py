@@ -1,11 +1,11 @@
 import os, sys; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_nb import write, badge, INSTALL
+from make_nb import write, COLAB_NOTE, INSTALL
 name = "05_attention_zoo.ipynb"
 write(name, [
 ("md", f"""
 # The attention zoo: swap the attention of MobileViTv2 and DeiT
 
-{badge(name)}
+{COLAB_NOTE}
 
 Every attention layer of keras_mvit2 has one interface, so the attention of any model is one
 argument: `attention="separable" | "mha" | "linformer" | "rfa" | "mobile_attention"`. This
