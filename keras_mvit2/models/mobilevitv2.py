@@ -179,8 +179,10 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
     if resolved is None:
         load_weights(model, weights)
     else:
-        load_pretrained(model, resolved, include_top)
-        model._keras_mvit2_weights = resolved.entry  # preprocess_images reads its transform
+        # Where the weights came from (the download, or the cached .weights.h5), and the
+        # checkpoint, whose evaluation transform preprocess_images uses.
+        model._keras_mvit2_weights_file = load_pretrained(model, resolved, include_top)
+        model._keras_mvit2_weights = resolved.entry
     return model
 
 

@@ -134,6 +134,8 @@ def _download_apple(entry: PretrainedWeights) -> str:
 
     url = _apple_url(entry)
     cache_dir = os.environ.get("KERAS_HOME") or None  # None: Keras' default (~/.keras)
+    if cache_dir is not None:  # get_file falls back to /tmp/.keras unless it exists
+        os.makedirs(cache_dir, exist_ok=True)
     try:
         return keras.utils.get_file(entry.filename, url, cache_subdir=_SUBDIR,
                                     cache_dir=cache_dir)
