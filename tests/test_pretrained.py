@@ -319,3 +319,50 @@ def test_preprocess_images_matches_pil_on_the_cc0_photos(tmp_path):
                                mv.preprocess_images(photos["chelsea"])[0], atol=1e-5)
     with pytest.raises(ValueError, match="uint8"):
         mv.preprocess_images(photos["coffee"].astype("float32"))
+
+
+# --------------------------------------------------------------------------------------
+# mvit2 predict and mvit2 demo --pretrained
+# --------------------------------------------------------------------------------------
+
+
+@needs_oracle
+def test_predict_cli_and_pretrained_demo(checkpoints, hub_env, tmp_path, capsys):
+    """`mvit2 predict` prints a top-5 table per photo; `mvit2 demo --pretrained` exports
+    int8 TFLite (+ Core ML) with the ImageNet labels, calibrated on a folder of photos."""
+    from PIL import Image
+    from skimage import data
+
+    from keras_mvit2.cli import main
+    from keras_mvit2.export import read_tflite_metadata
+
+    hub_env.serve(_repo("mobilevitv2_050"), "model.safetensors",
+                  checkpoints["mobilevitv2_050"]["safetensors"])
+    photos = tmp_path / "photos" / "any" / "layout"
+    photos.mkdir(parents=True)
+    paths = []
+    for name in ("astronaut", "chelsea", "coffee", "rocket"):
+        paths.append(str(photos / f"{name}.png"))
+        Image.fromarray(getattr(data, name)()).save(paths[-1])
+
+    assert main(["predict", *paths, "--model", "mobilevitv2_050", "--weights", "imagenet"]) == 0
+    out = capsys.readouterr().out
+    model = mv.create_model("mobilevitv2_050", weights="imagenet")  # from the cached .h5
+    expected = mv.decode_predictions(model.predict(mv.preprocess_images(paths, model),
+                                                   verbose=0), top=5)
+    for path, top in zip(paths, expected, strict=True):
+        assert path in out
+        for _, name, score in top:
+            assert name in out and f"{score:.4f}" in out
+
+    demo_dir = tmp_path / "demo"
+    assert main(["demo", "--pretrained", "--calibration", str(tmp_path / "photos"),
+                 "-o", str(demo_dir)]) == 0
+    summary = json.loads((demo_dir / "summary.json").read_text())
+    assert summary["num_images"] == 4
+    assert [row[1] for row in summary["predictions"]] == [top[0][1] for top in expected]
+    metadata = read_tflite_metadata(summary["paths"]["tflite"])
+    names = metadata["class_names"]
+    assert len(names) == 1000 and names[:2] == ["tench", "goldfish"]
+    if importlib.util.find_spec("coremltools") is not None:
+        assert os.path.isdir(summary["paths"]["coreml"])
