@@ -30,8 +30,10 @@ from keras_mvit2.models import (
     mobilevitv2_200,
     preprocess_input,
 )
+from keras_mvit2.preprocessing import preprocess_images, preprocessing_model
 from keras_mvit2.profiling import profile
 from keras_mvit2.weights import load_torch_weights
+from keras_mvit2.weights.pretrained import list_weights
 
 __all__ = [
     "MobileViT",
@@ -45,6 +47,7 @@ __all__ = [
     "export",
     "layers",
     "list_models",
+    "list_weights",
     "load_torch_weights",
     "mobilevitv2_050",
     "mobilevitv2_075",
@@ -54,7 +57,9 @@ __all__ = [
     "mobilevitv2_175",
     "mobilevitv2_200",
     "models",
+    "preprocess_images",
     "preprocess_input",
+    "preprocessing_model",
     "profile",
     "quantize",
     "tasks",

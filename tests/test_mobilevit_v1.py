@@ -249,7 +249,7 @@ def test_keras_round_trip(tmp_path, rng):
         (dict(input_shape=(None, None, 3)), "fixed height and width"),
         (dict(include_top=False, pooling="mean"), "pooling must be None"),
         (dict(attention="nope"), "Unknown attention"),
-        (dict(weights="imagenet"), "downloads nothing"),
+        (dict(weights="imagenet"), "publishes weights for MobileViTv2 only"),
         (dict(classes=0), "classes must be positive"),
     ],
 )

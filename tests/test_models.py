@@ -110,7 +110,7 @@ def test_odd_resolution_grows_last_feature_map():
         ({"input_shape": (256, 256)}, "height, width, channels"),
         ({"width_multiplier": 0.0}, "width_multiplier"),
         ({"width_multiplier": 5.0}, "width_multiplier"),
-        ({"weights": "imagenet"}, "downloads nothing"),
+        ({"weights": "imagenet"}, r"trained at 256x256; with include_top=True"),
         ({"pooling": "mean", "include_top": False}, "pooling"),
         ({"classes": 0}, "classes"),
     ],

@@ -259,7 +259,7 @@ def test_invalid_arguments_are_explained():
         SSDLite(0.5, input_shape=(64, 64, 3), classes=1)
     with pytest.raises(FileNotFoundError, match="Weights file not found"):
         SSDLite(0.5, input_shape=(64, 64, 3), classes=3, backbone_weights="missing.pt")
-    with pytest.raises(ValueError, match="downloads nothing"):
+    with pytest.raises(ValueError, match="weights='imagenet', include_top=False"):
         PSPNet(0.5, input_shape=(64, 64, 3), backbone_weights="imagenet")
 
 

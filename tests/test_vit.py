@@ -329,7 +329,7 @@ def test_layer_config_round_trip(layer, rng):
         (dict(include_top=False, pooling="mean"), "pooling must be None, 'token'"),
         (dict(classes=0), "classes must be a positive int"),
         (dict(attention="nope"), "Unknown attention"),
-        (dict(weights="imagenet"), "downloads nothing"),
+        (dict(weights="imagenet"), "publishes weights for MobileViTv2 only"),
     ],
 )
 def test_invalid_arguments(kwargs, match):

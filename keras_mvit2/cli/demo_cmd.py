@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def register(sub) -> None:
@@ -25,10 +26,24 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="interpreter threads of the latency benchmark (default 1)")
     p.add_argument("--quiet", action="store_true", help="no training progress bar")
+    g = p.add_argument_group(
+        "pretrained", "--pretrained: skip training; export a model with published ImageNet "
+        "weights to int8 TFLite and Core ML with the ImageNet labels")
+    g.add_argument("--pretrained", action="store_true",
+                   help="export a pretrained model instead of training on Fashion-MNIST")
+    g.add_argument("--calibration", metavar="DIR",
+                   help="any folder of photos: int8 calibration and the Keras/int8 comparison "
+                        "(needed with --pretrained)")
+    g.add_argument("--model", default="mobilevitv2_050", help="default mobilevitv2_050")
+    g.add_argument("--weights", default="imagenet", help="published tag (default imagenet)")
+    g.add_argument("--num-images", type=int, default=100,
+                   help="photos used at most (default 100)")
     p.set_defaults(handler=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.pretrained:
+        return _pretrained(args)
     import sys
 
     from rich.console import Console
@@ -41,4 +56,30 @@ def _demo(args: argparse.Namespace) -> int:
                       verbose=0 if args.quiet else (1 if sys.stdout.isatty() else 2),
                       log=lambda line: console.print(f"[bold]{escape(line)}[/bold]"))
     print_summary(result, console)
+    return 0
+
+
+def _pretrained(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from keras_mvit2.pretrained_demo import run_pretrained_demo
+
+    if not args.calibration:
+        raise ValueError("--pretrained needs --calibration DIR: any folder of photos.")
+    console = Console()
+    result = run_pretrained_demo(
+        args.output, args.calibration, model=args.model, weights=args.weights,
+        num_images=args.num_images,
+        log=lambda line: console.print(f"[bold]{escape(line)}[/bold]"))
+    table = Table("photo", "Keras top-1", "probability", "int8 top-1",
+                  title=f"{result.model} weights={result.weights!r}: int8 agrees with Keras on "
+                        f"{100 * result.top1_agreement:.0f} % of {result.num_images} photos")
+    for path, name, prob, int8 in result.predictions[:20]:
+        table.add_row(escape(os.path.basename(path)), escape(name), f"{prob:.3f}", escape(int8))
+    console.print(table)
+    for key, path in result.paths.items():
+        if path:
+            console.print(f"{key}: {escape(path)}")
     return 0

@@ -11,6 +11,7 @@ from keras_mvit2.cli import (
     demo_cmd,
     export_cmd,
     models_cmd,
+    predict_cmd,
     qat_cmd,
     task_cmd,
     train_cmd,
@@ -20,8 +21,8 @@ from keras_mvit2.cli import (
 from keras_mvit2.training.divergence import TrainingDivergedError
 from keras_mvit2.utils.quiet import native_chatter_filtered, quiet_libraries
 
-_COMMANDS = (demo_cmd, models_cmd, weights_cmd, visualize_cmd, bench_cmd, bench_android_cmd,
-             qat_cmd, export_cmd, task_cmd, train_cmd)
+_COMMANDS = (demo_cmd, predict_cmd, models_cmd, weights_cmd, visualize_cmd, bench_cmd,
+             bench_android_cmd, qat_cmd, export_cmd, task_cmd, train_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,10 +7,12 @@ from keras_mvit2.utils.files import atomic_output
 
 
 def register(sub) -> None:
-    p = sub.add_parser("list", help="list the registered models")
+    p = sub.add_parser("list", help="list the registered models (or their published weights)")
     p.add_argument(
         "pattern", nargs="?", default="*", help="shell-style filter, e.g. 'mobilevitv2*'"
     )
+    p.add_argument("--weights", action="store_true",
+                   help="list the published ImageNet weights: tag, input size, file size, top-1")
     p.set_defaults(handler=_list)
 
     p = sub.add_parser("profile", help="parameters and MACs of registered models")
@@ -28,8 +30,30 @@ def register(sub) -> None:
 def _list(args: argparse.Namespace) -> int:
     from keras_mvit2 import list_models
 
+    if args.weights:
+        return _list_weights(args.pattern)
     for name in list_models(args.pattern):
         print(name)
+    return 0
+
+
+def _list_weights(pattern: str) -> int:
+    import fnmatch
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from keras_mvit2 import list_weights
+
+    table = Table("model", "weights=", "input", "file", "top-1 %", "source",
+                  title="Published MobileViTv2 weights (ImageNet-1k top-1)")
+    for w in list_weights():
+        if not fnmatch.fnmatch(w.model, pattern):
+            continue
+        size = "-" if w.file_size_mb is None else f"{w.file_size_mb:g} MB"
+        source = w.location if w.source == "timm" else "Apple .pt (torch extra)"
+        table.add_row(w.model, w.tag, f"{w.input_size}", size, f"{w.top1:.2f}", source)
+    Console(width=140).print(table)
     return 0
 
 

@@ -1,5 +1,6 @@
 """Keras layers of keras_mvit2 (all registered for `.keras` serialization)."""
 
+from keras_mvit2.layers.eval_resize_crop import EvalResizeCrop
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.inverted_residual import InvertedResidual, make_divisible
 from keras_mvit2.layers.linformer_attention import LinformerSelfAttention
@@ -22,6 +23,7 @@ from keras_mvit2.layers.vit_layers import (
 
 __all__ = [
     "ClassTokenPositionEmbedding",
+    "EvalResizeCrop",
     "GroupNorm1",
     "InvertedResidual",
     "LinformerSelfAttention",

@@ -77,11 +77,14 @@ def load_weights(model: keras.Model, weights) -> None:
     if not isinstance(weights, str | os.PathLike):
         raise ValueError(f"weights must be None or a file path. Received: weights={weights!r}")
     path = os.fspath(weights)
-    if path == "imagenet":
+    from keras_mvit2.weights.pretrained import is_weights_tag
+
+    if is_weights_tag(path) and not os.path.exists(path):
         raise ValueError(
-            "keras_mvit2 downloads nothing at run time. Pass the path of a checkpoint file "
-            "instead: an Apple ml-cvnets .pt, a timm .pth/.bin/.safetensors, or a Keras "
-            ".weights.h5 (see `mvit2 convert-weights`)."
+            f"weights={path!r}: keras_mvit2 publishes weights for MobileViTv2 only "
+            f"(keras_mvit2.list_weights()); model {model.name!r} has none. Pass the path of a "
+            "checkpoint file instead: a timm .pth/.bin/.safetensors or a Keras .weights.h5 "
+            "(see `mvit2 convert-weights`)."
         )
     if not os.path.exists(path):
         raise FileNotFoundError(f"Weights file not found: {path!r}")

@@ -16,6 +16,8 @@ from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.layers.transformer_layer import default_ffn_dim
 from keras_mvit2.models.builder_utils import classifier_head, load_weights, model_input
 from keras_mvit2.models.registry import register_model
+from keras_mvit2.weights.hub import download_weights, load_pretrained
+from keras_mvit2.weights.pretrained import check_pretrained_config, is_weights_tag
 
 #: Transformer layers per MobileViTv2 block in stages 2, 3, 4 (B in Table 6).
 ATTENTION_LAYERS = (2, 4, 3)
@@ -98,12 +100,18 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
         width_multiplier: float. alpha of the paper; 0.5 to 2.0 are the published
             models, any value in (0, 4] builds (channels follow ml-cvnets' rule).
         include_top: bool. Add global average pooling and the Dense classifier.
-        weights: `None` (random init) or the path of a checkpoint: an Apple
-            ml-cvnets `.pt`, a timm `.pth` / `.bin` / `.safetensors`, or a Keras
-            `.weights.h5`. Nothing is downloaded.
+        weights: `None` (random init), a published tag (`"imagenet"`,
+            `"imagenet22k_ft_in1k"`, `"imagenet22k_ft_in1k_384"`, `"imagenet_384"`;
+            see `keras_mvit2.list_weights()`), downloaded once and cached, or the
+            path of a checkpoint: an Apple ml-cvnets `.pt`, a timm `.pth` / `.bin` /
+            `.safetensors`, or a Keras `.weights.h5`. With a tag and
+            `include_top=True`, `classes` must be 1000 and the input size the
+            checkpoint's (256, or 384 for the `_384` tags; the default follows the
+            tag); `include_top=False` takes any size.
         input_tensor: optional Keras tensor to use as the image input.
-        input_shape: `(height, width, 3)`, static. Defaults to `(256, 256, 3)`.
-            Inputs are RGB in [0, 1] (see `preprocess_input`).
+        input_shape: `(height, width, 3)`, static. Defaults to `(256, 256, 3)`
+            (384 for the `_384` weights). Inputs are RGB in [0, 1] (see
+            `preprocess_images` for the checkpoints' evaluation transform).
         pooling: `None`, `"avg"` or `"max"`: pooling of the features when
             `include_top=False`.
         classes: int. Number of classes of the classifier.
@@ -131,6 +139,12 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
     (None, 1000)
     """
     widths = mobilevitv2_widths(width_multiplier)
+    resolved = None
+    if is_weights_tag(weights):  # check everything, then download, before building
+        entry, input_shape = check_pretrained_config(
+            width_multiplier, weights, include_top=include_top, classes=classes,
+            input_shape=input_shape, input_tensor=input_tensor, attention=attention)
+        resolved = download_weights(entry)
     if not 0.0 <= drop_path_rate < 1.0:
         raise ValueError(
             f"drop_path_rate must be in [0, 1). Received: drop_path_rate={drop_path_rate}"
@@ -167,7 +181,13 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
     if name is None:
         name = f"mobilevitv2_{round(width_multiplier * 100):03d}"
     model = keras.Model(inputs, outputs, name=name)
-    load_weights(model, weights)
+    if resolved is None:
+        load_weights(model, weights)
+    else:
+        # Where the weights came from (the download, or the cached .weights.h5), and the
+        # checkpoint, whose evaluation transform preprocess_images uses.
+        model._keras_mvit2_weights_file = load_pretrained(model, resolved, include_top)
+        model._keras_mvit2_weights = resolved.entry
     return model
 
 

@@ -289,8 +289,10 @@ def load_backbone_weights(
     path = os.fspath(weights)
     if path == "imagenet":
         raise ValueError(
-            "keras_mvit2 downloads nothing at run time. Pass the path of a classifier "
-            "checkpoint (ml-cvnets .pt, timm .pth/.safetensors, or a Keras .weights.h5)."
+            "Task backbones take published weights through a model: pass "
+            "keras_mvit2.MobileViTV2(<width>, weights='imagenet', include_top=False) (or the "
+            "path of a classifier checkpoint: ml-cvnets .pt, timm .pth/.safetensors, or a "
+            "Keras .weights.h5)."
         )
     if not os.path.exists(path):
         raise FileNotFoundError(f"Weights file not found: {path!r}")

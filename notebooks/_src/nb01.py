@@ -7,62 +7,62 @@ write(name, [
 
 {COLAB_NOTE}
 
-Build a MobileViTv2 in Keras 3, port Apple (ml-cvnets) or timm weights if you have a checkpoint,
-classify a few photos and look at what the separable self-attention attends to (the paper's
-context-score maps, Fig. 5 / Fig. 8).
+A pretrained MobileViTv2 in one line, a few photos classified with the checkpoint's own
+preprocessing, what the separable self-attention attends to (the paper's context-score maps,
+Fig. 5 / Fig. 8), and a TFLite file for a phone.
 """),
 ("code", INSTALL),
 ("md", """
 ## Settings
 
-`CHECKPOINT` is the path of a PyTorch checkpoint of MobileViTv2-0.5 (an Apple ml-cvnets `.pt` or a
-timm `.pth` / `.safetensors`). Nothing is downloaded: without a checkpoint the model keeps its
-random initialization, so the predictions below are meaningless, but every step still runs.
-`MVIT2_SMALL=1` (set by the project's CI) uses a smaller input.
+`MVIT2_SMALL=1` (set by the project's CI) keeps the export step small. In the project's CI the
+weights come from a local stand-in of the Hugging Face hub (`HF_ENDPOINT`) serving a checkpoint
+with random weights, so the labels printed there are meaningless; in Colab they are Apple's.
 """),
 ("code", """
 import os
 
-CHECKPOINT = os.environ.get("MVIT2_CHECKPOINT")  # e.g. "mobilevitv2-0.5.pt"
 SMALL = os.environ.get("MVIT2_SMALL", "0") == "1"
-SIZE = 128 if SMALL else 256
+STAND_IN = os.environ.get("MVIT2_HUB_STANDIN") == "1"  # CI: random weights from a local hub
 OUT = "mvit2_outputs"  # files written by this notebook
 os.makedirs(OUT, exist_ok=True)
 """),
 ("md", """
-## 1. Build a model
+## 1. A pretrained model
 
-`MobileViTV2` follows the `keras.applications` signature. Any width multiplier builds; the seven
-published widths also have named builders (`mv.list_models()`). `mv.profile` counts parameters and
-multiply-accumulates at the model's input size.
+`weights="imagenet"` downloads Apple's ImageNet-1k weights once (timm's copy on the Hugging Face
+hub, `timm/mobilevitv2_050.cvnets_in1k`, 5.5 MB), ports them to Keras and caches the result: the
+next run reads one `.weights.h5`, also offline (`HF_HUB_OFFLINE=1`). `mv.list_weights()` lists
+every published checkpoint with its input size and top-1.
 """),
 ("code", """
 import keras_mvit2 as mv
 
-print(mv.list_models())
-model = mv.MobileViTV2(width_multiplier=0.5, input_shape=(SIZE, SIZE, 3), weights=CHECKPOINT)
+for w in mv.list_weights("mobilevitv2_050"):
+    print(f"{w.model}  weights={w.tag!r:16s} {w.input_size}x{w.input_size}  top-1 {w.top1:.2f} %")
+model = mv.MobileViTV2(0.5, weights="imagenet")
 print(mv.profile(model))
 """),
 ("md", """
-## 2. Classify sample photos
+## 2. Classify photos
 
-The photos are scikit-image's bundled CC0 / public-domain images. `preprocess_input` maps RGB
-uint8 to [0, 1], the reference's preprocessing (no mean/std).
+The photos are scikit-image's bundled CC0 / public-domain images. `preprocess_images` applies
+the checkpoint's evaluation transform: RGB, shorter side resized to 288 (bicubic), center crop
+256, pixels / 255 (no mean/std). It takes paths, PIL images, uint8 arrays and tf tensors.
 """),
 ("code", """
-import numpy as np
-from PIL import Image
 from skimage import data
 
 photos = {"astronaut": data.astronaut(), "cat": data.chelsea(), "coffee": data.coffee(),
           "rocket": data.rocket()}
-batch = np.stack([np.asarray(Image.fromarray(p).resize((SIZE, SIZE), Image.BICUBIC))
-                  for p in photos.values()])
-probs = model.predict(mv.preprocess_input(batch), verbose=0)
-for name, top in zip(photos, mv.decode_predictions(probs, top=3)):
-    print(f"{name:10s}", ", ".join(f"{label} {score:.2f}" for _, label, score in top))
-if CHECKPOINT is None:
-    print("(random weights: pass a checkpoint for real predictions)")
+x = mv.preprocess_images(list(photos.values()), model)
+probs = model.predict(x, verbose=0)
+for name, top in zip(photos, mv.decode_predictions(probs, top=5)):
+    print(f"{name}:")
+    for synset, label, score in top:
+        print(f"    {score:6.3f}  {label} ({synset})")
+if STAND_IN:
+    print("(CI stand-in hub: random weights, so these labels are meaningless)")
 """),
 ("md", """
 ## 3. Context-score maps
@@ -73,22 +73,23 @@ scores back to the feature-map grid shows where each layer looks, at output stri
 ("code", """
 from IPython.display import Image as ShowImage
 
-maps = mv.visualize.context_scores(model, batch[1])
-png = mv.visualize.plot_context_scores(batch[1], maps, f"{OUT}/context_scores.png")
+maps = mv.visualize.context_scores(model, x[1])
+png = mv.visualize.plot_context_scores(x[1], maps, f"{OUT}/context_scores.png")
 ShowImage(png)
 """),
 ("md", """
 ## 4. Export for a phone
 
 Float32 TFLite for Android (builtin ops only, checked by running it in LiteRT) and a Core ML ML
-Program for iPhone. Quantized exports are in `03_quantize_and_export.ipynb`.
+Program for iPhone. `mvit2 demo --pretrained --calibration PHOTOS/` makes the int8 TFLite and
+Core ML files with the ImageNet labels; more in `03_quantize_and_export.ipynb`.
 """),
 ("code", """
 report = mv.export.to_tflite(model, f"{OUT}/mobilevitv2_050.tflite")
 print(report.size_bytes, "bytes;", report.num_ops, "ops; TRANSPOSE:",
       report.op_histogram.get("TRANSPOSE", 0), "; max rank:", report.max_tensor_rank)
-x = mv.preprocess_input(batch)
+batch = x[:2] if SMALL else x
 print("max |TFLite - Keras| =",
-      float(np.abs(mv.export.run_tflite(report.path, x) - model.predict(x, verbose=0)).max()))
+      float(abs(mv.export.run_tflite(report.path, batch) - model.predict(batch, verbose=0)).max()))
 """),
 ])

@@ -1,0 +1,86 @@
+"""The checkpoints' evaluation transform as a Keras layer: resize the shorter side,
+center-crop a square, scale to [0, 1]."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_mvit2.api_export import serializable
+
+
+@serializable
+class EvalResizeCrop(keras.layers.Layer):
+    """Resizes the shorter side to `floor(size / crop_pct)`, keeps the center `size x size`
+    square and divides by 255: timm's / ml-cvnets' evaluation transform of the
+    MobileViTv2 checkpoints (256: shorter side 288 bicubic, crop 256; 384: crop_pct 1.0).
+
+    As torchvision's `Resize(int)` + `CenterCrop`: the longer side becomes
+    `floor(resize * long / short)`, the crop offset is `round((side - size) / 2)`
+    (half to even). Resizing uses `keras.ops.image.resize(..., antialias=True)`, whose
+    bicubic is the Keys kernel with a = -0.5 like PIL's, so downscaling matches PIL's
+    area-aware resize. Images of any size go in; batches must share one size.
+
+    Input shape: `(batch, height, width, channels)`, RGB values in [0, 255] (any dtype).
+    Output shape: `(batch, size, size, channels)`, float32 in [0, 1] (`scale=True`) or
+    [0, 255].
+
+    Args:
+        size: int. Output side (the checkpoint's input size).
+        crop_pct: float in (0, 1]. Fraction of the resized shorter side kept.
+        interpolation: `"bicubic"` (the checkpoints'), `"bilinear"`, ... (any of
+            `keras.ops.image.resize`).
+        antialias: bool. Area-aware filtering when downscaling (PIL's behaviour).
+        scale: bool. Divide by 255 (the checkpoints take RGB in [0, 1]).
+
+    Example:
+        ```python
+        layer = keras_mvit2.layers.EvalResizeCrop(256, crop_pct=0.888)
+        layer(np.zeros((1, 480, 640, 3), "uint8")).shape  # (1, 256, 256, 3)
+        ```
+    """
+
+    def __init__(self, size: int, crop_pct: float = 0.888, interpolation: str = "bicubic",
+                 antialias: bool = True, scale: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be a positive int. Received: size={size!r}")
+        if not 0.0 < float(crop_pct) <= 1.0:
+            raise ValueError(f"crop_pct must be in (0, 1]. Received: crop_pct={crop_pct!r}")
+        self.size = size
+        self.crop_pct = float(crop_pct)
+        self.interpolation = interpolation
+        self.antialias = bool(antialias)
+        self.scale = bool(scale)
+        self.resize_size = math.floor(size / self.crop_pct)
+
+    def call(self, images):
+        x = ops.cast(images, "float32")
+        shape = ops.shape(x)
+        height = ops.cast(shape[1], "float32")
+        width = ops.cast(shape[2], "float32")
+        short = ops.minimum(height, width)
+        target = float(self.resize_size)
+        # torchvision: the shorter side -> resize_size, the longer -> int(resize * long / short)
+        new_h = ops.where(height <= width, target, ops.floor(target * height / short))
+        new_w = ops.where(height <= width, ops.floor(target * width / short), target)
+        new_h = ops.cast(new_h, "int32")
+        new_w = ops.cast(new_w, "int32")
+        x = ops.image.resize(x, (new_h, new_w), interpolation=self.interpolation,
+                             antialias=self.antialias)
+        top = ops.cast(ops.round(ops.cast(new_h - self.size, "float32") / 2.0), "int32")
+        left = ops.cast(ops.round(ops.cast(new_w - self.size, "float32") / 2.0), "int32")
+        x = ops.slice(x, (0, top, left, 0), (shape[0], self.size, self.size, shape[3]))
+        x = ops.clip(x, 0.0, 255.0)
+        if self.scale:
+            x = x / 255.0
+        return ops.reshape(x, (-1, self.size, self.size, images.shape[-1] or shape[3]))
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.size, self.size, input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(size=self.size, crop_pct=self.crop_pct, interpolation=self.interpolation,
+                      antialias=self.antialias, scale=self.scale)
+        return config
