@@ -106,15 +106,14 @@ def context_scores(model: keras.Model, image: np.ndarray) -> list[ContextScoreMa
     return maps
 
 
-def plot_context_scores(
+def context_score_figure(
     image: np.ndarray,
     maps: list[ContextScoreMap],
-    path: str | os.PathLike,
     *,
     alpha: float = 0.6,
     cmap: str = "jet",
-) -> str:
-    """Saves the input and one overlaid panel per attention layer as a PNG (atomically).
+):
+    """A matplotlib figure: the input and one overlaid panel per attention layer.
 
     Colours are each layer's context scores, min-max normalized (colour bar). A layer whose
     map is flat (`ContextScoreMap.is_flat`: its feature map is a single patch at this input
@@ -164,6 +163,21 @@ def plot_context_scores(
     bar.set_label("context score (min-max per layer)", fontsize=8)
     bar.set_ticks([0.0, 0.5, 1.0], labels=["min", "", "max"])
     bar.ax.tick_params(labelsize=7)
+    return fig
+
+
+def plot_context_scores(
+    image: np.ndarray,
+    maps: list[ContextScoreMap],
+    path: str | os.PathLike,
+    *,
+    alpha: float = 0.6,
+    cmap: str = "jet",
+) -> str:
+    """Saves `context_score_figure` as a PNG (atomically); returns the path."""
+    import matplotlib.pyplot as plt
+
+    fig = context_score_figure(image, maps, alpha=alpha, cmap=cmap)
     with atomic_output(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)

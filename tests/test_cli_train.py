@@ -253,3 +253,15 @@ def test_eval_rejects_data_with_other_classes(run, tmp_path, capsys):
     err = _errors(capsys, ["eval", str(out), "--data", str(tmp_path)])
     assert "are not those the model was trained on" in err
     assert "['cat', 'dog', 'fox']" in err and "['blue', 'green', 'red']" in err
+
+
+def test_diverged_run_exits_3_with_one_line_and_keeps_no_model(folder, tmp_path, capsys):
+    out = tmp_path / "diverged"
+    code = main(["train", "--config", "fashion_mnist", "--data", str(folder), "-o", str(out),
+                 *_sets(TINY), "--set", "optimizer.lr=1000000000000"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3, err
+    assert len(err.splitlines()) == 1, err
+    assert "Training diverged" in err and "optimizer.lr" in err and "clip_global_norm" in err
+    assert not (out / "model.keras").exists() and not (out / "model_ema.keras").exists()
+

@@ -110,6 +110,10 @@ def test_odd_resolution_grows_last_feature_map():
         ({"input_shape": (256, 256)}, "height, width, channels"),
         ({"width_multiplier": 0.0}, "width_multiplier"),
         ({"width_multiplier": 5.0}, "width_multiplier"),
+        ({"width_multiplier": "big"}, r"width_multiplier must be a number.*Received: "
+                                      r"width_multiplier='big'"),
+        ({"width_multiplier": None}, "width_multiplier must be a number"),
+        ({"width_multiplier": True}, "width_multiplier must be a number"),
         ({"weights": "imagenet"}, r"trained at 256x256; with include_top=True"),
         ({"pooling": "mean", "include_top": False}, "pooling"),
         ({"classes": 0}, "classes"),

@@ -203,6 +203,28 @@ def test_unsupported_op_raises_and_writes_nothing(tmp_path):
     assert os.listdir(tmp_path) == []  # no temporary left behind
 
 
+@tf.function
+def _doubled_in_python(t):
+    y = tf.py_function(lambda a: a * 2.0, [t], tf.float32)
+    y.set_shape(t.shape)
+    return y
+
+
+def test_unsupported_op_inside_a_function_the_layer_calls_names_the_layer(tmp_path):
+    # The op sits in a tf.function the layer calls: the converter's location of the op
+    # restarts in the function's body and names no layer; the graph's caller does.
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 1, name="conv")(inputs)
+    x = keras.layers.Lambda(_doubled_in_python, name="my_pyfunc")(x)
+    model = keras.Model(inputs, keras.layers.GlobalAveragePooling2D()(x))
+    with pytest.raises(UnsupportedOpError, match="EagerPyFunc") as info:
+        to_tflite(model, tmp_path / "pyfunc.tflite")
+    assert info.value.layers == ["my_pyfunc"]
+    assert "tf.EagerPyFunc in layer 'my_pyfunc' (Lambda)" in str(info.value)
+    assert "layer unknown" not in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
 def test_inspect_reports_flex_ops(tmp_path):
     # The same model converted *with* SELECT_TF_OPS: the report must show the Flex op,
     # so `flex_ops == []` above is a real check.

@@ -624,3 +624,126 @@ def test_fashion_mnist_mobilevitv2_050_learns(tmp_path):
         assert glob.glob(os.path.join(result.output_dir, "tensorboard", "train", "events.*"))
     metrics = json.loads(open(os.path.join(result.output_dir, "metrics.json")).read())
     assert metrics["metrics"]["raw"]["top1"] == pytest.approx(result.metrics["raw"].top1)
+
+
+# --------------------------------------------------------------------------------------
+# Numbers as people write them (YAML 1.1 reads 1e-3 as a string)
+# --------------------------------------------------------------------------------------
+
+EXPONENT_TEXTS = ["1e-3", "1E-3", "3e4", ".5", "1.0e+2"]
+
+
+def _float_fields():
+    """(section, field) for every float-typed field of every config section."""
+    import typing
+
+    from keras_mvit2.training.config import _SECTIONS
+
+    for section, cls in _SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for field in dataclasses.fields(cls):
+            tp = hints[field.name]
+            if tp is float or float in typing.get_args(tp):
+                yield section, field.name
+
+
+def test_every_float_field_is_found():
+    fields = set(_float_fields())
+    assert {("optimizer", "lr"), ("schedule", "min_lr"), ("augment", "random_erasing"),
+            ("optimizer", "clip_global_norm"), ("training", "label_smoothing")} <= fields
+    assert len(fields) >= 20, sorted(fields)
+
+
+@pytest.mark.parametrize("section, field", sorted(_float_fields()))
+def test_float_fields_read_exponent_notation_from_set_and_yaml(section, field, tmp_path):
+    for text in EXPONENT_TEXTS:
+        expected = float(text)
+        path = tmp_path / f"{field}.yaml"
+        path.write_text(f"{section}:\n  {field}: {text}\n")
+        for source, overrides in (({}, [f"{section}.{field}={text}"]), (str(path), None)):
+            try:
+                config = training.load_config(source, overrides)
+            except ValueError as e:
+                # Out of this field's range is fine; being refused as "not a number" is not.
+                assert "must be a number. " not in str(e) and "'" + text not in str(e), str(e)
+                assert f"{field}={expected!r}" in str(e), str(e)
+                continue
+            value = getattr(getattr(config, section), field)
+            assert isinstance(value, float) and value == expected, (text, value)
+
+
+def test_learning_rates_as_people_write_them():
+    config = training.load_config("fashion_mnist", ["optimizer.lr=1e-3",
+                                                    "schedule.warmup_init_lr=1e-6",
+                                                    "schedule.min_lr=1.0e-5"])
+    assert config.optimizer.lr == 1e-3 and config.schedule.min_lr == 1e-5
+    assert training.load_config({}, ["optimizer.lr=1e9"]).optimizer.lr == 1e9
+    # Strings stay strings where the field is a string.
+    assert training.load_config({}, ["output.dir=1e-3x"]).output.dir == "1e-3x"
+
+
+# --------------------------------------------------------------------------------------
+# Divergence
+# --------------------------------------------------------------------------------------
+
+
+def _all_finite(path) -> bool:
+    model = keras.models.load_model(path)
+    return all(np.all(np.isfinite(np.asarray(w))) for w in model.get_weights())
+
+
+def test_diverged_run_stops_keeps_earlier_checkpoints_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    first = training.train(tiny_config(tmp_path, training={"epochs": 1}))
+    model_mtime = os.path.getmtime(first.model_path)
+    assert _all_finite(first.model_path)
+
+    # lr 1e12 from epoch 2 on: the loss is NaN within the epoch.
+    diverging = tiny_config(tmp_path, training={"epochs": 3},
+                            optimizer={"lr": 1e12, "reference_batch_size": 16})
+    with pytest.raises(training.TrainingDivergedError) as info:
+        training.train(diverging)
+    err = info.value
+    assert err.epoch == 2 and err.batch is not None and 1 <= err.batch <= 4
+    message = str(err)
+    assert len(message.splitlines()) == 1
+    assert "loss became nan" in message or "loss became inf" in message
+    assert "optimizer.lr=1e+12" in message and "clip_global_norm" in message
+    assert err.last_checkpoint.endswith("epoch_0001.weights.h5")
+    # The finite epoch-1 checkpoint stays and is still the one to resume from; nothing of
+    # the diverged epoch and no model was written.
+    assert sorted(os.listdir(out / "checkpoints")) == ["epoch_0001.weights.h5", "state.json"]
+    assert training.latest_checkpoint(out)["epoch"] == 1
+    assert os.path.getmtime(first.model_path) == model_mtime and _all_finite(first.model_path)
+
+    # A rerun with a sane learning rate resumes after epoch 1 and finishes finite.
+    resumed = training.train(tiny_config(tmp_path, training={"epochs": 3}))
+    assert resumed.initial_epoch == 1 and len(resumed.history) == 3
+    assert all(np.isfinite(h["loss"]) for h in resumed.history)
+    assert _all_finite(resumed.model_path) and _all_finite(resumed.ema_model_path)
+
+
+def test_divergence_at_the_first_epoch_leaves_no_checkpoint_and_no_model(tmp_path):
+    with pytest.raises(training.TrainingDivergedError, match="no checkpoint to resume from"):
+        training.train(tiny_config(tmp_path, training={"epochs": 2},
+                                   optimizer={"lr": 1e12, "reference_batch_size": 16}))
+    out = tmp_path / "run"
+    assert not (out / "model.keras").exists() and not (out / "model_ema.keras").exists()
+    assert [f for f in os.listdir(out / "checkpoints") if f.endswith(".h5")] == []
+
+
+def test_one_class_is_named_as_the_problem(tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "images" / "cats"
+    folder.mkdir(parents=True)
+    for i in range(6):
+        Image.fromarray(np.full((8, 8, 3), 40 * i, "uint8")).save(folder / f"{i}.png")
+    for fraction in (0.0, 0.2):
+        config = tiny_config(tmp_path, data={"source": "image_folder",
+                                             "train": str(tmp_path / "images"),
+                                             "validation_fraction": fraction,
+                                             "train_limit": None, "validation_limit": None})
+        with pytest.raises(ValueError, match="at least two classes") as info:
+            training.train(config)
+        assert "cats" in str(info.value)

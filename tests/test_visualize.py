@@ -5,7 +5,12 @@ import pytest
 from PIL import Image
 
 import keras_mvit2 as mv
-from keras_mvit2.visualize import context_scores, plot_context_scores, scores_to_map
+from keras_mvit2.visualize import (
+    context_score_figure,
+    context_scores,
+    plot_context_scores,
+    scores_to_map,
+)
 
 
 def test_fold_puts_a_known_pattern_on_the_right_pixels():
@@ -75,3 +80,23 @@ def test_cli(tmp_path, photo):
     assert main(["visualize", "mobilevitv2_050", str(tmp_path / "bad.jpg"), "-o",
                  str(tmp_path / "x.png"), "--input-size", "64"]) == 2
     assert not (tmp_path / "x.png").exists()
+
+
+def test_one_patch_maps_are_flagged_flat_and_the_figure_says_so(photo, tmp_path):
+    # At 64x64 the OS=32 feature map is 2x2 pixels: one 2x2 patch, every score is 1.
+    small = mv.MobileViTV2(0.5, input_shape=(64, 64, 3), classes=10)
+    image = np.asarray(Image.fromarray(photo).resize((64, 64)))
+    maps = context_scores(small, image)
+    flat = [m for m in maps if m.is_flat]
+    assert [m.output_stride for m in flat] == [32, 32, 32]
+    assert all(m.num_patches == 1 and np.allclose(m.scores, 1.0) for m in flat)
+    assert all(not m.is_flat and m.num_patches > 1 for m in maps if m.output_stride < 32)
+
+    figure = context_score_figure(image, maps)
+    texts = [t.get_text() for ax in figure.axes for t in ax.texts]
+    assert sum("1 patch" in t for t in texts) == 3
+    labels = [ax.get_ylabel() for ax in figure.axes]
+    assert any("context score" in label for label in labels), labels  # the colour bar
+    out = plot_context_scores(image, maps, tmp_path / "maps.png")
+    assert Image.open(out).size[0] > 400
+

@@ -1,0 +1,91 @@
+"""What a user sees: no library chatter on import or from `mvit2` (unless -v), and the
+README's first command working as root without sudo."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from keras_mvit2.utils.quiet import _CHATTER, drop_entries
+
+README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
+NATIVE_LINE = re.compile(r"^[IWE]\d{4} ", re.M)
+
+
+def test_import_prints_nothing():
+    done = subprocess.run([sys.executable, "-c", "import keras_mvit2"], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONWARNINGS": ""})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and done.stderr == "", done.stderr
+
+
+def test_chatter_filter_keeps_warnings_and_errors_that_matter():
+    text = (
+        "I0000 00:00:1.0 1 port.cc:153] oneDNN custom operations are on.\n"
+        "I0000 00:00:1.0 1 cpu_feature_guard.cc:227] This TensorFlow binary is optimized\n"
+        "To enable the following instructions: AVX2 FMA, in other operations, rebuild.\n"
+        "E0000 00:00:1.0 1 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR (303)\n"
+        "fully_quantize: 0, inference_type: 6\n"
+        "E0000 00:00:1.0 1 something.cc:1] a real error\n"
+        "mvit2 train: error: Training diverged: the loss became nan\n"
+    )
+    assert drop_entries(text, _CHATTER) == (
+        "E0000 00:00:1.0 1 something.cc:1] a real error\n"
+        "mvit2 train: error: Training diverged: the loss became nan\n"
+    )
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_cli_is_quiet_unless_verbose(tmp_path, verbose):
+    # `export` builds a model, runs TensorFlow (its runtime's start-up logs), converts to
+    # TFLite (the converter's prints) and checks the file in LiteRT (the delegate's).
+    script = (
+        "import sys; from keras_mvit2.cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    args = ["export", "mobilevitv2_050", "-o",
+            str(tmp_path / "m.tflite"), *(["-v"] if verbose else [])]
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if verbose:
+        assert NATIVE_LINE.search(done.stderr), done.stderr[-2000:]
+    else:
+        assert done.stderr == "", done.stderr[-2000:]
+        assert os.path.exists(tmp_path / "m.tflite")
+
+
+def _first_command() -> str:
+    text = open(README).read()
+    block = text[text.index("```bash\n") + len("```bash\n"):]
+    line = next(l for l in block.splitlines() if "apt-get install" in l)  # noqa: E741
+    return line.split(" && pip install")[0]
+
+
+def _fake_bin(folder, name, body):
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize("uid", ["0", "1000"])
+def test_readme_first_command_installs_the_data_as_root_and_with_sudo(tmp_path, uid):
+    # Fake dpkg (package missing), apt-get and id; sudo exists only for the non-root user.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    _fake_bin(bin_dir, "dpkg", "exit 1")
+    _fake_bin(bin_dir, "id", f"echo {uid}")
+    _fake_bin(bin_dir, "apt-get", f'echo "apt-get $*" >> {log}')
+    if uid != "0":
+        _fake_bin(bin_dir, "sudo", f'echo "sudo $*" >> {log}; "$@"')
+    env = {"PATH": f"{bin_dir}:/bin:/usr/bin", "HOME": str(tmp_path)}
+    # only our fakes and the shell's builtins: no real sudo / apt-get on PATH first
+    done = subprocess.run(["/bin/sh", "-c", _first_command()], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines()
+    assert "apt-get install -y dataset-fashion-mnist" in calls, calls
+    assert any(c.startswith("sudo apt-get install") for c in calls) == (uid != "0"), calls
