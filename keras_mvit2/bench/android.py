@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import math
 import os
 import posixpath
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_mvit2.bench.schema import BenchResult, LatencyStats, save_results
+from keras_mvit2.utils.files import sha256_file
 
 __all__ = [
     "BENCHMARK_MODEL_HELP",
@@ -773,14 +773,6 @@ class _Job:
     threads: int
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _model_info(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     """The record's ``model`` entry as the host harness writes it (same name, precision
     and MACs, so `mvit2 bench-report` puts phone and host results in one row) and the
@@ -819,7 +811,7 @@ def run_android_benchmarks(
     log(f"Device {serial}: {device['name']}, {device['os']}, {device['cpu']}, "
         f"{device['machine']}")
     infos = [_model_info(m) for m in models]
-    binary_sha = _sha256(Path(config.benchmark_model))
+    binary_sha = sha256_file(Path(config.benchmark_model))
 
     remote = config.remote_dir.rstrip("/")
     remote_binary = posixpath.join(remote, "benchmark_model")

@@ -1,6 +1,7 @@
 """Atomic file output: a reader never sees a half-written file (any file, or JSON)."""
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -36,6 +37,15 @@ def atomic_output(path: str | os.PathLike) -> Iterator[str]:
         os.replace(tmp_path, path)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The SHA-256 hex digest of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def write_json(path: str | os.PathLike, payload: Any, *, indent: int = 2) -> None:

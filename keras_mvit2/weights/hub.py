@@ -21,10 +21,10 @@ safetensors parsing.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import zipfile
 
+from keras_mvit2.utils.files import sha256_file
 from keras_mvit2.weights.pretrained import APPLE_BASE_URL, PretrainedWeights
 
 __all__ = ["ResolvedWeights", "WeightsDownloadError", "download_weights", "load_pretrained"]
@@ -72,14 +72,6 @@ def _apple_url(entry: PretrainedWeights) -> str:
     if not base:
         return entry.location
     return base.rstrip("/") + entry.location[len(APPLE_BASE_URL):]
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # --------------------------------------------------------------------------------------
@@ -206,7 +198,7 @@ def download_weights(entry: PretrainedWeights) -> ResolvedWeights:
         cache_dir = os.path.join(repo_folder, _SUBDIR)
     else:
         cache_dir = os.path.dirname(path)
-    sha256 = _sha256(path)
+    sha256 = sha256_file(path)
     resolved = ResolvedWeights(entry, path, sha256, cache_dir)
     if not (os.path.exists(resolved.keras_weights_path(True))
             or os.path.exists(resolved.keras_weights_path(False))):
