@@ -2,7 +2,6 @@
 README's first command working as root without sudo."""
 
 import os
-import re
 import subprocess
 import sys
 
@@ -11,7 +10,6 @@ import pytest
 from keras_mvit2.utils.quiet import _CHATTER, drop_entries
 
 README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
-NATIVE_LINE = re.compile(r"^[IWE]\d{4} ", re.M)
 
 
 def test_import_prints_nothing():
@@ -50,8 +48,8 @@ def test_cli_is_quiet_unless_verbose(tmp_path, verbose):
     done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    if verbose:
-        assert NATIVE_LINE.search(done.stderr), done.stderr[-2000:]
+    if verbose:  # the library chatter the quiet mode drops is there (e.g. LiteRT's delegate)
+        assert any(_CHATTER.match(line) for line in done.stderr.splitlines()), done.stderr
     else:
         assert done.stderr == "", done.stderr[-2000:]
         assert os.path.exists(tmp_path / "m.tflite")
