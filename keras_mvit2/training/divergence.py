@@ -55,9 +55,6 @@ class StopOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
             self.batch, self.loss = batch, float(loss)
             self.model.stop_training = True
 
-    def reset(self) -> None:
-        self.batch = self.loss = None
-
 
 def non_finite_weights(variables: Sequence[keras.Variable]) -> list[str]:
     """Paths of the variables holding a NaN or an infinity."""
