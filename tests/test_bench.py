@@ -325,7 +325,8 @@ def test_attention_sweep_tiny_every_mechanism(tmp_path):
     assert mha.extra["layer_kwargs"] == {"num_heads": 8}
     assert mha.op_histogram.get("BATCH_MATMUL", 0) >= 2
     sep = next(r for r in sweep.results if r.extra["mechanism"] == "separable")
-    assert "BATCH_MATMUL" not in sep.op_histogram
+    # Separable: one (1, N, 1)^T x (1, N, d) product, the score-weighted sum over tokens.
+    assert sep.op_histogram.get("BATCH_MATMUL") == 1
     assert set(sweep.op_breakdown[16]) == set(mechanisms)
     assert sweep.bars("cpu") == {}                     # k=1024/2048 not measured
 

@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_mvit2.layers.separable_self_attention import elementwise_token_pooling
 from keras_mvit2.utils.files import atomic_output
 
 PRECISIONS = ("float16", "float32")
@@ -143,8 +144,10 @@ def to_coreml(
         ]
     else:
         inputs = [ct.TensorType(name="image", shape=(1, *shape))]
+    with elementwise_token_pooling():  # Core ML computes in float: no int8 rounding to avoid
+        concrete_function = serve.get_concrete_function()
     mlmodel = ct.convert(
-        [serve.get_concrete_function()],
+        [concrete_function],
         source="tensorflow",
         convert_to="mlprogram",
         inputs=inputs,

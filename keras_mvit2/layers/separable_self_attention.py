@@ -1,6 +1,10 @@
 """Separable self-attention (MobileViTv2, Mehta & Rastegari 2023, eq. 3)."""
 
+import contextlib
+import contextvars
+
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_mvit2 import attention
@@ -13,18 +17,79 @@ def _num_tokens(x):
     return float(n) if n is not None else ops.cast(ops.shape(x)[1], x.dtype)
 
 
-def softmax_over_tokens(x):
-    """Softmax along axis 1 written as max / exp / mean / divide.
+def exp_over_tokens(x):
+    """Softmax along axis 1, unnormalised: `(exp(x - max), sum of it)` over the tokens.
 
-    TFLite's SOFTMAX only works on the last axis; this form keeps the token
+    TFLite's SOFTMAX only works on the last axis; max / exp / mean keeps the token
     axis where it is, so the converted graph has no TRANSPOSE. The normaliser
     sum(e) is computed as mean(N * e): LiteRT's int16 SUM kernel is wrong and its
     MEAN is not (int16x8 models), and, unlike N * mean(e), the quantized tensor
     that int8 models divide by stays >= 1 (never rounds to zero).
+
+    Returns:
+        `e` with the shape of `x`, and its sum over axis 1 (kept, size 1).
     """
-    x = x - ops.max(x, axis=1, keepdims=True)
-    e = ops.exp(x)
-    return e / ops.mean(e * _num_tokens(x), axis=1, keepdims=True)
+    e = ops.exp(x - ops.max(x, axis=1, keepdims=True))
+    return e, ops.mean(e * _num_tokens(x), axis=1, keepdims=True)
+
+
+def softmax_over_tokens(x):
+    """Softmax along axis 1, without a TRANSPOSE in TFLite (see `exp_over_tokens`)."""
+    e, total = exp_over_tokens(x)
+    return e / total
+
+
+_ELEMENTWISE_POOLING = contextvars.ContextVar("elementwise_token_pooling", default=False)
+
+
+@contextlib.contextmanager
+def elementwise_token_pooling():
+    """Trace `pool_tokens` as a product and a mean instead of a matrix product.
+
+    The same function; for exports whose runtime computes in float (Core ML: fp16 or
+    fp32), where the matrix product only adds ops (9 `matmul` and 27 `reshape` in
+    MobileViTV2-0.5) and the int8 rounding it avoids does not happen.
+    """
+    token = _ELEMENTWISE_POOLING.set(True)
+    try:
+        yield
+    finally:
+        _ELEMENTWISE_POOLING.reset(token)
+
+
+def pool_tokens(x, scores):
+    """`sum_N(scores * x)`: the weighted sum over the tokens of each pixel position.
+
+    Written as one matrix product over the token axis, `scores^T x` per sample, not an
+    element-wise product and a mean: in full-int8 TFLite the product `scores * x` is
+    requantized to 8 bits before the sum, and at hundreds of tokens (256x256 input)
+    its typical values (about |x| / N) fall under one quantization step, so most
+    terms round to zero. A BATCH_MATMUL accumulates its int8 products in int32
+    and rounds once. For P pixel positions the product computes all P x P
+    (position, position) pairs and keeps the diagonal with a 0/1 mask, which needs
+    no TRANSPOSE and costs P times the (small) multiply-accumulates of the sum.
+
+    Args:
+        x: `(batch, num_tokens, P, d)`.
+        scores: `(batch, num_tokens, P, 1)`.
+
+    Returns:
+        `(batch, 1, P, d)`.
+    """
+    if _ELEMENTWISE_POOLING.get():
+        return ops.mean(x * scores, axis=1, keepdims=True) * _num_tokens(x)
+    positions, dim = x.shape[2], x.shape[3]
+    tokens = ops.shape(x)[1]
+    flat = ops.reshape(x, (-1, tokens, positions * dim))               # (B, N, P*d)
+    pairs = tf.linalg.matmul(
+        ops.reshape(scores, (-1, tokens, positions)), flat, adjoint_a=True
+    )                                                                   # (B, P, P*d)
+    if positions == 1:
+        return ops.reshape(pairs, (-1, 1, 1, dim))
+    pairs = ops.reshape(pairs, (-1, positions, positions, dim))       # (B, P, P, d)
+    diagonal = ops.cast(ops.eye(positions)[:, :, None], pairs.dtype)   # (P, P, 1)
+    # Mean of one non-zero term and P - 1 zeros, times P (see softmax_over_tokens).
+    return ops.mean(pairs * diagonal, axis=1, keepdims=True) * float(positions)
 
 
 @attention.register("separable", "separable_self_attention", "linear")
@@ -42,7 +107,11 @@ class SeparableSelfAttention(keras.layers.Layer):
     ```
 
     In the MobileViT layout the scores are computed separately for each of the
-    P pixel positions of a patch. No matrix product, no heads, no scaling.
+    P pixel positions of a patch. No token-by-token matrix, no heads, no scaling.
+    The sum over tokens is one small matrix product per sample (`pool_tokens`),
+    with `exp(q - max)` as weights and one division by their sum afterwards, so
+    that full-int8 TFLite keeps it accurate at hundreds of tokens (see
+    `pool_tokens`); Core ML exports trace it as a product and a mean.
 
     The key projection is applied once, to the score-weighted tokens, rather than
     to every token: `sum_N(c_s * (W_k x + b_k)) = W_k sum_N(c_s * x) + b_k sum_N(c_s)`.
@@ -169,15 +238,18 @@ class SeparableSelfAttention(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         x = self._as_4d(inputs)                              # (B, N, P, d)
-        scores = softmax_over_tokens(self._query(x))        # (B, N, P, 1)
-        scores = self.score_dropout(scores, training=training)
-        # sum over tokens as N * mean (see softmax_over_tokens).
-        weighted = ops.mean(x * scores, axis=1, keepdims=True) * _num_tokens(x)  # (B, 1, P, d)
+        # c_s = e / total. The weighted sum is taken with e and divided once by the
+        # total, on the pooled (B, 1, P, d) tensor: in int8 TFLite the scores e / total
+        # (about 1 / N each) would be rounded to 8 bits per token first.
+        e, total = exp_over_tokens(self._query(x))          # (B, N, P, 1), (B, 1, P, 1)
+        e = self.score_dropout(e, training=training)
+        weighted = pool_tokens(x, e) / total                 # (B, 1, P, d)
         context = self._projection("key", weighted)          # (B, 1, P, d)
         if self.use_bias and training and self.attn_dropout > 0:
             # Dropped scores no longer sum to 1: scale the key bias by their sum.
             key_bias = ops.cast(self.qkv_proj.bias[1 : 1 + self.dim], x.dtype)
-            context = context + key_bias * (ops.sum(scores, axis=1, keepdims=True) - 1.0)
+            kept = ops.sum(e, axis=1, keepdims=True) / total
+            context = context + key_bias * (kept - 1.0)
         out = self.out_proj(self._value(x) * context)       # (B, N, P, d)
         return out if len(inputs.shape) == 4 else ops.squeeze(out, 2)
 
