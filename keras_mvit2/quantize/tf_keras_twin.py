@@ -148,6 +148,7 @@ def _ops_namespace(tf) -> types.ModuleType:
         "erf": tf.math.erf,
         "exp": tf.exp,
         "expand_dims": lambda x, axis: tf.expand_dims(x, axis),
+        "eye": lambda n, m=None, dtype="float32": tf.eye(n, m, dtype=dtype),
         "floor": tf.floor,
         "matmul": tf.matmul,
         "max": lambda x, axis=None, keepdims=False: tf.reduce_max(
