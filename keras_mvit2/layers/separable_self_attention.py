@@ -88,7 +88,7 @@ def pool_tokens(x, scores):
         return ops.reshape(pairs, (-1, 1, 1, dim))
     pairs = ops.reshape(pairs, (-1, positions, positions, dim))       # (B, P, P, d)
     diagonal = ops.cast(ops.eye(positions)[:, :, None], pairs.dtype)   # (P, P, 1)
-    # Mean of one non-zero term and P - 1 zeros, times P (see softmax_over_tokens).
+    # Mean of one non-zero term and P - 1 zeros, times P (see exp_over_tokens).
     return ops.mean(pairs * diagonal, axis=1, keepdims=True) * float(positions)
 
 
