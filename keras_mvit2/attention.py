@@ -86,6 +86,18 @@ def get(identifier="separable", **kwargs) -> keras.layers.Layer:
     )
 
 
+def names_in(model: keras.Layer) -> list[str]:
+    """Canonical names of the registered attention layers inside `model`, sorted.
+
+    E.g. `["separable"]` for `MobileViTV2(...)`, `["mha"]` for
+    `MobileViTV2(..., attention="mha")`, `[]` for a model without attention.
+    """
+    _import_builtin_layers()
+    by_class = {cls: name for name, cls in _REGISTRY.items()}
+    layers = model._flatten_layers(include_self=False)
+    return sorted({by_class[type(layer)] for layer in layers if type(layer) in by_class})
+
+
 def serialize(identifier):
     """A JSON-friendly form of an `attention=` argument, for `get_config`."""
     if isinstance(identifier, keras.layers.Layer):

@@ -45,10 +45,12 @@ __all__ = [
     "REFERENCE_MODELS",
     "ModelsTable",
     "build_model",
+    "convert_for_latency",
     "int8_available",
     "load_models_table",
     "models_markdown",
     "plot_models",
+    "primary_ms",
     "run_models_table",
     "write_models_table",
 ]
@@ -126,14 +128,25 @@ def int8_available() -> tuple[bool, str]:
     return True, ""
 
 
-def _convert(model, path: str, precision: str, size: int, seed: int) -> dict[str, Any]:
+def convert_for_latency(model, path: str, precision: str, size: int, seed: int = 0,
+                        images: np.ndarray | None = None,
+                        images_note: str | None = None) -> dict[str, Any]:
+    """Writes `model` as a float32 or full-integer int8 (int8 I/O) `.tflite` for timing.
+
+    int8 is calibrated on `images` (uint8 `(n, size, size, 3)`), or on 8 random images
+    when none are given (enough for latency: the file is then not an accurate
+    classifier); float ops the converter keeps are allowed and listed. Returns notes
+    for the record (`float_ops`, `calibration`).
+    """
     from keras_mvit2.export import tflite
 
     if precision == "float32":
         tflite.to_tflite(model, path)
         return {}
-    rng = np.random.default_rng(seed)
-    images = rng.integers(0, 256, (8, size, size, 3), dtype=np.uint8)
+    if images is None:
+        rng = np.random.default_rng(seed)
+        images = rng.integers(0, 256, (8, size, size, 3), dtype=np.uint8)
+        images_note = "8 random images (latency only, not an accurate int8 model)"
     kwargs: dict[str, Any] = {"quantization": "int8", "representative_data": images}
     params = inspect.signature(tflite.to_tflite).parameters
     if "io_dtype" in params:
@@ -144,7 +157,7 @@ def _convert(model, path: str, precision: str, size: int, seed: int) -> dict[str
         kwargs["num_calibration_samples"] = len(images)
     report = tflite.to_tflite(model, path, **kwargs)
     return {"float_ops": getattr(report, "float_ops", None),
-            "calibration": "8 random images (latency only, not an accurate int8 model)"}
+            "calibration": images_note or f"{len(images)} images"}
 
 
 @dataclasses.dataclass
@@ -230,7 +243,7 @@ def run_models_table(
                 path = os.path.join(folder, f"{name}_{size}_{precision}.tflite")
                 log(f"{name} @{size}: converting to {precision} ...")
                 try:
-                    note = _convert(model, path, precision, size, seed)
+                    note = convert_for_latency(model, path, precision, size, seed)
                 except (RuntimeError, ValueError) as err:
                     reason = str(err).splitlines()[0][:300]
                     skipped.append({"model": name, "precision": precision, "reason": reason})
@@ -289,7 +302,7 @@ def _cpu(result: BenchResult | None) -> float | None:
     return (result.extra.get("cpu_ms") or {}).get("median")
 
 
-def _primary(result: BenchResult) -> float:
+def primary_ms(result: BenchResult) -> float:
     """The median used for ratios and plots: CPU time when recorded, else wall clock."""
     cpu = _cpu(result)
     return cpu if cpu is not None else result.latency_ms.median
@@ -324,7 +337,7 @@ def models_markdown(table: ModelsTable) -> str:
         size = f"{shape[1]}x{shape[2]}" if len(shape) == 4 else "-"
         params = f"{m['params'] / 1e6:.2f}" if m.get("params") else "-"
         macs = f"{m['macs'] / 1e9:.3f}" if m.get("macs") else "-"
-        ratio = f"{_primary(q) / _primary(fp):.2f}" if fp and q else "-"
+        ratio = f"{primary_ms(q) / primary_ms(fp):.2f}" if fp and q else "-"
         fp_size = "-" if fp is None else f"{fp.model['size_bytes'] / 1e6:.2f}"
         q_size = "-" if q is None else f"{q.model['size_bytes'] / 1e6:.2f}"
         memory = "-" if fp is None or fp.peak_memory_mb is None else f"{fp.peak_memory_mb:.1f}"
@@ -343,8 +356,8 @@ def models_markdown(table: ModelsTable) -> str:
                 if mine:
                     lines.append(
                         f"- {ours} {precision} / peer {peer.model['name']}: "
-                        f"{_primary(mine) / _primary(peer):.2f}x "
-                        f"({_primary(mine):.2f} vs {_primary(peer):.2f} ms, "
+                        f"{primary_ms(mine) / primary_ms(peer):.2f}x "
+                        f"({primary_ms(mine):.2f} vs {primary_ms(peer):.2f} ms, "
                         "same interleaved run)")
     if table.skipped:
         lines.append("")
@@ -386,7 +399,7 @@ def plot_models(table: ModelsTable, path: str | os.PathLike) -> None:
                 if r.model.get("precision") != precision or not value or r.extra.get("peer"):
                     continue
                 xs.append(value / 1e9 if key == "macs" else value / 1e6)
-                ys.append(_primary(r))
+                ys.append(primary_ms(r))
                 names.append(r.model["name"])
             if not xs:
                 continue

@@ -178,11 +178,16 @@ def print_metrics(results: dict[str, EvalResult], title: str) -> None:
     console.print(table)
 
 
+def _attention_label(names: list[str]) -> str:
+    return ", ".join(names) or "none"
+
+
 def _print_run(result: TrainResult) -> None:
     if result.metrics:
         print_metrics({"raw": result.metrics["raw"],
                        **({"EMA": result.metrics["ema"]} if "ema" in result.metrics else {})},
-                      title=f"validation accuracy (%) after {len(result.history)} epoch(s)")
+                      title=f"validation accuracy (%) after {len(result.history)} epoch(s), "
+                            f"attention: {_attention_label(result.attention)}")
     else:
         print("No validation data (set data.validation, data.validation_fraction or "
               "data.validation_split): no metrics.")
@@ -318,11 +323,15 @@ def _eval(args: argparse.Namespace) -> int:
                                        num_classes=outputs, crop_ratio=crop)
     result = training.evaluate(model, dataset, class_names)
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(model_path)), "eval")
-    info = {"model": os.path.abspath(model_path), "data": args.data, "image_size": size,
-            "crop_ratio": crop, "skipped_images": source.skipped.count}
+    from keras_mvit2.attention import names_in
+
+    attention = names_in(model)
+    info = {"model": os.path.abspath(model_path), "attention": attention, "data": args.data,
+            "image_size": size, "crop_ratio": crop, "skipped_images": source.skipped.count}
     paths = training.write_eval_report(result, output, info=info)
     print_metrics({os.path.basename(model_path): result},
-                  title=f"accuracy (%) on {args.data} ({size}x{size})")
+                  title=f"accuracy (%) on {args.data} ({size}x{size}), attention: "
+                        f"{_attention_label(attention)}")
     if source.skipped.count:
         print(source.skipped.report())
     print(f"report:           {paths['json']}")

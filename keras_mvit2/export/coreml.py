@@ -164,11 +164,13 @@ def to_coreml(
     mlmodel = _compress(ct, mlmodel, weight_compression, palettize_bits, prune_sparsity)
 
     from keras_mvit2 import __version__
+    from keras_mvit2.attention import names_in
 
     mlmodel.short_description = f"{model.name} exported by keras_mvit2 {__version__}"
     info = {
         "keras_mvit2.version": __version__,
         "keras_mvit2.model": model.name,
+        "keras_mvit2.attention": ",".join(names_in(model)),
         "keras_mvit2.preprocessing": json.dumps(
             {"color": "RGB", "scale": 1.0 / 255.0, "input_shape": list(shape)}
         ),

@@ -1081,22 +1081,23 @@ def tflite_metadata(
 ) -> dict[str, Any]:
     """The JSON document that `to_tflite` stores in the file (and the sidecar).
 
-    Keys: ``format``/``version`` (``"keras_mvit2.tflite_metadata"``, 1), ``model``
-    (Keras model name), ``keras_mvit2_version``, ``quantization``, ``batch_size``
-    (``None``: dynamic), ``preprocessing`` (``color_space`` ``"RGB"``, ``layout``
-    ``"NHWC"``, ``input_size`` ``[height, width]``, ``scale`` 1/255 and ``offset`` 0:
-    the model input is ``pixel * scale + offset``, i.e. RGB in [0, 1]),
-    ``input``/``output`` (name, shape, dtype and quantization ``scale`` /
-    ``zero_point`` of the model's I/O tensors: for int8/uint8 I/O an app computes
-    ``q = round(x / scale) + zero_point`` from the [0, 1] input ``x``, and
-    ``y = (q - zero_point) * scale`` for the output), ``output_kind``
-    (``"probabilities"`` or ``"logits"``), ``class_names`` (or ``None``),
-    ``calibration`` (source and number of images, for int8/int16x8),
+    Keys: ``format``/``version`` (``"keras_mvit2.tflite_metadata"``, 1), ``model`` (Keras
+    model name), ``attention`` (the attention layers inside, e.g. ``["separable"]``:
+    `keras_mvit2.attention.names_in`), ``keras_mvit2_version``, ``quantization``,
+    ``batch_size`` (``None``: dynamic), ``preprocessing`` (``color_space`` ``"RGB"``,
+    ``layout`` ``"NHWC"``, ``input_size`` ``[height, width]``, ``scale`` 1/255 and
+    ``offset`` 0: the model input is ``pixel * scale + offset``, i.e. RGB in [0, 1]),
+    ``input``/``output`` (name, shape, dtype and quantization ``scale`` / ``zero_point`` of
+    the model's I/O tensors: for int8/uint8 I/O an app computes ``q = round(x / scale) +
+    zero_point`` from the [0, 1] input ``x``, and ``y = (q - zero_point) * scale`` for the
+    output), ``output_kind`` (``"probabilities"`` or ``"logits"``), ``class_names`` (or
+    ``None``), ``calibration`` (source and number of images, for int8/int16x8),
     ``graph_optimizations`` (``fused_pointwise_convolutions``: how many pairs of 1x1
     convolutions were fused and the ``macs_saved``; ``None`` when fusion was off) and
     ``user``.
     """
     from keras_mvit2 import __version__
+    from keras_mvit2.attention import names_in
 
     shape = tuple(model.inputs[0].shape)
     input_size = [int(d) for d in shape[1:3]] if len(shape) == 4 else None
@@ -1118,6 +1119,7 @@ def tflite_metadata(
         "format": METADATA_FORMAT,
         "version": METADATA_VERSION,
         "model": model.name,
+        "attention": names_in(model),
         "keras_mvit2_version": __version__,
         "quantization": quantization,
         "batch_size": batch_size,

@@ -172,6 +172,11 @@ class ModelConfig(_Section):
         freeze_backbone: with `weights`, train only the classifier (frozen BN statistics).
         sync_batch_norm: synchronize BatchNorm statistics across replicas (SyncBN). Makes
             multi-replica training match one replica at the same global batch.
+        attention: the attention inside every transformer layer: `null` keeps the model's
+            own (`separable` for `mobilevitv2_*`, `mha` for `mobilevit_*` and `deit_*`), a
+            name of `keras_mvit2.attention.available()` or an alias (stored as its
+            canonical name), or a mapping with its arguments, e.g.
+            `{name: linformer, projected_tokens: 16}` (`--set model.attention=mha`).
     """
 
     _section: typing.ClassVar[str] = "model"
@@ -185,6 +190,7 @@ class ModelConfig(_Section):
     new_head: bool = True
     freeze_backbone: bool = False
     sync_batch_norm: bool = False
+    attention: str | dict | None = None
 
     def _check(self) -> None:
         from keras_mvit2.models import list_models
@@ -197,6 +203,28 @@ class ModelConfig(_Section):
         self._require(0.0 <= self.drop_path_rate < 1.0, "drop_path_rate", "in [0, 1)")
         self._require(not self.freeze_backbone or self.weights is not None, "freeze_backbone",
                       "false unless model.weights is set (a frozen random backbone)")
+        if self.attention is not None:
+            object.__setattr__(self, "attention", self._checked_attention())
+
+    def _checked_attention(self) -> str | dict:
+        """`attention` with its canonical name; its arguments checked by building it once."""
+        from keras_mvit2 import attention
+
+        value = self.attention
+        args = dict(value) if isinstance(value, dict) else {}
+        name = args.pop("name", None) if isinstance(value, dict) else value
+        rule = (f"null, one of {attention.available()} (or an alias), or a mapping such as "
+                "{name: linformer, projected_tokens: 16}")
+        try:
+            name = attention.canonical_name(str(name)) if name is not None else None
+        except ValueError:
+            name = None
+        self._require(name is not None, "attention", rule)
+        try:
+            attention.get(name, **args)
+        except (TypeError, ValueError) as err:
+            self._fail("attention", f"a mapping of arguments that {name!r} accepts ({err})")
+        return {"name": name, **args} if args else name
 
 
 @dataclasses.dataclass(frozen=True)

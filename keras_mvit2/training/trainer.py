@@ -45,6 +45,7 @@ from keras.src.losses import loss as loss_module
 
 from keras_mvit2 import __version__
 from keras_mvit2 import data as mvdata
+from keras_mvit2.attention import names_in as attention_names_in
 from keras_mvit2.models import create_model
 from keras_mvit2.training.config import TrainConfig, load_config
 from keras_mvit2.training.distribute import (
@@ -134,6 +135,8 @@ class TrainResult:
         initial_epoch: the epoch this call started from (> 0 when it resumed).
         optimizer_step: optimizer iterations at the end.
         global_batch_size, learning_rate, num_replicas, precision: the scaled setup.
+        attention: the attention layers trained (`keras_mvit2.attention.names_in`), e.g.
+            `["separable"]`; also in `run.json` and `metrics.json`.
         skipped_images: unreadable images dropped from the training data.
     """
 
@@ -151,6 +154,7 @@ class TrainResult:
     learning_rate: float
     num_replicas: int
     precision: str
+    attention: list[str] = dataclasses.field(default_factory=list)
     skipped_images: int = 0
 
 
@@ -455,6 +459,8 @@ def _build_kwargs(config: TrainConfig, num_classes: int) -> dict[str, Any]:
         kwargs["dropout"] = m.dropout
     if m.drop_path_rate:
         kwargs["drop_path_rate"] = m.drop_path_rate
+    if m.attention is not None:
+        kwargs["attention"] = m.attention
     return kwargs
 
 
@@ -989,6 +995,8 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
         logger.info("Resuming %s after epoch %d (step %d)", out, initial_epoch, step)
 
     run_info = {
+        "model": config.model.name,
+        "attention": attention_names_in(classifier),
         "num_replicas": scaling.replicas,
         "batch_per_replica": scaling.batch_per_replica,
         "global_batch_size": scaling.global_batch,
@@ -1103,7 +1111,8 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
             "history": history,
             "images_per_second": images_per_second,
             "skipped_images": skipped,
-            **{k: run_info[k] for k in ("global_batch_size", "peak_lr", "precision")},
+            **{k: run_info[k] for k in ("attention", "global_batch_size", "peak_lr",
+                                        "precision")},
         })
     return TrainResult(
         history=history,
@@ -1120,6 +1129,7 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
         learning_rate=peak_lr,
         num_replicas=scaling.replicas,
         precision=policy,
+        attention=run_info["attention"],
         skipped_images=skipped,
     )
 
