@@ -149,3 +149,44 @@ def test_every_attention_learns_with_the_recipe(mechanism, tmp_path):
     for path, layer_grads in grads.items():
         assert all(np.isfinite(g).all() for g in layer_grads), path
         assert max(np.abs(g).max() for g in layer_grads) > 0.0, f"{path}: no gradient"
+
+
+# --------------------------------------------------------------------------------------
+# The trained attention is reported by the run, `mvit2 eval` and the exported files
+# --------------------------------------------------------------------------------------
+
+
+def test_the_trained_attention_is_reported_everywhere(tmp_path, capsys):
+    from PIL import Image
+
+    from keras_mvit2 import export
+    from keras_mvit2.cli.main import main
+
+    data = tmp_path / "images"
+    rng = np.random.default_rng(0)
+    for name, colour in (("red", (220, 30, 30)), ("blue", (30, 30, 220))):
+        os.makedirs(data / name)
+        for i in range(8):
+            pixels = np.array(colour) + rng.normal(0, 30, (32, 32, 3))
+            Image.fromarray(np.clip(pixels, 0, 255).astype("uint8")).save(
+                data / name / f"{i}.png")
+    out = tmp_path / "run"
+    sets = ["model.name=mobilevitv2_050", "model.attention=multi_head", "model.image_size=32",
+            "data.batch_size=8", "optimizer.reference_batch_size=8", "training.epochs=1",
+            "schedule.warmup_epochs=0", "output.verbose=0", "output.tensorboard=false"]
+    argv = ["train", "--config", "fashion_mnist", "--data", str(data), "-o", str(out)]
+    assert main(argv + [a for s in sets for a in ("--set", s)]) == 0
+    assert "attention: mha" in capsys.readouterr().out
+    assert json.loads((out / "run.json").read_text())["attention"] == ["mha"]
+    assert json.loads((out / "metrics.json").read_text())["attention"] == ["mha"]
+    assert "attention: mha" in (out / "config.yaml").read_text()  # the canonical name
+
+    assert main(["eval", str(out), "--data", str(data), "-o", str(tmp_path / "eval")]) == 0
+    assert "attention: mha" in capsys.readouterr().out
+    assert json.loads((tmp_path / "eval" / "eval.json").read_text())["attention"] == ["mha"]
+
+    model = keras.saving.load_model(out / "model.keras")
+    report = export.to_tflite(model, str(tmp_path / "model.tflite"))
+    assert export.read_tflite_metadata(report.path)["attention"] == ["mha"]
+    coreml = export.to_coreml(model, str(tmp_path / "model.mlpackage"))
+    assert coreml.metadata["keras_mvit2.attention"] == "mha"
