@@ -65,3 +65,18 @@ __all__ = [
     "tasks",
     "visualize",
 ]
+
+
+def __getattr__(name: str):
+    # `keras_mvit2.hub` needs the `hub` extra (keras-hub): imported on first use only.
+    if name == "hub":
+        import importlib
+
+        return importlib.import_module("keras_mvit2.hub")
+    raise AttributeError(f"module 'keras_mvit2' has no attribute {name!r}")
+
+
+# Last: registers keras_mvit2.hub with KerasHub once keras_hub is imported (not before).
+from keras_mvit2 import _keras_hub_hook  # noqa: E402
+
+_keras_hub_hook.install()
