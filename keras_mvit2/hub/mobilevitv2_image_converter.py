@@ -101,33 +101,13 @@ class MobileViTV2ImageConverter(keras_hub.layers.ImageConverter):
         self.resizing.height, self.resizing.width = value[0], value[1]
 
     def _resize_crop(self, x):
-        """`EvalResizeCrop(scale=False)` in TensorFlow ops (the preprocessing runs in
-        `tf.data`, where sizes computed from a dynamic shape must stay tensors): the
-        same float32 arithmetic, `tf.image.resize` as Keras' TF backend, then clip."""
-        import tensorflow as tf
-
-        x = tf.cast(x, self.compute_dtype)
-        unbatched = len(x.shape) == 3
-        if unbatched:
-            x = x[None]
-        size = int(self.image_size[0])
-        shape = tf.shape(x)
-        height = tf.cast(shape[1], "float32")
-        width = tf.cast(shape[2], "float32")
-        short = tf.minimum(height, width)
-        target = float(math.floor(size / self.crop_pct))
-        new_h = tf.where(height <= width, target, tf.floor(target * height / short))
-        new_w = tf.where(height <= width, tf.floor(target * width / short), target)
-        new_h = tf.cast(new_h, "int32")
-        new_w = tf.cast(new_w, "int32")
-        x = tf.image.resize(x, tf.stack([new_h, new_w]), method=self.interpolation,
-                            antialias=self.antialias)
-        top = tf.cast(tf.round(tf.cast(new_h - size, "float32") / 2.0), "int32")
-        left = tf.cast(tf.round(tf.cast(new_w - size, "float32") / 2.0), "int32")
-        x = x[:, top:top + size, left:left + size, :]
-        x = tf.clip_by_value(x, 0.0, 255.0)
-        x = tf.ensure_shape(x, (None, size, size, x.shape[-1]))
-        return x[0] if unbatched else x
+        # scale=False: [0, 255] out; `scale` / `offset` are applied below.
+        layer = EvalResizeCrop(int(self.image_size[0]), self.crop_pct,
+                               interpolation=self.interpolation, antialias=self.antialias,
+                               scale=False, dtype=self.dtype_policy)
+        if len(x.shape) == 3:
+            return layer(x[None])[0]
+        return layer(x)
 
     def _call_python(self, inputs):
         if isinstance(inputs, list | tuple):

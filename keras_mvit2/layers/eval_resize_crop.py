@@ -4,6 +4,7 @@ center-crop a square, scale to [0, 1]."""
 import math
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_mvit2.api_export import serializable
@@ -17,7 +18,8 @@ class EvalResizeCrop(keras.layers.Layer):
 
     As torchvision's `Resize(int)` + `CenterCrop`: the longer side becomes
     `floor(resize * long / short)`, the crop offset is `round((side - size) / 2)`
-    (half to even). Resizing uses `keras.ops.image.resize(..., antialias=True)`, whose
+    (half to even). Resizing uses `tf.image.resize(..., antialias=True)` (what
+    `keras.ops.image.resize` runs on the TF backend; it also traces in `tf.function`), whose
     bicubic is the Keys kernel with a = -0.5 like PIL's, so downscaling matches PIL's
     area-aware resize. Images of any size go in; batches must share one size.
 
@@ -66,8 +68,11 @@ class EvalResizeCrop(keras.layers.Layer):
         new_w = ops.where(height <= width, ops.floor(target * width / short), target)
         new_h = ops.cast(new_h, "int32")
         new_w = ops.cast(new_w, "int32")
-        x = ops.image.resize(x, (new_h, new_w), interpolation=self.interpolation,
-                             antialias=self.antialias)
+        # tf.image.resize, as keras.ops.image.resize on the TF backend, but it takes a
+        # size tensor inside tf.function / tf.data / TFLite tracing (keras' checks
+        # `size[0] <= 0` in Python, which a symbolic size cannot answer).
+        x = tf.image.resize(x, tf.stack([new_h, new_w]), method=self.interpolation,
+                            antialias=self.antialias)
         top = ops.cast(ops.round(ops.cast(new_h - self.size, "float32") / 2.0), "int32")
         left = ops.cast(ops.round(ops.cast(new_w - self.size, "float32") / 2.0), "int32")
         x = ops.slice(x, (0, top, left, 0), (shape[0], self.size, self.size, shape[3]))
