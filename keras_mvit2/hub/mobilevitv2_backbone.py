@@ -7,6 +7,7 @@ import keras_hub
 
 from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
+from keras_mvit2.hub.mobilevitv2_presets import PresetsProperty
 from keras_mvit2.models.mobilevitv2 import MobileViTV2
 
 
@@ -46,6 +47,8 @@ class MobileViTV2Backbone(keras_hub.models.Backbone):
     Reference: Mehta & Rastegari, "Separable Self-attention for Mobile Vision
     Transformers", TMLR 2023.
     """
+
+    presets = PresetsProperty()
 
     def __init__(
         self,

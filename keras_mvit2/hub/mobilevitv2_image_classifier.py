@@ -9,6 +9,7 @@ from keras_mvit2.hub.mobilevitv2_backbone import MobileViTV2Backbone
 from keras_mvit2.hub.mobilevitv2_image_classifier_preprocessor import (
     MobileViTV2ImageClassifierPreprocessor,
 )
+from keras_mvit2.hub.mobilevitv2_presets import PresetsProperty
 
 
 @serializable
@@ -56,6 +57,7 @@ class MobileViTV2ImageClassifier(keras_hub.models.ImageClassifier):
 
     backbone_cls = MobileViTV2Backbone
     preprocessor_cls = MobileViTV2ImageClassifierPreprocessor
+    presets = PresetsProperty()
 
     @classmethod
     def from_preset(cls, preset: str, load_weights: bool = True, **kwargs):

@@ -14,7 +14,7 @@ import tempfile
 
 from keras_mvit2.weights.pretrained import PRETRAINED_WEIGHTS, PretrainedWeights
 
-__all__ = ["PRESETS", "preset_name", "presets_home", "resolve_preset"]
+__all__ = ["PRESETS", "PresetsProperty", "preset_name", "presets_home", "resolve_preset"]
 
 #: timm's model names: `mobilevitv2_<100 * width>`.
 _TIMM_PREFIX = "mobilevitv2_"
@@ -47,6 +47,13 @@ _ENTRIES = {preset_name(entry): entry for entry in PRETRAINED_WEIGHTS}
 
 #: Every published preset name -> its description (as KerasHub's `presets`).
 PRESETS: dict[str, dict] = {name: _metadata(entry) for name, entry in sorted(_ENTRIES.items())}
+
+
+class PresetsProperty:
+    """`cls.presets` of our classes (as KerasHub's): the published names and descriptions."""
+
+    def __get__(self, instance, owner) -> dict[str, dict]:
+        return dict(PRESETS)
 
 
 def presets_home() -> str:
