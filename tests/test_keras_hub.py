@@ -163,14 +163,11 @@ def test_fit_on_fashion_mnist_lowers_the_loss(preset_dir):
     classifier = mvhub.MobileViTV2ImageClassifier.from_preset(preset_dir, num_classes=10)
     assert classifier.output_dense.units == 10
     classifier.compile(optimizer=keras.optimizers.Adam(1e-3))
-    before = classifier.evaluate(images, labels, batch_size=32, verbose=0)[0]
     history = classifier.fit(images, labels, batch_size=32, epochs=3, verbose=0)
-    after = classifier.evaluate(images, labels, batch_size=32, verbose=0)[0]
     losses = history.history["loss"]
-    print(f"\n[keras_hub] Fashion-MNIST loss {before:.3f} -> {after:.3f}, fit {losses}")
+    print(f"\n[keras_hub] Fashion-MNIST fit loss per epoch: {np.round(losses, 3).tolist()}")
     assert np.isfinite(losses).all()
-    assert losses[-1] < losses[0]
-    assert after < before
+    assert losses[-1] < 0.5 * losses[0]
 
 
 # --------------------------------------------------------------------------------------
