@@ -64,5 +64,12 @@ def install() -> None:
     """Registers now if keras_hub is imported, else when it is (if it is installed)."""
     if _HUB in sys.modules:
         _register()
-    elif _FINDER not in sys.meta_path and importlib.util.find_spec(_HUB) is not None:
+    elif _FINDER not in sys.meta_path and _installed():
         sys.meta_path.insert(0, _FINDER)
+
+
+def _installed() -> bool:
+    try:
+        return importlib.util.find_spec(_HUB) is not None
+    except (ImportError, ValueError):  # a broken or blocked installation: no hook
+        return False

@@ -229,7 +229,7 @@ def test_published_name_and_hf_timm_presets_equal_timm(timm_050, hub_env, tmp_pa
     logits = np.asarray(named(x))
     diff_timm = float(np.abs(logits - timm_050["logits"]).max())
     reference = mv.MobileViTV2(0.5, weights="imagenet", classifier_activation=None)
-    diff_ours = float(np.abs(logits - reference.predict(x, verbose=0)).max())
+    diff_ours = float(np.abs(logits - np.asarray(reference(x))).max())
 
     ported = mvhub.MobileViTV2ImageClassifier.from_preset(f"hf://{REPO}")
     diff_hf = float(np.abs(np.asarray(ported(x)) - logits).max())
@@ -286,8 +286,11 @@ def test_tflite_export_with_and_without_preprocessing(net, classifier, tmp_path)
     assert diff_bare < 1e-4 and diff_pre < 1e-4
     # The Keras model with the converter's own transform is the classifier's predict.
     exact = mvhub.inference_model(classifier, input_shape=(80, 96, 3))
-    np.testing.assert_array_equal(exact.predict(raw, verbose=0),
-                                  classifier.predict(raw, verbose=0))
+    diff_exact = float(np.abs(exact.predict(raw, verbose=0)
+                              - classifier.predict(raw, verbose=0)).max())
+    print(f"[keras_hub] max |inference_model(photos) - classifier.predict(photos)| = "
+          f"{diff_exact:.1e}")
+    assert diff_exact < 1e-5  # one graph vs preprocessing and network apart: rounding only
 
 
 def test_coreml_export_with_and_without_preprocessing(classifier, tmp_path):

@@ -7,6 +7,14 @@ KerasHub's `from_preset`) as soon as `keras_hub` is imported, or with
 `import keras_mvit2.hub`.
 """
 
+try:
+    import keras_hub  # noqa: F401
+except ImportError as err:
+    raise ImportError(
+        "keras_mvit2.hub needs keras-hub: pip install 'keras_mvit2[hub]' (keras-hub 0.32.0 "
+        f"and tensorflow-text 2.21). ({err})"
+    ) from err
+
 from keras_mvit2.hub.convert import classifier_from_model
 from keras_mvit2.hub.export import inference_model
 from keras_mvit2.hub.mobilevitv2_backbone import MobileViTV2Backbone

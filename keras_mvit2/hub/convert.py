@@ -60,7 +60,7 @@ def classifier_from_model(
         )
     image_shape = tuple(model.input_shape[1:])
     backbone = MobileViTV2Backbone(width_multiplier, image_shape=image_shape,
-                                   attention=attention)
+                                   attention=attention, name=model.name)
     source = {v.path: v for v in model.weights}
     missing = [v.path for v in backbone.weights
                if v.path not in source or tuple(source[v.path].shape) != tuple(v.shape)]
@@ -76,12 +76,13 @@ def classifier_from_model(
     size, crop = eval_transform(model, crop_pct)
     converter = MobileViTV2ImageConverter((size, size), crop_pct=crop,
                                           interpolation=interpolation, scale=scale,
-                                          offset=offset)
+                                          offset=offset, name="image_converter")
     classifier = MobileViTV2ImageClassifier(
         backbone=backbone,
         num_classes=int(head.units),
-        preprocessor=MobileViTV2ImageClassifierPreprocessor(converter),
+        preprocessor=MobileViTV2ImageClassifierPreprocessor(converter, name="preprocessor"),
         activation=activation,
+        name=f"{model.name}_classifier",
     )
     classifier.output_dense.kernel.assign(head.kernel)
     classifier.output_dense.bias.assign(head.bias)
