@@ -159,9 +159,16 @@ def test_fit_on_fashion_mnist_lowers_the_loss(preset_dir):
     images = np.repeat(images[:128, :, :, None], 3, axis=-1)  # uint8 (128, 28, 28, 3)
     labels = labels[:128].astype("int32")
     keras.utils.set_random_seed(0)
-    # KerasHub's semantics: num_classes -> a new head, the preset's backbone weights.
-    classifier = mvhub.MobileViTV2ImageClassifier.from_preset(preset_dir, num_classes=10)
-    assert classifier.output_dense.units == 10
+    # KerasHub's semantics: num_classes -> a new head, the preset's backbone weights;
+    # image_shape -> the backbone at another size (the converter's size is set apart).
+    classifier = mvhub.MobileViTV2ImageClassifier.from_preset(
+        preset_dir, num_classes=10, image_shape=(32, 32, 3))
+    classifier.preprocessor.image_size = (32, 32)
+    assert classifier.output_dense.units == 10 and classifier.input_shape == (None, 32, 32, 3)
+    assert classifier.preprocessor.image_converter(images[:2]).shape == (2, 32, 32, 3)
+    saved = keras_hub.models.Backbone.from_preset(preset_dir)
+    for a, b in zip(classifier.backbone.weights, saved.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
     classifier.compile(optimizer=keras.optimizers.Adam(1e-3))
     history = classifier.fit(images, labels, batch_size=32, epochs=3, verbose=0)
     losses = history.history["loss"]
