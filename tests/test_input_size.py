@@ -157,3 +157,42 @@ def test_cli_exports_a_dynamic_keras_file_at_the_size_asked(tmp_path):
     assert main(["export", str(tmp_path / "m.keras"), "-o", str(tmp_path / "a.tflite"),
                  "--input-size", "96", "128"]) == 0
     assert inspect_tflite(tmp_path / "a.tflite").inputs[0].shape == (1, 96, 128, 3)
+
+
+@pytest.mark.parametrize("builder", ["DeepLabV3", "PSPNet", "SSDLite"])
+def test_task_models_built_for_any_size(builder, rng):
+    from keras_mvit2 import tasks
+
+    build = getattr(tasks, builder)
+    dynamic = build(0.5, input_shape=(None, None, 3), classes=5)
+    perturb_norms(dynamic)
+    serve = tf.function(lambda t: dynamic(t, training=False),
+                        input_signature=[tf.TensorSpec((None, None, None, 3))])
+    for size in ((64, 64), (65, 97)):
+        fixed = build(0.5, input_shape=(*size, 3), classes=5)
+        fixed.set_weights(dynamic.get_weights())
+        x = rng.uniform(size=(2, *size, 3)).astype("float32")
+        expected = _logits(fixed, x)
+        np.testing.assert_allclose(_logits(dynamic, x), expected, atol=1e-5)
+        np.testing.assert_allclose(serve(x).numpy(), expected, atol=1e-5)
+        if builder == "SSDLite":
+            assert dynamic.anchors is None
+            np.testing.assert_array_equal(
+                tasks.anchors_for_model(dynamic, image_size=size), fixed.anchors)
+    if builder == "SSDLite":
+        with pytest.raises(ValueError, match="pass image_size"):
+            tasks.anchors_for_model(dynamic)
+
+
+def test_segmentation_model_exports_the_fixed_size_graph(tmp_path):
+    """PSPNet built for any size, exported at 65x97 (odd maps, uneven pyramid bins): the
+    TFLite ops of the model built for 65x97."""
+    from keras_mvit2.export import to_tflite
+    from keras_mvit2.tasks import PSPNet
+
+    dynamic = PSPNet(0.5, input_shape=(None, None, 3), classes=5)
+    fixed = PSPNet(0.5, input_shape=(65, 97, 3), classes=5)
+    a = to_tflite(dynamic, tmp_path / "dynamic.tflite", image_size=(65, 97))
+    b = to_tflite(fixed, tmp_path / "fixed.tflite")
+    assert a.inputs[0].shape == b.inputs[0].shape == (1, 65, 97, 3)
+    assert a.op_histogram == b.op_histogram
