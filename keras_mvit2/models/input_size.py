@@ -96,8 +96,48 @@ def with_input_size(model: keras.Model, image_size=None) -> keras.Model:
             )
     if shape[1:3] == size:
         return model
-    new_input = keras.Input(batch_shape=(shape[0], *size, shape[3]), dtype=inputs[0].dtype,
-                            name=inputs[0].name)
+    return _clone_at(model, size)
+
+
+def with_dynamic_size(model: keras.Model) -> keras.Model:
+    """A copy of a MobileViT / MobileViTv2 classifier or backbone that takes any size.
+
+    For a model built for one size (e.g. a trained `.keras`) that is to run at another
+    (`mvit2 eval --image-size`): the layers are cloned for `(None, None)` and the
+    weights copied. The model itself is returned when it already takes any size.
+    Models whose layers hold a size (segmentation and detection heads built for one
+    size) are refused: build those with `input_shape=(None, None, 3)` instead.
+
+    Example:
+    >>> model = keras_mvit2.MobileViTV2(0.5, input_shape=(256, 256, 3))
+    >>> keras_mvit2.models.input_size.with_dynamic_size(model).input_shape
+    (None, None, None, 3)
+    """
+    inputs = getattr(model, "inputs", None)
+    if not inputs or len(inputs) != 1 or len(inputs[0].shape) != 4:
+        raise ValueError(
+            "with_dynamic_size needs a model with one (batch, height, width, channels) "
+            f"input. Received: model={getattr(model, 'name', model)!r}"
+        )
+    if tuple(inputs[0].shape[1:3]) == (None, None):
+        return model
+    sized = [layer.name for layer in model._flatten_layers(include_self=False)
+             if getattr(layer, "size", None) is not None
+             or isinstance(layer, keras.layers.Reshape)]
+    if sized:
+        raise ValueError(
+            f"Model {model.name!r} has layers built for its input size ({', '.join(sized[:3])}); "
+            "build it with input_shape=(None, None, 3) to run it at any size."
+        )
+    return _clone_at(model, (None, None))
+
+
+def _clone_at(model: keras.Model, size: tuple) -> keras.Model:
+    """`model`'s layers cloned on a `(batch, *size, C)` input, with copies of its weights."""
+    (model_input,) = model.inputs
+    shape = tuple(model_input.shape)
+    new_input = keras.Input(batch_shape=(shape[0], *size, shape[3]), dtype=model_input.dtype,
+                            name=model_input.name)
     twin = keras.models.clone_model(model, input_tensors=new_input)
     twin.set_weights(model.get_weights())
     for attribute in _CARRIED_ATTRIBUTES:
