@@ -196,3 +196,16 @@ def test_segmentation_model_exports_the_fixed_size_graph(tmp_path):
     b = to_tflite(fixed, tmp_path / "fixed.tflite")
     assert a.inputs[0].shape == b.inputs[0].shape == (1, 65, 97, 3)
     assert a.op_histogram == b.op_histogram
+
+
+def test_coreml_export_of_a_dynamic_model_at_a_size(tmp_path):
+    pytest.importorskip("coremltools")
+    from keras_mvit2.export.coreml import to_coreml
+
+    dynamic = mv.MobileViTV2(0.5, input_shape=(None, None, 3), classes=3)
+    fixed = mv.MobileViTV2(0.5, input_shape=(64, 96, 3), classes=3)
+    a = to_coreml(dynamic, tmp_path / "dynamic.mlpackage", image_size=(64, 96))
+    b = to_coreml(fixed, tmp_path / "fixed.mlpackage")
+    (image,) = a.inputs
+    assert (image["height"], image["width"]) == (64, 96)
+    assert a.op_histogram == b.op_histogram
