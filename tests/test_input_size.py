@@ -182,6 +182,11 @@ def test_task_models_built_for_any_size(builder, rng):
     if builder == "SSDLite":
         with pytest.raises(ValueError, match="pass image_size"):
             tasks.anchors_for_model(dynamic)
+    # The size-free layers (BilinearResize(size=None), Reshape(-1)) survive their configs.
+    rebuilt = keras.Model.from_config(dynamic.get_config())
+    rebuilt.set_weights(dynamic.get_weights())
+    x = rng.uniform(size=(1, 65, 97, 3)).astype("float32")
+    np.testing.assert_array_equal(_logits(rebuilt, x), _logits(dynamic, x))
 
 
 def test_segmentation_model_exports_the_fixed_size_graph(tmp_path):
