@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_mvit2.layers.separable_self_attention import elementwise_token_pooling
+from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
 
 PRECISIONS = ("float16", "float32")
@@ -67,6 +68,7 @@ def to_coreml(
     palettize_bits: int = 4,
     prune_sparsity: float = 0.5,
     metadata: dict[str, str] | None = None,
+    image_size: int | tuple[int, int] | None = None,
 ) -> CoreMLReport:
     """Converts `model` to a Core ML ML Program and saves it atomically.
 
@@ -88,6 +90,9 @@ def to_coreml(
         metadata: extra user-defined metadata strings (besides ``keras_mvit2.version``,
             ``keras_mvit2.model``, ``keras_mvit2.preprocessing``, ``keras_mvit2.precision``
             and ``keras_mvit2.weight_compression``, which are always written).
+        image_size: the size to export a model built with `input_shape=(None, None, 3)`
+            at (int or `(height, width)`; default: its checkpoint's size or 256), see
+            `keras_mvit2.with_input_size`.
 
     Returns:
         A `CoreMLReport` of the saved program.
@@ -110,6 +115,8 @@ def to_coreml(
             f"minimum_deployment_target must be one of {DEPLOYMENT_TARGETS}. "
             f"Received: minimum_deployment_target={minimum_deployment_target!r}"
         )
+    if image_size is not None or has_dynamic_size(model):
+        model = with_input_size(model, image_size)
     shape = tuple(model.input_shape[1:])
     if len(shape) != 3 or any(d is None for d in shape):
         raise ValueError(
