@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_mvit2.export.coreml_layout import coreml_layout
 from keras_mvit2.layers.separable_self_attention import elementwise_token_pooling
 from keras_mvit2.utils.files import atomic_output
 
@@ -144,7 +145,9 @@ def to_coreml(
         ]
     else:
         inputs = [ct.TensorType(name="image", shape=(1, *shape))]
-    with elementwise_token_pooling():  # Core ML computes in float: no int8 rounding to avoid
+    # MobileViTv2 blocks in Core ML's channels-first layout (no layout transposes); other
+    # attentions pool tokens element-wise (Core ML computes in float: no int8 rounding).
+    with elementwise_token_pooling(), coreml_layout():
         concrete_function = serve.get_concrete_function()
     mlmodel = ct.convert(
         [concrete_function],

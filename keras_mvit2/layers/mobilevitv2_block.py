@@ -1,6 +1,9 @@
 """The MobileViTv2 block: local convolution, separable-attention transformer, projection."""
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Callable
 
 import keras
 import tensorflow as tf
@@ -13,6 +16,26 @@ from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initi
 from keras_mvit2.layers.inverted_residual import batch_norm
 from keras_mvit2.layers.patching import fold, unfold
 from keras_mvit2.layers.transformer_layer import TransformerLayer
+
+_EXPORT_CALL: contextvars.ContextVar = contextvars.ContextVar(
+    "mobilevitv2_block_export_call", default=None
+)
+
+
+@contextlib.contextmanager
+def export_call(function: Callable):
+    """Trace every `MobileViTV2Block` inference call as `function(block, inputs)`.
+
+    For exporters that write the same function in another form (Core ML: the
+    transformer in channels-first layout, `keras_mvit2.export.coreml_layout`).
+    `function` returns the block's output, or `None` to keep the usual `call`.
+    Training calls are never redirected.
+    """
+    token = _EXPORT_CALL.set(function)
+    try:
+        yield
+    finally:
+        _EXPORT_CALL.reset(token)
 
 
 @serializable
@@ -190,6 +213,11 @@ class MobileViTV2Block(keras.layers.Layer):
         return unfold(self.local_proj(x), self.patch_size)
 
     def call(self, inputs, training=None):
+        override = _EXPORT_CALL.get()
+        if override is not None and not training:
+            outputs = override(self, inputs)
+            if outputs is not None:
+                return outputs
         height, width = self._resized_hw(inputs.shape[1], inputs.shape[2])
         p = self.patch_size
         tokens = self.patch_tokens(inputs, training=training)       # (B, N, P, d)
