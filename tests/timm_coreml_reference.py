@@ -5,12 +5,12 @@ convolution segfaults once TensorFlow is imported in the same process). For each
 model (random weights: the program's structure does not depend on them) it runs
 `torch.jit.trace` and coremltools' PyTorch frontend with the settings of
 `keras_mvit2.export.to_coreml` (ML Program, fp16, iOS 16, RGB image input scaled by
-1/255) and prints one JSON object `{model: {"ops": {op type: count}, "size_bytes": n}}`
-as its last line of output.
+1/255) and prints one JSON object `{model: {"ops": {op type: count}}}` as its last line
+of output (with `"size_bytes"` of the saved package when `--out-dir` is given).
 
 Usage:
     python tests/timm_coreml_reference.py --models mobilevitv2_050,mobilevitv2_100 \
-        --size 64 --out-dir DIR
+        --size 64 [--out-dir DIR]
 """
 
 import argparse
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", required=True, help="comma-separated timm model names")
     parser.add_argument("--size", type=int, default=256, help="square input size")
-    parser.add_argument("--out-dir", required=True, help="where the .mlpackage files go")
+    parser.add_argument("--out-dir", help="where to save the .mlpackage files (for their size)")
     args = parser.parse_args(argv)
 
     install_torchvision_stub()
@@ -56,8 +56,6 @@ def main(argv: list[str] | None = None) -> None:
             compute_precision=ct.precision.FLOAT16,
             minimum_deployment_target=ct.target.iOS16,
         )
-        path = os.path.join(args.out_dir, f"{name}.mlpackage")
-        mlmodel.save(path)
         spec = mlmodel.get_spec()
         ops = Counter(
             op.type
@@ -65,7 +63,11 @@ def main(argv: list[str] | None = None) -> None:
             for block in function.block_specializations.values()
             for op in block.operations
         )
-        result[name] = {"ops": dict(sorted(ops.items())), "size_bytes": _size(path)}
+        result[name] = {"ops": dict(sorted(ops.items()))}
+        if args.out_dir:
+            path = os.path.join(args.out_dir, f"{name}.mlpackage")
+            mlmodel.save(path)
+            result[name]["size_bytes"] = _size(path)
     print(json.dumps(result))
 
 
