@@ -29,9 +29,8 @@ from keras_mvit2.export.coreml import to_coreml  # noqa: E402
 WIDTHS = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0)
 #: Op counts do not depend on the input size (checked: 0.5 with perturbed norms gives the
 #: same histogram at 64 and 256) nor on the width; 64x64 keeps the conversions cheap.
-#: Norms are perturbed on our side (GN1's affine is then a real `batch_norm`, not removed
-#: as a multiply by 1 and an add of 0); timm's model keeps its initial ones and zeros,
-#: which can only make the reference leaner.
+#: Norms are perturbed on both sides, as in trained weights (coremltools removes a
+#: multiply by 1 or an add of 0, e.g. GN1's initial affine).
 SIZE = 64
 SMALL_ANCHORS = AnchorConfig(output_strides=(8, 16, 32, -1),
                              aspect_ratios=((2,), (2, 3), (2, 3), (2,)),

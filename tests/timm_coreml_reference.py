@@ -2,7 +2,7 @@
 
 Run as a separate process (never import it next to TensorFlow: on this stack a torch
 convolution segfaults once TensorFlow is imported in the same process). For each timm
-model (random weights: the program's structure does not depend on them) it runs
+model (random weights, norms and biases perturbed as in `torch_oracle.py`) it runs
 `torch.jit.trace` and coremltools' PyTorch frontend with the settings of
 `keras_mvit2.export.to_coreml` (ML Program, fp16, iOS 16, RGB image input scaled by
 1/255) and prints one JSON object `{model: {"ops": {op type: count}}}` as its last line
@@ -21,7 +21,7 @@ from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from torch_oracle import install_torchvision_stub
+from torch_oracle import install_torchvision_stub, perturb_norms_and_biases
 
 
 def _size(path: str) -> int:
@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     result = {}
     for name in args.models.split(","):
         model = timm.create_model(name, pretrained=False).eval()
+        # Norms and biases off their init (1, 0), as in trained weights: coremltools
+        # removes a multiply by 1 or an add of 0, which would flatter the count.
+        perturb_norms_and_biases(model, seed=0)
         example = torch.rand(1, 3, args.size, args.size)
         with torch.no_grad():
             traced = torch.jit.trace(model, example)
