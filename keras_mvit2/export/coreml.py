@@ -23,7 +23,7 @@ PRECISIONS = ("float16", "float32")
 WEIGHT_COMPRESSIONS = (None, "int8", "palettize", "prune")
 DEPLOYMENT_TARGETS = ("iOS16", "iOS17", "iOS18", "macOS13", "macOS14", "macOS15")
 #: Written into every package's metadata (``keras_mvit2.compute_units``); the same advice
-#: as tflite/ios/README.md, whose harness measures each MLComputeUnits value.
+#: as tflite/README.md (section 3), whose Swift harness measures each MLComputeUnits value.
 COMPUTE_UNITS_GUIDANCE = (
     "Try MLComputeUnits .cpuAndNeuralEngine first (an fp16 program with no layout "
     "transposes is the Neural Engine's case), then .all (Core ML's default), .cpuAndGPU, "
