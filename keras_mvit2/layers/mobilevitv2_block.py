@@ -1,6 +1,9 @@
 """The MobileViTv2 block: local convolution, separable-attention transformer, projection."""
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Callable
 
 import keras
 import tensorflow as tf
@@ -20,6 +23,26 @@ from keras_mvit2.layers.patching import (
     unfold,
 )
 from keras_mvit2.layers.transformer_layer import TransformerLayer
+
+_EXPORT_CALL: contextvars.ContextVar = contextvars.ContextVar(
+    "mobilevitv2_block_export_call", default=None
+)
+
+
+@contextlib.contextmanager
+def export_call(function: Callable):
+    """Trace every `MobileViTV2Block` inference call as `function(block, inputs)`.
+
+    For exporters that write the same function in another form (Core ML: the
+    transformer in channels-first layout, `keras_mvit2.export.coreml_layout`).
+    `function` returns the block's output, or `None` to keep the usual `call`.
+    Training calls are never redirected.
+    """
+    token = _EXPORT_CALL.set(function)
+    try:
+        yield
+    finally:
+        _EXPORT_CALL.reset(token)
 
 
 def _resize_align_corners(x, size):
@@ -217,6 +240,11 @@ class MobileViTV2Block(keras.layers.Layer):
         return tuple(side // self.patch_size for side in spatial_size(x))
 
     def call(self, inputs, training=None):
+        override = _EXPORT_CALL.get()
+        if override is not None and not training:
+            outputs = override(self, inputs)
+            if outputs is not None:
+                return outputs
         x = self.resize_input(inputs)                                # (B, H', W', C)
         grid = self._patch_grid(x)
         tokens = self._local_tokens(x, training=training)            # (B, N, P, d)
