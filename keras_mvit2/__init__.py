@@ -29,6 +29,7 @@ from keras_mvit2.models import (
     mobilevitv2_175,
     mobilevitv2_200,
     preprocess_input,
+    with_input_size,
 )
 from keras_mvit2.preprocessing import preprocess_images, preprocessing_model
 from keras_mvit2.profiling import profile
@@ -64,6 +65,7 @@ __all__ = [
     "quantize",
     "tasks",
     "visualize",
+    "with_input_size",
 ]
 
 

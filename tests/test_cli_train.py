@@ -211,6 +211,35 @@ def test_fashion_mnist_train_and_eval(tmp_path, capsys):
     assert "Ankle boot" in capsys.readouterr().out
 
 
+def test_eval_at_another_size_uses_the_same_weights(run, folder, capsys):
+    """A model trained at 32x32 evaluated with --image-size 48: the trained layers run the
+    48x48 images (as one model for any size), no second model to build."""
+    from keras_mvit2 import data as mvdata
+    from keras_mvit2.models.input_size import with_dynamic_size
+
+    out, code, _ = run
+    assert code == 0
+    report_dir = out.parent / "report48"
+    assert main(["eval", str(out), "--data", str(folder), "--image-size", "48", "--crop-ratio", "1",
+                 "-o", str(report_dir)]) == 0
+    report = json.loads((report_dir / "eval.json").read_text())
+    assert report["image_size"] == 48 and report["num_examples"] == 3 * PER_CLASS
+    trained = keras.saving.load_model(out / "model_ema.keras")
+    assert trained.input_shape[1:3] == (32, 32)
+    model = with_dynamic_size(trained)
+    assert model.input_shape == (None, None, None, 3)
+    dataset = mvdata.make_eval_dataset(mvdata.image_folder(str(folder)), image_size=48,
+                                       batch_size=8, num_classes=3, crop_ratio=1.0)
+    predicted, truth = [], []
+    for images, labels in dataset:
+        assert tuple(images.shape[1:3]) == (48, 48)
+        predicted.append(np.asarray(model(images, training=False)).argmax(-1))
+        truth.append(np.asarray(labels).argmax(-1))
+    predicted, truth = np.concatenate(predicted), np.concatenate(truth)
+    confusion = np.bincount(3 * truth + predicted, minlength=9).reshape(3, 3)
+    np.testing.assert_array_equal(report["confusion_matrix"], confusion)
+
+
 def test_errors_are_one_clear_line(folder, tmp_path, capsys):
     err = _errors(capsys, ["train", "--config", str(tmp_path / "nope.yaml")])
     assert "Config file not found" in err and "fashion_mnist" in err

@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_mvit2 import layers
 
@@ -280,9 +281,19 @@ def test_block_resize_is_bilinear_align_corners(rng):
     np.testing.assert_allclose(y[0, 1, 0], want, atol=1e-5)
 
 
-def test_block_rejects_dynamic_spatial_shape():
-    with pytest.raises(ValueError, match="static height and width"):
-        layers.MobileViTV2Block(8, num_layers=1).build((None, None, None, 16))
+@pytest.mark.parametrize("hw", [(8, 8), (7, 7), (7, 10), (10, 7)])
+def test_block_with_dynamic_size_equals_static_call(hw, rng):
+    """Built for (None, None): the grid and the resize follow each call's size, the same
+    numbers as the block called on the static shape (the resize only for odd sides)."""
+    block = layers.MobileViTV2Block(8, num_layers=2)
+    block.build((None, None, None, 16))
+    assert block.compute_output_shape((None, None, None, 16)) == (None, None, None, 16)
+    x = rng.normal(size=(2, *hw, 16)).astype("float32")
+    static = keras.ops.convert_to_numpy(block(x))
+    traced = tf.function(block, input_signature=[tf.TensorSpec((None, None, None, 16))])
+    dynamic = traced(x).numpy()
+    assert dynamic.shape == static.shape == (2, -(-hw[0] // 2) * 2, -(-hw[1] // 2) * 2, 16)
+    np.testing.assert_allclose(dynamic, static, atol=1e-5)
 
 
 # ---------------------------------------------------------------- serialization

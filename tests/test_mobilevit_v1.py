@@ -246,7 +246,7 @@ def test_keras_round_trip(tmp_path, rng):
     [
         (dict(variant="xxxl"), "variant must be one of"),
         (dict(input_shape=(16, 16, 3)), "at least 32x32"),
-        (dict(input_shape=(None, None, 3)), "fixed height and width"),
+        (dict(input_shape=(None, None, None)), "known number of channels"),
         (dict(include_top=False, pooling="mean"), "pooling must be None"),
         (dict(attention="nope"), "Unknown attention"),
         (dict(weights="imagenet"), "publishes weights for MobileViTv2 only"),

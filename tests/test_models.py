@@ -105,7 +105,7 @@ def test_odd_resolution_grows_last_feature_map():
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"input_shape": (None, None, 3)}, "fixed height and width"),
+        ({"input_shape": (None, None, None)}, "known number of channels"),
         ({"input_shape": (16, 16, 3)}, "at least 32x32"),
         ({"input_shape": (256, 256)}, "height, width, channels"),
         ({"width_multiplier": 0.0}, "width_multiplier"),

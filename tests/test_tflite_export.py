@@ -175,6 +175,66 @@ def test_mobilevitv2_050_256_matches_keras(model_256, report_256, images_256, re
     assert diff <= ATOL, diff
 
 
+# The float32 graph of a MobileViTV2-0.5 built for 256x256 (pointwise fusion on), as it
+# was before models could be built for any size: input_shape=(None, None, 3) must not
+# change what a fixed-size model converts to.
+PINNED_HISTOGRAM_050_256 = {
+    "ADD": 61, "BATCH_MATMUL": 9, "CONV_2D": 70, "DEPTHWISE_CONV_2D": 9, "DEPTH_TO_SPACE": 3,
+    "DIV": 9, "EXP": 9, "FULLY_CONNECTED": 1, "LOGISTIC": 25, "MEAN": 61, "MUL": 166,
+    "PAD": 5, "REDUCE_MAX": 9, "RESHAPE": 33, "RSQRT": 21, "SPACE_TO_DEPTH": 3, "SUB": 51,
+}
+
+
+def _op_sequence(path) -> list[tuple]:
+    """(op, input shapes, output shapes) of every op, in execution order."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    shape = {
+        t["index"]: tuple(int(d) for d in t["shape"]) for t in interpreter.get_tensor_details()
+    }
+    return [
+        (op["op_name"], tuple(shape[i] for i in op["inputs"] if i >= 0),
+         tuple(shape[i] for i in op["outputs"]))
+        for op in interpreter._get_ops_details()
+    ]
+
+
+def test_static_graph_is_pinned(report_256):
+    assert report_256.op_histogram == PINNED_HISTOGRAM_050_256
+
+
+def test_dynamic_model_exports_the_static_graph(model_256, report_256, images_256, out_dir):
+    """A model built for any size, exported at 256 (the default), is the fixed-size graph."""
+    dynamic = mv.MobileViTV2(0.5, input_shape=(None, None, 3), classifier_activation=None)
+    dynamic.set_weights(model_256.get_weights())
+    report = to_tflite(dynamic, out_dir / "mobilevitv2_050_dynamic_at_256.tflite")
+    assert report.inputs[0].shape == (1, 256, 256, 3)
+    assert report.op_histogram == PINNED_HISTOGRAM_050_256
+    assert _op_sequence(report.path) == _op_sequence(report_256.path)
+    np.testing.assert_array_equal(run_tflite(report.path, images_256),
+                                  run_tflite(report_256.path, images_256))
+    # The dynamic Keras model itself is still dynamic after the export.
+    assert dynamic.input_shape == (None, None, None, 3)
+
+
+def test_dynamic_model_exports_at_the_size_asked(out_dir):
+    keras.utils.set_random_seed(SEED)
+    dynamic = mv.MobileViTV2(0.5, input_shape=(None, None, 3), classifier_activation=None)
+    assert _perturb_normalization(dynamic, SEED) > 0
+    report = to_tflite(dynamic, out_dir / "dynamic_224x288.tflite", image_size=(224, 288))
+    _assert_mobile_clean(report)
+    assert report.inputs[0].shape == (1, 224, 288, 3)
+    # 7x9 last-stage map: the one align-corners resize, as a model built at 224x288.
+    assert report.op_histogram == {**PINNED_HISTOGRAM_050_256, "RESIZE_BILINEAR": 1}
+    x = _images(2, 224, 288, seed=3)
+    diff = float(np.abs(run_tflite(report.path, x) - _keras_logits(dynamic, x)).max())
+    assert diff <= ATOL, diff
+    with pytest.raises(ValueError, match="fixed at 256"):
+        to_tflite(_model(256, 256), out_dir / "never.tflite", image_size=224)
+    assert not os.path.exists(out_dir / "never.tflite")
+
+
 def test_non_square_input_uses_builtin_resize(out_dir, record_property):
     # 224x288: the last stage's 7x9 map is resized to 8x10 (bilinear, align_corners).
     model = _model(224, 288)

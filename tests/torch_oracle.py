@@ -12,6 +12,8 @@ For each model it writes into `--out-dir`:
   - `x_<H>x<W>`: the input images, NHWC float32 in [0, 1] (numpy seed);
   - `logits_<H>x<W>`: eval-mode logits of timm for those images;
   - `features_<H>x<W>`: the last feature map before pooling (`forward_features`), NCHW;
+  - with `stage_maps` set: `stage<i>_<H>x<W>`, the output of `stages[i]` for i = 1..4
+    (the feature maps of strides 4, 8, 16, 32 that a segmentation backbone uses), NCHW;
   - `block_in_<h>x<w>` / `block_out_<h>x<w>`: input / output of `stages[2][1]`
     (the first MobileViTv2 block), NCHW;
   - `attn_in` / `attn_out`: input / output of `stages[2][1].transformer[0].attn`
@@ -29,7 +31,7 @@ Usage:
 
 `--config` (a JSON file or a JSON string) sets the same fields: `models`,
 `sizes` (lists of `[H, W]` or `"HxW"`), `batch`, `seed`, `block_sizes`,
-`attn_tokens`.
+`attn_tokens`, `stage_maps` (bool).
 """
 
 import argparse
@@ -99,6 +101,7 @@ DEFAULTS = {
     "seed": 0,
     "block_sizes": [[32, 32], [15, 17]],
     "attn_tokens": 64,
+    "stage_maps": False,
 }
 
 
@@ -201,6 +204,12 @@ def run_model(name: str, config: dict, out_dir: str) -> dict:
             arrays[f"x_{tag}"] = x
             arrays[f"features_{tag}"] = features.numpy()
             arrays[f"logits_{tag}"] = logits
+            if config.get("stage_maps"):
+                maps = model.stem(torch.from_numpy(x.transpose(0, 3, 1, 2).copy()))
+                for i, stage in enumerate(model.stages):
+                    maps = stage(maps)
+                    if i >= 1:
+                        arrays[f"stage{i}_{tag}"] = maps.numpy()
             logit_stats[tag] = float(np.abs(logits).max())
 
         block = model.stages[2][1]

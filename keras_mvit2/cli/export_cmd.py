@@ -106,8 +106,10 @@ def _guarded(handler, name: str):
 def _model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("registered model names")
     g.add_argument("--weights", help="weights for a registered model (checkpoint or .weights.h5)")
-    g.add_argument("--input-size", type=int, nargs="+", default=[256], metavar="PX",
-                   help="input size: one value (square) or height width (default 256)")
+    g.add_argument("--input-size", type=int, nargs="+", metavar="PX",
+                   help="input size: one value (square) or height width (default 256; a "
+                        ".keras model built for any size is exported at its checkpoint's "
+                        "size or 256 unless this is given)")
     g.add_argument("--classes", type=int, default=1000, help="classifier classes (default 1000)")
 
 
@@ -143,7 +145,7 @@ def load_model(spec: str, args: argparse.Namespace):
         )
     return create_model(
         spec,
-        input_shape=_input_shape(args.input_size),
+        input_shape=_input_shape(args.input_size or [256]),
         classes=args.classes,
         weights=args.weights,
     )
@@ -176,6 +178,8 @@ def _batch_size(value: str) -> int | None:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
+
     fmt = args.format
     if fmt is None:
         if args.output.endswith(".tflite"):
@@ -201,6 +205,10 @@ def _export(args: argparse.Namespace) -> int:
     batch_size = _batch_size(args.batch_size)
     class_names = read_class_names(args.class_names) if args.class_names else None
     model = load_model(args.model, args)
+    if args.input_size is not None or has_dynamic_size(model):
+        # A model built for any size (input_shape=(None, None, 3)) is exported at one.
+        size = _input_shape(args.input_size)[:2] if args.input_size is not None else None
+        model = with_input_size(model, size)
 
     if fmt == "tflite":
         from keras_mvit2.export import to_tflite

@@ -100,7 +100,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"an image folder (one sub-folder per class) or '{FASHION_MNIST}' "
                    "(its test set)")
     p.add_argument("--image-size", type=int,
-                   help="input size (default: the model's; must match a fixed-size model)")
+                   help="input size (default: the model's fixed size; any size for any "
+                   "model: one trained at another size is evaluated with the same weights)")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--crop-ratio", type=float,
                    help="center crop after resizing to size / ratio (default: the run's "
@@ -292,6 +293,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     from keras_mvit2 import data as mvdata
     from keras_mvit2 import training
+    from keras_mvit2.models.input_size import with_dynamic_size
 
     if args.data == FASHION_MNIST:
         source, default_crop = mvdata.fashion_mnist("test"), 1.0
@@ -313,8 +315,10 @@ def _eval(args: argparse.Namespace) -> int:
                          f"{len(class_names)} classes ({class_names}).")
     size = model.input_shape[1]
     if args.image_size is not None and size is not None and args.image_size != size:
-        raise ValueError(f"{model_path!r} takes {size}x{size} images; --image-size "
-                         f"{args.image_size} differs (leave it out).")
+        # A model trained at one size, evaluated at another: the same layers and weights
+        # for any size (the blocks take their patch grid from each batch).
+        model = with_dynamic_size(model)
+        size = None
     size = size or args.image_size
     if size is None:
         raise ValueError(f"{model_path!r} has no fixed input size: pass --image-size N.")

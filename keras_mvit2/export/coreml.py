@@ -15,12 +15,25 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_mvit2.export.coreml_layout import coreml_layout
 from keras_mvit2.layers.separable_self_attention import elementwise_token_pooling
+from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
 
 PRECISIONS = ("float16", "float32")
 WEIGHT_COMPRESSIONS = (None, "int8", "palettize", "prune")
 DEPLOYMENT_TARGETS = ("iOS16", "iOS17", "iOS18", "macOS13", "macOS14", "macOS15")
+#: Written into every package's metadata (``keras_mvit2.compute_units``); the same advice
+#: as tflite/README.md (section 3), whose Swift harness measures each MLComputeUnits value.
+COMPUTE_UNITS_GUIDANCE = (
+    "Try MLComputeUnits .cpuAndNeuralEngine first (an fp16 program with no layout "
+    "transposes is the Neural Engine's case), then .all (Core ML's default), .cpuAndGPU, "
+    "and .cpuOnly as the baseline; keep the fastest on the target phone. tflite/ios "
+    "measures each: swift run -c release mvit2-coreml-bench MODEL.mlpackage "
+    "--compute-units cpu_only cpu_and_gpu cpu_and_ne all (Mac), or the "
+    "MViT2DeviceBenchmarks XCTest with TEST_RUNNER_MVIT2_COMPUTE_UNITS (iPhone); "
+    "see tflite/README.md, section 3."
+)
 
 
 @dataclass
@@ -67,6 +80,8 @@ def to_coreml(
     palettize_bits: int = 4,
     prune_sparsity: float = 0.5,
     metadata: dict[str, str] | None = None,
+    image_size: int | tuple[int, int] | None = None,
+    fuse_pointwise: bool = True,
 ) -> CoreMLReport:
     """Converts `model` to a Core ML ML Program and saves it atomically.
 
@@ -86,8 +101,16 @@ def to_coreml(
             `"prune"` (magnitude pruning to `prune_sparsity`), applied with
             `coremltools.optimize.coreml`.
         metadata: extra user-defined metadata strings (besides ``keras_mvit2.version``,
-            ``keras_mvit2.model``, ``keras_mvit2.preprocessing``, ``keras_mvit2.precision``
-            and ``keras_mvit2.weight_compression``, which are always written).
+            ``keras_mvit2.model``, ``keras_mvit2.preprocessing``, ``keras_mvit2.precision``,
+            ``keras_mvit2.weight_compression``, ``keras_mvit2.pointwise_fusions`` and
+            ``keras_mvit2.compute_units``, which are always written).
+        image_size: the size to export a model built with `input_shape=(None, None, 3)`
+            at (int or `(height, width)`; default: its checkpoint's size or 256), see
+            `keras_mvit2.with_input_size`.
+        fuse_pointwise: fuse back-to-back 1x1 convolutions into one where that saves
+            multiply-accumulates (exact; `export/coreml_pointwise_fusion.py`), as the
+            TFLite export does. The fused pairs are listed in the
+            ``keras_mvit2.pointwise_fusions`` metadata (JSON).
 
     Returns:
         A `CoreMLReport` of the saved program.
@@ -110,6 +133,8 @@ def to_coreml(
             f"minimum_deployment_target must be one of {DEPLOYMENT_TARGETS}. "
             f"Received: minimum_deployment_target={minimum_deployment_target!r}"
         )
+    if image_size is not None or has_dynamic_size(model):
+        model = with_input_size(model, image_size)
     shape = tuple(model.input_shape[1:])
     if len(shape) != 3 or any(d is None for d in shape):
         raise ValueError(
@@ -144,17 +169,27 @@ def to_coreml(
         ]
     else:
         inputs = [ct.TensorType(name="image", shape=(1, *shape))]
-    with elementwise_token_pooling():  # Core ML computes in float: no int8 rounding to avoid
+    # MobileViTv2 blocks in Core ML's channels-first layout (no layout transposes); other
+    # attentions pool tokens element-wise (Core ML computes in float: no int8 rounding).
+    with elementwise_token_pooling(), coreml_layout():
         concrete_function = serve.get_concrete_function()
-    mlmodel = ct.convert(
-        [concrete_function],
-        source="tensorflow",
-        convert_to="mlprogram",
-        inputs=inputs,
-        classifier_config=ct.ClassifierConfig(list(class_labels)) if class_labels else None,
-        compute_precision=ct.precision.FLOAT16 if precision == "float16" else ct.precision.FLOAT32,
-        minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
+    from keras_mvit2.export.coreml_pointwise_fusion import (
+        collect_fusions,
+        pipeline_with_pointwise_fusion,
     )
+
+    with collect_fusions() as fusions:
+        mlmodel = ct.convert(
+            [concrete_function],
+            source="tensorflow",
+            convert_to="mlprogram",
+            inputs=inputs,
+            classifier_config=ct.ClassifierConfig(list(class_labels)) if class_labels else None,
+            compute_precision=(ct.precision.FLOAT16 if precision == "float16"
+                               else ct.precision.FLOAT32),
+            minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
+            pass_pipeline=pipeline_with_pointwise_fusion() if fuse_pointwise else None,
+        )
     if not class_labels:
         spec = mlmodel.get_spec()
         old = spec.description.output[0].name
@@ -176,6 +211,10 @@ def to_coreml(
         ),
         "keras_mvit2.precision": precision,
         "keras_mvit2.weight_compression": str(weight_compression),
+        "keras_mvit2.pointwise_fusions": json.dumps(
+            [{"channels": list(f.channels), "macs_saved": f.macs_saved} for f in fusions]
+        ),
+        "keras_mvit2.compute_units": COMPUTE_UNITS_GUIDANCE,
     }
     info.update(metadata or {})
     mlmodel.user_defined_metadata.update(info)

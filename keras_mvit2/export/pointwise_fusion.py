@@ -46,7 +46,7 @@ from keras_mvit2.export.flatbuffer import (
     tensor_indices,
 )
 
-__all__ = ["PointwiseFusion", "fuse_pointwise_convolutions"]
+__all__ = ["PointwiseFusion", "fuse_pointwise_convolutions", "fusion_saves_macs"]
 
 _FLOAT32 = tfl_schema.TensorType.FLOAT32
 _FLOAT16 = tfl_schema.TensorType.FLOAT16
@@ -68,6 +68,11 @@ class PointwiseFusion:
     second: str
     channels: tuple[int, int, int]
     macs_saved: int
+
+
+def fusion_saves_macs(cin: int, mid: int, cout: int) -> bool:
+    """Whether one `cin -> cout` 1x1 convolution costs fewer MACs than `cin -> mid -> cout`."""
+    return cin * cout < mid * (cin + cout)
 
 
 def fuse_pointwise_convolutions(flatbuffer: bytes) -> tuple[bytes, list[PointwiseFusion]]:
@@ -240,7 +245,7 @@ def _fuse_one(model, subgraph, names) -> PointwiseFusion | None:
         w_a = _value(model, subgraph, kernel_a).astype(np.float64)[:, 0, 0, :]   # (mid, in)
         w_b = _value(model, subgraph, kernel_b).astype(np.float64)[:, 0, 0, :]   # (out, mid)
         (mid, cin), cout = w_a.shape, w_b.shape[0]
-        if cin * cout >= mid * (cin + cout):
+        if not fusion_saves_macs(cin, mid, cout):
             continue
         b_a = _value(model, subgraph, bias_a).astype(np.float64)
         b_b = _value(model, subgraph, bias_b).astype(np.float64)

@@ -51,6 +51,7 @@ from keras_mvit2.export.flatbuffer import (
     tensor_indices,
 )
 from keras_mvit2.export.pointwise_fusion import PointwiseFusion, fuse_pointwise_convolutions
+from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = [
@@ -247,6 +248,7 @@ def to_tflite(
     allow_float_ops: bool = False,
     calibration_seed: int = 0,
     fuse_pointwise: bool = True,
+    image_size: int | tuple[int, int] | None = None,
 ) -> TFLiteReport:
     """Converts a Keras 3 model to a TFLite file with builtin ops only, optionally quantized.
 
@@ -287,9 +289,11 @@ def to_tflite(
     apps that would rather not parse the flatbuffer.
 
     Args:
-        model: a built Keras model with one input of static shape
-            ``(batch, height, width, channels)`` (any rank works as long as all
-            non-batch dimensions are static).
+        model: a built Keras model with one input ``(batch, height, width,
+            channels)`` (any rank works as long as all non-batch dimensions are
+            static). A model built with ``input_shape=(None, None, 3)`` is exported
+            at `image_size` (see `keras_mvit2.with_input_size`): the same graph as
+            a model built for that size, with the same weights.
         path: the `.tflite` file to write.
         quantization: one of `QUANTIZATIONS`.
         representative_data: calibration images for ``"int8"``/``"int16x8"`` (see
@@ -314,6 +318,9 @@ def to_tflite(
         calibration_seed: seed of the calibration subset.
         fuse_pointwise: fuse back-to-back 1x1 convolutions (see above). ``False``
             keeps the converter's graph op for op.
+        image_size: the input size to export at, an int or ``(height, width)``: for a
+            dynamic-size model, defaults to its checkpoint's size (384 for the
+            ``_384`` weights) or 256; for a fixed-size model it must be that size.
 
     Returns:
         The `TFLiteReport` of the written file (with `float_ops` and `metadata`).
@@ -331,6 +338,8 @@ def to_tflite(
     if batch_size == "dynamic":
         batch_size = None
     _check_quantization_options(quantization, io_dtype, representative_data)
+    if getattr(model, "inputs", None) and (image_size is not None or has_dynamic_size(model)):
+        model = with_input_size(model, image_size)
     input_shape = _export_input_shape(model, batch_size)
     class_names = _check_class_names(class_names, model)
     if isinstance(num_calibration_samples, bool) or not isinstance(

@@ -10,18 +10,26 @@ from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import batch_norm
-from keras_mvit2.layers.patching import fold, unfold
+from keras_mvit2.layers.patching import (
+    fold,
+    resize_if_needed,
+    round_up_to_patch,
+    size_argument,
+    spatial_size,
+    unfold,
+)
 from keras_mvit2.layers.vit_layers import ViTBlock
 
 
-def resize_bilinear(x, size: tuple[int, int]):
+def resize_bilinear(x, size: tuple):
     """Bilinear resize as PyTorch's `F.interpolate(mode="bilinear", align_corners=False)`.
 
     Half-pixel centers and no antialiasing, in both directions; converts to the
-    TFLite builtin RESIZE_BILINEAR (`half_pixel_centers=True`).
+    TFLite builtin RESIZE_BILINEAR (`half_pixel_centers=True`). `size` holds ints or
+    scalar int tensors.
     """
     resized = tf.raw_ops.ResizeBilinear(
-        images=x, size=size, align_corners=False, half_pixel_centers=True
+        images=x, size=size_argument(size), align_corners=False, half_pixel_centers=True
     )
     return ops.cast(resized, x.dtype)
 
@@ -71,7 +79,8 @@ class MobileViTBlock(keras.layers.Layer):
             He-normal with fan-out, as the reference.
 
     Input shape:
-        `(batch, height, width, channels)`, static height and width.
+        `(batch, height, width, channels)`; height and width may be `None` (the patch
+        grid and the resizes are then computed from each call's input).
 
     Output shape:
         `(batch, height, width, filters or channels)`.
@@ -125,9 +134,9 @@ class MobileViTBlock(keras.layers.Layer):
         self.norm_epsilon = norm_epsilon
         self.kernel_initializer = conv_kernel_initializer(kernel_initializer)
 
-    def _padded_hw(self, height: int, width: int) -> tuple[int, int]:
+    def _padded_hw(self, height: int | None, width: int | None) -> tuple[int | None, int | None]:
         p = self.patch_size
-        return math.ceil(height / p) * p, math.ceil(width / p) * p
+        return tuple(None if s is None else math.ceil(s / p) * p for s in (height, width))
 
     def build(self, input_shape):
         if len(input_shape) != 4:
@@ -136,11 +145,10 @@ class MobileViTBlock(keras.layers.Layer):
                 f"Received: input_shape={input_shape}"
             )
         batch, height, width, channels = input_shape
-        if height is None or width is None or channels is None:
+        if channels is None:
             raise ValueError(
-                "MobileViTBlock needs a static height, width and channels (the patch grid is "
-                "fixed when the model is built). Build the model with a fixed input_shape "
-                f"such as (256, 256, 3). Received: input_shape={input_shape}"
+                "MobileViTBlock needs a known number of channels. "
+                f"Received: input_shape={input_shape}"
             )
         d = self.transformer_dim
         out = self.filters or channels
@@ -183,7 +191,10 @@ class MobileViTBlock(keras.layers.Layer):
         self.conv_1x1.build(feature_shape)
         p = self.patch_size
         padded_h, padded_w = self._padded_hw(height, width)
-        token_shape = (batch, (padded_h // p) * (padded_w // p), p * p, d)
+        num_patches = (
+            None if padded_h is None or padded_w is None else (padded_h // p) * (padded_w // p)
+        )
+        token_shape = (batch, num_patches, p * p, d)
         for layer in self.transformer:
             layer.build(token_shape)
         self.norm.build(token_shape)
@@ -199,22 +210,20 @@ class MobileViTBlock(keras.layers.Layer):
         """The tokens fed to the first transformer block, `(batch, N, P, transformer_dim)`."""
         x = ops.silu(self.conv_kxk_bn(self.conv_kxk(inputs), training=training))
         x = self.conv_1x1(x)                                          # (B, H, W, d)
-        padded = self._padded_hw(x.shape[1], x.shape[2])
-        if padded != (x.shape[1], x.shape[2]):
-            x = resize_bilinear(x, padded)                            # (B, H', W', d)
+        padded = round_up_to_patch(spatial_size(x), self.patch_size)
+        x = resize_if_needed(x, padded, resize_bilinear)              # (B, H', W', d)
         return unfold(x, self.patch_size)                             # (B, N, P, d)
 
     def call(self, inputs, training=None):
-        height, width = inputs.shape[1], inputs.shape[2]
-        padded_h, padded_w = self._padded_hw(height, width)
+        size = spatial_size(inputs)
+        padded = round_up_to_patch(size, self.patch_size)
         p = self.patch_size
         tokens = self.patch_tokens(inputs, training=training)        # (B, N, P, d)
         for layer in self.transformer:
             tokens = layer(tokens, training=training)
         tokens = self.norm(tokens)
-        x = fold(tokens, (padded_h // p, padded_w // p), p)          # (B, H', W', d)
-        if (padded_h, padded_w) != (height, width):
-            x = resize_bilinear(x, (height, width))                  # (B, H, W, d)
+        x = fold(tokens, tuple(side // p for side in padded), p)     # (B, H', W', d)
+        x = resize_if_needed(x, size, resize_bilinear)               # (B, H, W, d)
         x = ops.silu(self.conv_proj_bn(self.conv_proj(x), training=training))  # (B, H, W, C')
         if not self.fusion:
             return x

@@ -1,6 +1,9 @@
 """The MobileViTv2 block: local convolution, separable-attention transformer, projection."""
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Callable
 
 import keras
 import tensorflow as tf
@@ -11,8 +14,43 @@ from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import batch_norm
-from keras_mvit2.layers.patching import fold, unfold
+from keras_mvit2.layers.patching import (
+    fold,
+    resize_if_needed,
+    round_up_to_patch,
+    size_argument,
+    spatial_size,
+    unfold,
+)
 from keras_mvit2.layers.transformer_layer import TransformerLayer
+
+_EXPORT_CALL: contextvars.ContextVar = contextvars.ContextVar(
+    "mobilevitv2_block_export_call", default=None
+)
+
+
+@contextlib.contextmanager
+def export_call(function: Callable):
+    """Trace every `MobileViTV2Block` inference call as `function(block, inputs)`.
+
+    For exporters that write the same function in another form (Core ML: the
+    transformer in channels-first layout, `keras_mvit2.export.coreml_layout`).
+    `function` returns the block's output, or `None` to keep the usual `call`.
+    Training calls are never redirected.
+    """
+    token = _EXPORT_CALL.set(function)
+    try:
+        yield
+    finally:
+        _EXPORT_CALL.reset(token)
+
+
+def _resize_align_corners(x, size):
+    """Bilinear resize with `align_corners=True` (ml-cvnets / timm), to ints or tensors."""
+    resized = tf.raw_ops.ResizeBilinear(
+        images=x, size=size_argument(size), align_corners=True, half_pixel_centers=False
+    )
+    return ops.cast(resized, x.dtype)
 
 
 @serializable
@@ -31,6 +69,13 @@ class MobileViTV2Block(keras.layers.Layer):
     Like the reference, an input whose height or width is not a multiple of
     `patch_size` is upsized to the next multiple and the output keeps that
     larger size (e.g. a 224x224 image gives a 8x8 final feature map).
+
+    The patch grid and the resize are decided at each call from the input's size:
+    with a static height and width (a model built for one size, or any model
+    traced for one size, as the exporters do) they are constants of the graph;
+    with an unknown one (`input_shape=(None, None, 3)`) the grid is read from the
+    tensor's runtime shape and the resize runs only when a side is not a multiple
+    of `patch_size` (a `tf.cond`).
 
     Args:
         attention_dim: int. Width d of the attention tokens.
@@ -52,7 +97,7 @@ class MobileViTV2Block(keras.layers.Layer):
             layer (one float: the same for all). Defaults to `0.0`.
 
     Input shape:
-        `(batch, height, width, channels)` with static height and width.
+        `(batch, height, width, channels)`; height and width may be `None`.
 
     Output shape:
         `(batch, ceil(height / p) * p, ceil(width / p) * p, channels)`.
@@ -113,18 +158,17 @@ class MobileViTV2Block(keras.layers.Layer):
             return self.drop_path[index]
         return self.drop_path
 
-    def _resized_hw(self, height: int, width: int) -> tuple[int, int]:
+    def _resized_hw(self, height: int | None, width: int | None) -> tuple[int | None, int | None]:
         p = self.patch_size
-        return math.ceil(height / p) * p, math.ceil(width / p) * p
+        return tuple(None if s is None else math.ceil(s / p) * p for s in (height, width))
 
     def build(self, input_shape):
-        batch, height, width, channels = input_shape
-        if height is None or width is None:
+        if len(input_shape) != 4 or input_shape[-1] is None:
             raise ValueError(
-                "MobileViTV2Block needs a static height and width (the patch grid and the "
-                "resize are fixed when the model is built). Build the model with a fixed "
-                f"input_shape such as (256, 256, 3). Received: input_shape={input_shape}"
+                "MobileViTV2Block expects (batch, height, width, channels) with a known "
+                f"channel axis. Received: input_shape={input_shape}"
             )
+        batch, height, width, channels = input_shape
         height, width = self._resized_hw(height, width)
         d = self.attention_dim
         policy = self.dtype_policy
@@ -162,7 +206,8 @@ class MobileViTV2Block(keras.layers.Layer):
 
         feature_shape = (batch, height, width, channels)
         p = self.patch_size
-        token_shape = (batch, (height // p) * (width // p), p * p, d)
+        num_patches = None if height is None or width is None else (height // p) * (width // p)
+        token_shape = (batch, num_patches, p * p, d)
         self.local_conv.build(feature_shape)
         self.local_bn.build(feature_shape)
         self.local_proj.build(feature_shape)
@@ -173,31 +218,41 @@ class MobileViTV2Block(keras.layers.Layer):
         self.proj_bn.build(feature_shape)
 
     def resize_input(self, x):
-        """Upsize `x` (bilinear, align_corners=True) when a side is not a multiple of the patch."""
-        height, width = x.shape[1], x.shape[2]
-        new_hw = self._resized_hw(height, width)
-        if new_hw == (height, width):
-            return x
-        resized = tf.raw_ops.ResizeBilinear(
-            images=x, size=new_hw, align_corners=True, half_pixel_centers=False
-        )
-        return ops.cast(resized, x.dtype)
+        """Upsize `x` (bilinear, align_corners=True) when a side is not a multiple of the patch.
 
-    def patch_tokens(self, inputs, training=None):
-        """The tokens fed to the first transformer layer, `(batch, N, P, attention_dim)`."""
-        x = self.resize_input(inputs)
+        Decided from the static size when it is known (no op at all for even maps), else
+        at run time from the tensor's shape.
+        """
+        size = round_up_to_patch(spatial_size(x), self.patch_size)
+        return resize_if_needed(x, size, _resize_align_corners)
+
+    def _local_tokens(self, x, training=None):
+        """Local representation of the (already resized) map, unfolded."""
         x = ops.silu(self.local_bn(self.local_conv(x), training=training))
         return unfold(self.local_proj(x), self.patch_size)
 
+    def patch_tokens(self, inputs, training=None):
+        """The tokens fed to the first transformer layer, `(batch, N, P, attention_dim)`."""
+        return self._local_tokens(self.resize_input(inputs), training=training)
+
+    def _patch_grid(self, x):
+        """`(rows, cols)` of patches of the resized map `x`: ints, or scalar tensors."""
+        return tuple(side // self.patch_size for side in spatial_size(x))
+
     def call(self, inputs, training=None):
-        height, width = self._resized_hw(inputs.shape[1], inputs.shape[2])
-        p = self.patch_size
-        tokens = self.patch_tokens(inputs, training=training)       # (B, N, P, d)
+        override = _EXPORT_CALL.get()
+        if override is not None and not training:
+            outputs = override(self, inputs)
+            if outputs is not None:
+                return outputs
+        x = self.resize_input(inputs)                                # (B, H', W', C)
+        grid = self._patch_grid(x)
+        tokens = self._local_tokens(x, training=training)            # (B, N, P, d)
         for layer in self.transformer:
             tokens = layer(tokens, training=training)
         tokens = self.norm(tokens)
-        x = fold(tokens, (height // p, width // p), p)               # (B, H, W, d)
-        return self.proj_bn(self.conv_proj(x), training=training)    # (B, H, W, C)
+        x = fold(tokens, grid, self.patch_size)                      # (B, H', W', d)
+        return self.proj_bn(self.conv_proj(x), training=training)    # (B, H', W', C)
 
     def compute_output_shape(self, input_shape):
         batch, height, width, channels = input_shape

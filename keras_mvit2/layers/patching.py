@@ -8,6 +8,11 @@ and no tensor exceeds rank 4 (Core ML accepts rank <= 5, GPU delegates prefer 4)
 
 Index mapping (the same as ml-cvnets' `F.unfold` path):
 `unfolded[b, i * nw + j, ph * p + pw, c] = x[b, p * i + ph, p * j + pw, c]`.
+
+The patch grid is read from the tensor each call: a static height and width give
+a reshape to constant sizes (the graph exported to TFLite / Core ML), an unknown
+one (a model built with `input_shape=(None, None, 3)` and traced for any size)
+a reshape whose patch count is computed from the tensor's runtime shape.
 """
 
 import tensorflow as tf
@@ -16,22 +21,67 @@ import tensorflow as tf
 def unfold(x, patch_size: int = 2):
     """`(batch, H, W, C)` -> `(batch, (H/p) * (W/p), p * p, C)`.
 
-    H and W must be static and divisible by `patch_size`.
+    H and W must be divisible by `patch_size` (checked when they are static).
     """
     height, width, channels = x.shape[1], x.shape[2], x.shape[3]
-    if height is None or width is None or height % patch_size or width % patch_size:
+    if (height is not None and height % patch_size) or (
+        width is not None and width % patch_size
+    ):
         raise ValueError(
-            f"unfold needs static height and width divisible by patch_size={patch_size}. "
+            f"unfold needs a height and width divisible by patch_size={patch_size}. "
             f"Received: shape={tuple(x.shape)}"
         )
-    num_patches = (height // patch_size) * (width // patch_size)
     x = tf.nn.space_to_depth(x, patch_size)
+    if height is None or width is None:
+        return tf.reshape(x, [tf.shape(x)[0], -1, patch_size * patch_size, channels])
+    num_patches = (height // patch_size) * (width // patch_size)
     return tf.reshape(x, [-1, num_patches, patch_size * patch_size, channels])
 
 
-def fold(x, grid_size: tuple[int, int], patch_size: int = 2):
-    """`(batch, nh * nw, p * p, C)` -> `(batch, nh * p, nw * p, C)`; inverse of `unfold`."""
+def fold(x, grid_size, patch_size: int = 2):
+    """`(batch, nh * nw, p * p, C)` -> `(batch, nh * p, nw * p, C)`; inverse of `unfold`.
+
+    `grid_size` is `(nh, nw)`: ints, or scalar int tensors for a dynamic grid.
+    """
     rows, cols = grid_size
     channels = x.shape[-1]
     x = tf.reshape(x, [-1, rows, cols, patch_size * patch_size * channels])
     return tf.nn.depth_to_space(x, patch_size)
+
+
+def spatial_size(x) -> tuple:
+    """`(height, width)` of a `(batch, H, W, C)` tensor: ints where static, else scalar tensors."""
+    height, width = x.shape[1], x.shape[2]
+    if height is not None and width is not None:
+        return height, width
+    shape = tf.shape(x)
+    return (shape[1] if height is None else height, shape[2] if width is None else width)
+
+
+def round_up_to_patch(size, patch_size: int) -> tuple:
+    """Each side of `size` (ints or scalar tensors) rounded up to a multiple of `patch_size`."""
+    return tuple((side + (patch_size - 1)) // patch_size * patch_size for side in size)
+
+
+def resize_if_needed(x, size, resize):
+    """`resize(x, size)` unless `x` already is `size` (`(height, width)`, ints or tensors).
+
+    Decided when tracing where both sizes are static (then no op is added when they are
+    equal), else at run time with a `tf.cond`, so an even map of a dynamic-size model
+    is passed through untouched, exactly as in a model built for that size.
+    """
+    current = spatial_size(x)
+    static = [isinstance(a, int) and isinstance(b, int) for a, b in zip(current, size, strict=True)]
+    if all(static):
+        return x if tuple(current) == tuple(size) else resize(x, size)
+    if any(s and a != b for s, a, b in zip(static, current, size, strict=True)):
+        return resize(x, size)  # a static side differs: resized for every input
+    needs = tf.logical_or(tf.not_equal(current[0], size[0]), tf.not_equal(current[1], size[1]))
+    return tf.cond(needs, lambda: resize(x, size), lambda: x)
+
+
+def size_argument(size):
+    """`size` for `tf.raw_ops.ResizeBilinear`: the ints as they are, or one int32 tensor."""
+    if all(isinstance(side, int) for side in size):
+        return size
+    return tf.stack([tf.cast(side, tf.int32) for side in size])

@@ -47,6 +47,8 @@ class TokenMixer(keras.layers.Layer):
         if len(inputs.shape) == 3:
             return self.mix(inputs, training=training)
         num_patches, patch_area, dim = inputs.shape[1], inputs.shape[2], inputs.shape[3]
+        if num_patches is None:  # a dynamic-size model: the patch count of this call
+            num_patches = ops.shape(inputs)[1]
         x = ops.transpose(inputs, (0, 2, 1, 3))                   # (B, P, N, d)
         x = ops.reshape(x, (-1, num_patches, dim))                # (B*P, N, d)
         y = self.mix(x, training=training)

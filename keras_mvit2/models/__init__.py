@@ -1,5 +1,6 @@
 """Model builders and the registry."""
 
+from keras_mvit2.models.input_size import with_input_size
 from keras_mvit2.models.mobilevit import (
     MOBILEVIT_CONFIGS,
     MobileViT,
@@ -50,4 +51,5 @@ __all__ = [
     "mobilevitv2_widths",
     "preprocess_input",
     "register_model",
+    "with_input_size",
 ]

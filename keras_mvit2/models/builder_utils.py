@@ -12,8 +12,9 @@ DEFAULT_INPUT_SHAPE = (256, 256, 3)
 def model_input(input_tensor, input_shape, min_size: int = 32):
     """Validates `input_shape` / `input_tensor` and returns `(inputs, x)`.
 
-    Shapes are channels-last and need static height and width: the patch grid
-    and the resizes of the MobileViT blocks are fixed at build time.
+    Shapes are channels-last. Height and width may be `None` (one model for any
+    size: the MobileViT blocks read their patch grid from each call's input); a
+    static side must be at least `min_size`.
     """
     if keras.config.image_data_format() != "channels_last":
         raise ValueError(
@@ -27,13 +28,13 @@ def model_input(input_tensor, input_shape, min_size: int = 32):
         raise ValueError(
             f"input_shape must be (height, width, channels). Received: input_shape={input_shape}"
         )
-    height, width, _ = input_shape
-    if height is None or width is None:
+    height, width, channels = input_shape
+    if channels is None:
         raise ValueError(
-            "input_shape needs a fixed height and width, e.g. (256, 256, 3); build one model "
-            f"per resolution (weights are shared). Received: input_shape={input_shape}"
+            "input_shape needs a known number of channels, e.g. (None, None, 3). "
+            f"Received: input_shape={input_shape}"
         )
-    if height < min_size or width < min_size:
+    if any(side is not None and side < min_size for side in (height, width)):
         raise ValueError(
             f"input_shape must be at least {min_size}x{min_size}. "
             f"Received: input_shape={input_shape}"

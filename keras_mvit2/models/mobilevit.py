@@ -87,7 +87,8 @@ def MobileViT(  # noqa: N802 (keras.applications naming)
             `.pth` / `.bin` / `.safetensors` of the same variant, or a Keras
             `.weights.h5`. Nothing is downloaded.
         input_tensor: optional Keras tensor to use as the image input.
-        input_shape: `(height, width, 3)`, static. Defaults to `(256, 256, 3)`.
+        input_shape: `(height, width, 3)`; height and width may be `None` (one model
+            for every size). Defaults to `(256, 256, 3)`.
             Inputs are RGB in [0, 1] (timm: mean 0, std 1).
         pooling: `None`, `"avg"` or `"max"` when `include_top=False`.
         classes: int. Number of classes of the classifier.

@@ -109,9 +109,14 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
             checkpoint's (256, or 384 for the `_384` tags; the default follows the
             tag); `include_top=False` takes any size.
         input_tensor: optional Keras tensor to use as the image input.
-        input_shape: `(height, width, 3)`, static. Defaults to `(256, 256, 3)`
-            (384 for the `_384` weights). Inputs are RGB in [0, 1] (see
-            `preprocess_images` for the checkpoints' evaluation transform).
+        input_shape: `(height, width, 3)`. Defaults to `(256, 256, 3)`
+            (384 for the `_384` weights). Height and/or width may be `None`: one
+            model for every size (the blocks take their patch grid from each batch;
+            `with_input_size` gives the fixed-size graph for export; with a weights
+            tag and `include_top=True` a fixed size must be the checkpoint's). The
+            attentions that need a fixed token count (`"linformer"`) need fixed sides.
+            Inputs are RGB in [0, 1] (see `preprocess_images` for the checkpoints'
+            evaluation transform).
         pooling: `None`, `"avg"` or `"max"`: pooling of the features when
             `include_top=False`.
         classes: int. Number of classes of the classifier.

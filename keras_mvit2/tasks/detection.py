@@ -38,6 +38,7 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.inverted_residual import batch_norm
+from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.tasks.features import mobilevitv2_features
 
 __all__ = [
@@ -336,7 +337,9 @@ def SSDLite(  # noqa: N802 (keras.applications naming)
 
     Args:
         width_multiplier: backbone width.
-        input_shape: `(height, width, 3)`; defaults to 320x320 (Table 4).
+        input_shape: `(height, width, 3)`; defaults to 320x320 (Table 4). Height and
+            width may be `None`: one model for any size, whose anchors (one set per
+            image size) come from `anchors_for_model(model, image_size=...)`.
         classes: classes including the background (COCO: 81).
         anchor_config: `AnchorConfig` (defaults to the paper's COCO settings). Strides 16
             and 32 come from the backbone, larger ones from extra layers.
@@ -353,7 +356,8 @@ def SSDLite(  # noqa: N802 (keras.applications naming)
     Returns:
         A Functional `keras.Model` mapping images in [0, 1] to raw predictions
         `(batch, num_anchors, 4 + classes)`; `model.anchors` holds the `(num_anchors, 4)`
-        anchors and `model.anchor_config` their `AnchorConfig`.
+        anchors (`None` for a model built for any size) and `model.anchor_config` their
+        `AnchorConfig`.
     """
     if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
         raise ValueError(
@@ -423,18 +427,23 @@ def SSDLite(  # noqa: N802 (keras.applications naming)
                 y = batch_norm(f"head_{tag}_proj_bn")(y)
                 x = keras.layers.Activation(head_activation, name=f"head_{tag}_proj_act")(y)
             y = _sep_conv(x, k * per_anchor, f"head_{tag}_pred", use_bias=True, norm_act=False)
-        height, width = int(y.shape[1]), int(y.shape[2])
+        height, width = y.shape[1], y.shape[2]
+        # A model built for any input size has as many anchors as its maps have cells.
+        locations = -1 if height is None or width is None else int(height) * int(width) * k
         outputs.append(
-            keras.layers.Reshape((height * width * k, per_anchor), name=f"head_{tag}_reshape")(y)
+            keras.layers.Reshape((locations, per_anchor), name=f"head_{tag}_reshape")(y)
         )
     predictions = keras.layers.Concatenate(axis=1, name="ssd_predictions")(outputs)
     model = keras.Model(backbone.input, predictions, name=name)
-    sizes = [(int(m.shape[1]), int(m.shape[2])) for m in maps]
     model.anchor_config = config
-    model.anchors = ssd_anchors(sizes, config)
-    model.feature_sizes = sizes
-    if model.anchors.shape[0] != predictions.shape[1]:  # pragma: no cover - internal check
-        raise RuntimeError("anchor count does not match the head outputs")
+    if any(m.shape[1] is None or m.shape[2] is None for m in maps):
+        model.anchors = model.feature_sizes = None  # per size: anchors_for_model(image_size=)
+    else:
+        sizes = [(int(m.shape[1]), int(m.shape[2])) for m in maps]
+        model.anchors = ssd_anchors(sizes, config)
+        model.feature_sizes = sizes
+        if model.anchors.shape[0] != predictions.shape[1]:  # pragma: no cover - internal
+            raise RuntimeError("anchor count does not match the head outputs")
     if weights is not None:
         weights = os.fspath(weights)
         if not os.path.exists(weights):
@@ -443,14 +452,24 @@ def SSDLite(  # noqa: N802 (keras.applications naming)
     return model
 
 
-def anchors_for_model(model: keras.Model, config: AnchorConfig | None = None) -> np.ndarray:
+def anchors_for_model(model: keras.Model, config: AnchorConfig | None = None,
+                      image_size: int | tuple[int, int] | None = None) -> np.ndarray:
     """The anchors of an `SSDLite` model, also after a `.keras` reload.
 
     The prediction-map sizes are read from the `head_*_reshape` layers (in the order
     of the `ssd_predictions` concatenation); `config` must be the model's anchor
     settings (default: `AnchorConfig()`, or `model.anchor_config` when present).
+    A model built for any input size (`input_shape=(None, None, 3)`) has anchors per
+    image size: pass `image_size` (an int or `(height, width)`).
     """
     config = config or getattr(model, "anchor_config", None) or AnchorConfig()
+    if has_dynamic_size(model) or image_size is not None:
+        if image_size is None:
+            raise ValueError(
+                f"Model {model.name!r} was built for any input size; its anchors depend on "
+                "the image size: pass image_size=(height, width)."
+            )
+        model = with_input_size(model, image_size)
     try:
         concat = model.get_layer("ssd_predictions")
     except ValueError:

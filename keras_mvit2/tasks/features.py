@@ -163,7 +163,8 @@ def mobilevitv2_features(
 
     Args:
         width_multiplier: alpha of the paper (any value in (0, 4]).
-        input_shape: `(height, width, 3)`, static; defaults to `(256, 256, 3)`.
+        input_shape: `(height, width, 3)`; height and width may be `None` (one model
+            for any size, see `keras_mvit2.with_input_size`). Defaults to `(256, 256, 3)`.
         output_stride: 32 (classifier strides), 16 or 8 (dilated last stages, as
             ml-cvnets' segmentation models).
         weights: `None`, or a classifier checkpoint (ml-cvnets `.pt`, timm

@@ -23,6 +23,7 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.inverted_residual import batch_norm
+from keras_mvit2.layers.patching import resize_if_needed, size_argument, spatial_size
 from keras_mvit2.tasks.features import mobilevitv2_features
 
 __all__ = [
@@ -45,31 +46,51 @@ __all__ = [
 
 @serializable
 class BilinearResize(keras.layers.Layer):
-    """Bilinear resize to a fixed `(height, width)`, optionally with `align_corners`.
+    """Bilinear resize to a fixed `(height, width)`, or to the size of a second input.
 
     `align_corners=True` is PyTorch's `F.interpolate(..., align_corners=True)` (used by
     ml-cvnets for the segmentation output and the PSP branches); TFLite's
     RESIZE_BILINEAR and Core ML support both modes.
+
+    With `size=None` the layer is called on `[x, reference]` and resizes `x` to the
+    height and width of `reference`, read at each call (static when the reference's
+    size is, at run time otherwise): the form used by models built for any input
+    size. A call that needs no resize adds no op.
     """
 
-    def __init__(self, size: Sequence[int], align_corners: bool = True, **kwargs):
+    def __init__(self, size: Sequence[int] | None, align_corners: bool = True, **kwargs):
         super().__init__(**kwargs)
-        size = tuple(int(s) for s in size)
-        if len(size) != 2 or min(size) < 1:
-            raise ValueError(f"size must be (height, width) >= 1. Received: size={size}")
+        if size is not None:
+            size = tuple(int(s) for s in size)
+            if len(size) != 2 or min(size) < 1:
+                raise ValueError(f"size must be (height, width) >= 1. Received: size={size}")
         self.size = size
         self.align_corners = bool(align_corners)
 
-    def call(self, inputs):
-        if tuple(inputs.shape[1:3]) == self.size:
-            return inputs
+    def _resize(self, x, size):
         out = tf.raw_ops.ResizeBilinear(
-            images=inputs, size=self.size, align_corners=self.align_corners,
+            images=x, size=size_argument(size), align_corners=self.align_corners,
             half_pixel_centers=not self.align_corners,
         )
-        return ops.cast(out, inputs.dtype)
+        return ops.cast(out, x.dtype)
+
+    def call(self, inputs):
+        if self.size is None:
+            if not isinstance(inputs, list | tuple) or len(inputs) != 2:
+                raise ValueError(
+                    "BilinearResize(size=None) is called on [x, reference]. "
+                    f"Received: {type(inputs).__name__}"
+                )
+            x, reference = inputs
+            return resize_if_needed(x, spatial_size(reference), self._resize)
+        if tuple(inputs.shape[1:3]) == self.size:
+            return inputs
+        return self._resize(inputs, self.size)
 
     def compute_output_shape(self, input_shape):
+        if self.size is None:
+            x_shape, reference_shape = input_shape
+            return (x_shape[0], *reference_shape[1:3], x_shape[-1])
         return (input_shape[0], *self.size, input_shape[-1])
 
     def get_config(self):
@@ -78,11 +99,13 @@ class BilinearResize(keras.layers.Layer):
 
 @serializable
 class AdaptiveAveragePooling2D(keras.layers.Layer):
-    """PyTorch's `AdaptiveAvgPool2d(output_size)` for static input sizes.
+    """PyTorch's `AdaptiveAvgPool2d(output_size)`.
 
     Bin `i` of an axis of size `n` covers `[floor(i n / s), ceil((i + 1) n / s))`.
     When `n` is a multiple of `s` this is a plain average pooling; otherwise every bin
-    is a slice and a mean (STRIDED_SLICE + MEAN in TFLite, no custom op).
+    is a slice and a mean (STRIDED_SLICE + MEAN in TFLite, no custom op). With an
+    unknown height or width (a model built for any size) the bins are computed from
+    the runtime size, each a slice and a mean.
     """
 
     def __init__(self, output_size: int | Sequence[int], **kwargs):
@@ -100,9 +123,26 @@ class AdaptiveAveragePooling2D(keras.layers.Layer):
             (math.floor(i * size / bins), math.ceil((i + 1) * size / bins)) for i in range(bins)
         ]
 
+    @staticmethod
+    def runtime_bins(size, bins: int) -> list[tuple]:
+        """`bins` for a size that may be a scalar tensor (same integer arithmetic)."""
+        return [((i * size) // bins, -((-(i + 1) * size) // bins)) for i in range(bins)]
+
     def call(self, inputs):
         height, width = inputs.shape[1], inputs.shape[2]
         oh, ow = self.output_size
+        if height is None or width is None:  # a model built for any input size
+            if (oh, ow) == (1, 1):
+                return ops.mean(inputs, axis=(1, 2), keepdims=True)
+            height, width = spatial_size(inputs)
+            rows = []
+            for h0, h1 in self.runtime_bins(height, oh):
+                cols = [
+                    ops.mean(inputs[:, h0:h1, w0:w1, :], axis=(1, 2), keepdims=True)
+                    for w0, w1 in self.runtime_bins(width, ow)
+                ]
+                rows.append(ops.concatenate(cols, axis=2) if len(cols) > 1 else cols[0])
+            return ops.concatenate(rows, axis=1) if len(rows) > 1 else rows[0]
         if height % oh == 0 and width % ow == 0:
             ph, pw = height // oh, width // ow
             if (ph, pw) == (1, 1):
@@ -167,6 +207,15 @@ class AtrousConv2D(keras.layers.Conv2D):
         return {**config, "rate": self.rate}
 
 
+def _resize_like(x, reference, *, align_corners: bool, name: str):
+    """`x` resized to the spatial size of `reference`: a fixed size when the model has
+    one (the graph of a fixed-size model), else read from `reference` at each call."""
+    size = tuple(reference.shape[1:3])
+    if None in size:
+        return BilinearResize(None, align_corners=align_corners, name=name)([x, reference])
+    return BilinearResize(size, align_corners=align_corners, name=name)(x)
+
+
 def _conv_bn_act(x, filters: int, kernel_size: int, name: str, *, dilation: int = 1,
                  activation: str = "relu"):
     """ml-cvnets `ConvLayer2d(use_norm=True, use_act=True)`: conv (no bias) + BN + act."""
@@ -209,9 +258,7 @@ def _backbone(width_multiplier, input_shape, input_tensor, output_stride, backbo
 
 def _finish(backbone, logits, upsample: bool, name: str, weights) -> keras.Model:
     if upsample:
-        logits = BilinearResize(
-            backbone.input.shape[1:3], align_corners=True, name="seg_upsample"
-        )(logits)
+        logits = _resize_like(logits, backbone.input, align_corners=True, name="seg_upsample")
     model = keras.Model(backbone.input, logits, name=name)
     if weights is not None:
         weights = os.fspath(weights)
@@ -247,7 +294,8 @@ def DeepLabV3(  # noqa: N802 (keras.applications naming)
 
     Args:
         width_multiplier: backbone width (alpha).
-        input_shape: `(height, width, 3)`, static. Defaults to 512x512 (Table 3).
+        input_shape: `(height, width, 3)`; height and width may be `None` (one model
+            for any size). Defaults to 512x512 (Table 3).
         classes: number of classes, background included (ADE20k: 150, VOC: 21).
         output_stride: 8 (ADE20k config, default) or 16 (PASCAL VOC config) or 32.
         aspp_channels: ASPP width (ml-cvnets MobileViTv2 configs: 512).
@@ -290,8 +338,7 @@ def DeepLabV3(  # noqa: N802 (keras.applications naming)
     pooled = keras.layers.GlobalAveragePooling2D(keepdims=True, name="aspp_pool")(x)
     pooled = _conv_bn_act(pooled, aspp_channels, 1, "aspp_pool_proj", activation=head_activation)
     # ml-cvnets: F.interpolate(align_corners=False) of the 1x1 map, i.e. a broadcast.
-    pooled = BilinearResize(tuple(x.shape[1:3]), align_corners=False,
-                            name="aspp_pool_upsample")(pooled)
+    pooled = _resize_like(pooled, x, align_corners=False, name="aspp_pool_upsample")
     branches.append(pooled)
     y = keras.layers.Concatenate(name="aspp_concat")(branches)
     y = _conv_bn_act(y, aspp_channels, 1, "aspp_project", activation=head_activation)
@@ -354,12 +401,11 @@ def PSPNet(  # noqa: N802 (keras.applications naming)
             f"The backbone has {channels} channels: too few for {len(pool_sizes)} pyramid "
             "branches of a multiple of 16 channels. Use fewer pool_sizes or a wider backbone."
         )
-    size = tuple(x.shape[1:3])
     branches = [x]
     for ps in pool_sizes:
         y = AdaptiveAveragePooling2D(ps, name=f"psp_pool{ps}")(x)
         y = _conv_bn_act(y, reduction, 1, f"psp_branch{ps}", activation=head_activation)
-        y = BilinearResize(size, align_corners=True, name=f"psp_upsample{ps}")(y)
+        y = _resize_like(y, x, align_corners=True, name=f"psp_upsample{ps}")
         branches.append(y)
     y = keras.layers.Concatenate(name="psp_concat")(branches)
     y = _conv_bn_act(y, psp_channels, 3, "psp_fusion", activation=head_activation)

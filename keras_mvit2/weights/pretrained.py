@@ -247,7 +247,7 @@ def check_pretrained_config(
         ValueError: a width without published weights, a tag of other widths, `classes`
             other than 1000 with `include_top=True`, an input size other than the
             checkpoint's with `include_top=True`, or an attention other than the
-            paper's separable attention.
+            paper's separable attention. A dynamic side (`None`) is accepted.
     """
     model = model_name_for_width(width_multiplier)
     if model is None:
@@ -276,11 +276,12 @@ def check_pretrained_config(
                 "classes=1000, or include_top=False to load the backbone and add your own "
                 f"head. Received: classes={classes}"
             )
-        if tuple(shape[:2]) != (size, size):
+        if any(side is not None and side != size for side in shape[:2]):
             raise ValueError(
                 f"weights={tag!r} of {model} was trained at {size}x{size}; with "
-                f"include_top=True the input must be ({size}, {size}, 3). Use "
+                f"include_top=True a fixed input must be ({size}, {size}, 3). Use "
                 "include_top=False for the backbone at other sizes (the weights do not depend "
-                f"on the input size). Received: input_shape={shape}"
+                "on the input size), or input_shape=(None, None, 3) for one model that "
+                f"runs any size. Received: input_shape={shape}"
             )
     return entry, None if input_shape is None else tuple(input_shape)
