@@ -150,7 +150,7 @@ def test_save_to_preset_round_trips_through_keras_hubs_own_from_preset(classifie
     assert type(preprocessor) is mvhub.MobileViTV2ImageClassifierPreprocessor
 
 
-def test_fit_on_fashion_mnist_lowers_the_loss(preset_dir):
+def test_fit_on_fashion_mnist_lowers_the_loss(classifier, preset_dir):
     from keras_mvit2.data.sources import FASHION_MNIST_DIR, load_fashion_mnist_arrays
 
     if not os.path.isdir(FASHION_MNIST_DIR):
@@ -161,16 +161,15 @@ def test_fit_on_fashion_mnist_lowers_the_loss(preset_dir):
     keras.utils.set_random_seed(0)
     # KerasHub's semantics: num_classes -> a new head, the preset's backbone weights;
     # image_shape -> the backbone at another size (the converter's size is set apart).
-    classifier = mvhub.MobileViTV2ImageClassifier.from_preset(
+    tuned = mvhub.MobileViTV2ImageClassifier.from_preset(
         preset_dir, num_classes=10, image_shape=(32, 32, 3))
-    classifier.preprocessor.image_size = (32, 32)
-    assert classifier.output_dense.units == 10 and classifier.input_shape == (None, 32, 32, 3)
-    assert classifier.preprocessor.image_converter(images[:2]).shape == (2, 32, 32, 3)
-    saved = keras_hub.models.Backbone.from_preset(preset_dir)
-    for a, b in zip(classifier.backbone.weights, saved.weights, strict=True):
+    tuned.preprocessor.image_size = (32, 32)
+    assert tuned.output_dense.units == 10 and tuned.input_shape == (None, 32, 32, 3)
+    assert tuned.preprocessor.image_converter(images[:2]).shape == (2, 32, 32, 3)
+    for a, b in zip(tuned.backbone.weights, classifier.backbone.weights, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
-    classifier.compile(optimizer=keras.optimizers.Adam(1e-3))
-    history = classifier.fit(images, labels, batch_size=32, epochs=3, verbose=0)
+    tuned.compile(optimizer=keras.optimizers.Adam(1e-3))
+    history = tuned.fit(images, labels, batch_size=32, epochs=3, verbose=0)
     losses = history.history["loss"]
     print(f"\n[keras_hub] Fashion-MNIST fit loss per epoch: {np.round(losses, 3).tolist()}")
     assert np.isfinite(losses).all()
