@@ -220,9 +220,15 @@ def measure_latency(records: list[dict[str, Any]], args: argparse.Namespace,
             for precision in ("float32", "int8"):
                 path = os.path.join(folder, f"{mechanism}_{size}_{precision}.tflite")
                 print(f"{mechanism} @{size}: converting to {precision} ...", flush=True)
-                note = convert_for_latency(
-                    model, path, precision, size, images=images[size],
-                    images_note=f"{len(images[size])} Fashion-MNIST training images")
+                try:
+                    note = convert_for_latency(
+                        model, path, precision, size, images=images[size],
+                        images_note=f"{len(images[size])} Fashion-MNIST training images")
+                except (RuntimeError, ValueError) as err:  # e.g. fails to run in LiteRT
+                    reason = str(err).splitlines()[0][:300]
+                    record.setdefault("failed", {})[f"{size} {precision}"] = reason
+                    print(f"  failed: {reason}", flush=True)
+                    continue
                 key = (mechanism, size, precision)
                 files[key] = path
                 entries[key] = tflite_model_entry(path, name=mechanism, params=info.params,
@@ -298,6 +304,8 @@ def markdown(table: dict[str, Any]) -> str:
              if r.get("cost") and r["cost"].get("256", {}).get("layers_not_copied")]
     notes += [f"- {r['mechanism']}: diverged ({r['error'].splitlines()[0]})"
               for r in table["records"] if r["status"] != "trained"]
+    notes += [f"- {r['mechanism']} {what}: no latency, the conversion failed: {reason}"
+              for r in table["records"] for what, reason in r.get("failed", {}).items()]
     if notes:
         lines += [""] + notes
     lines += ["", "The paper's Table 1 (MobileViT on ImageNet-1k, iPhone 12; not comparable "
