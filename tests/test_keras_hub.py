@@ -274,9 +274,8 @@ def test_tflite_export_with_and_without_preprocessing(net, classifier, tmp_path)
     from keras_mvit2.export import run_tflite, to_tflite
 
     raw = _raw_images(n=2, height=80, width=96, seed=7)
-    # Without: the network's input; the app resizes and crops.
-    bare = mvhub.inference_model(classifier, include_preprocessing=False)
-    to_tflite(bare, tmp_path / "bare.tflite")
+    # Without: the classifier itself, the network's input; the app resizes and crops.
+    to_tflite(classifier, tmp_path / "bare.tflite")
     x = mv.preprocess_images(raw, net)
     diff_bare = float(np.abs(run_tflite(tmp_path / "bare.tflite", x)
                              - classifier.predict(raw, verbose=0)).max())
@@ -303,8 +302,7 @@ def test_coreml_export_with_and_without_preprocessing(classifier, tmp_path):
     pytest.importorskip("coremltools")
     from keras_mvit2.export import to_coreml
 
-    bare = to_coreml(mvhub.inference_model(classifier, include_preprocessing=False),
-                     tmp_path / "bare.mlpackage", precision="float32")
+    bare = to_coreml(classifier, tmp_path / "bare.mlpackage", precision="float32")
     (image,) = bare.inputs
     assert (image["type"], image["width"], image["height"]) == ("imageType", SIZE, SIZE)
     # Core ML's image input divides by 255 itself: rescale=False.
