@@ -19,6 +19,25 @@ of every contender, in a rotating order) after warm-up steps, so that load from 
 processes on a shared machine hits all of them alike; the figure is the median over the
 rounds of images / second of a window. Process CPU time is recorded per window.
 Writes ``training_throughput.json`` and ``training_throughput.md``.
+
+Multi-scale training (``--multiscale 0.714,0.857,1,1.143``, with ``--size`` / ``--batch``
+the base pair; no PyTorch) compares, on the (size, batch) pairs of
+`keras_mvit2.data.multiscale_batch_pairs`, the same train step with the classifier laid
+out three ways (`--layouts`):
+
+- ``per_resolution``: one model built for each size, all sharing the layers (and so the
+  weights) of the base-size classifier; each batch goes to the model of its shape, the
+  train function traced once per batch shape (the layout of keras_mvit2 0.1);
+- ``dynamic``: one model built with ``input_shape=(None, None, 3)`` for every batch, the
+  train function traced once per batch shape (`ClassifierTrainer.reduce_retracing=False`);
+- ``dynamic_generic``: the same model, the train function generalized to one trace for
+  every shape after the second (``reduce_retracing=True``, the library's default: no
+  slower than the others here, and fewer traces).
+
+A window runs ``--steps`` steps at every size in turn; the figures are the medians over the
+interleaved rounds of images / second per size and over the whole window. The first step
+at each size (tracing included) is timed apart. Writes
+``training_throughput_multiscale.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -170,6 +189,90 @@ class KerasContender:
 
 
 # --------------------------------------------------------------------------------------
+# Multi-scale: one model per resolution vs one model for every size
+# --------------------------------------------------------------------------------------
+
+MULTISCALE_LAYOUTS = {
+    "per_resolution": "one model per resolution",
+    "dynamic": "one dynamic model, traced per shape",
+    "dynamic_generic": "one dynamic model, one generic trace",
+}
+
+
+def per_resolution_classifier(classifier, sizes):
+    """A model routing each batch to a twin of `classifier` built for its size.
+
+    The twins are `classifier`'s layers called on a `(size, size, 3)` input, so they share
+    its weights; only `classifier` is tracked (its weights are the model's weights).
+    """
+    import keras
+
+    from keras_mvit2.training.ema import _Untracked
+
+    twins = {(s, s): keras.models.clone_model(classifier, input_tensors=keras.Input((s, s, 3)),
+                                              clone_function=lambda layer: layer)
+             for s in sizes}
+    twins[tuple(classifier.input_shape[1:3])] = classifier
+
+    class PerResolution(keras.Model):
+        def __init__(self):
+            super().__init__(name=classifier.name)
+            self.base = classifier
+            self.twins = _Untracked([twins])
+
+        def call(self, inputs, training=None):
+            return self.twins.items[0][tuple(inputs.shape[1:3])](inputs, training=training)
+
+    model = PerResolution()
+    model.built = True
+    return model
+
+
+class MultiscaleContender:
+    """Our multi-scale train step with one of `MULTISCALE_LAYOUTS`."""
+
+    def __init__(self, args: argparse.Namespace, layout: str, pairs: list[tuple[int, int]]):
+        import numpy as np
+        import tensorflow as tf
+
+        from keras_mvit2 import training
+
+        self.name = MULTISCALE_LAYOUTS[layout]
+        config = training.load_config("imagenet_mobilevitv2_050", [
+            f"model.image_size={args.size}", "training.precision=float32",
+            "training.strategy=default", "multiscale.enabled=true",
+        ])
+        classifier = None
+        if layout == "per_resolution":
+            classifier = per_resolution_classifier(training.build_classifier(config, 1000),
+                                                   [s for s, _ in pairs])
+        self.trainer = training.build_trainer(config, 1000, config.optimizer.lr,
+                                              multiscale=True, classifier=classifier)
+        self.trainer.reduce_retracing = layout == "dynamic_generic"
+        self.info = {"layout": layout, "reduce_retracing": self.trainer.reduce_retracing,
+                     "input_shape": list(self.trainer.classifier.input_shape
+                                         if classifier is None else (None, args.size,
+                                                                     args.size, 3))}
+        rng = np.random.default_rng(0)
+        self.batches = [
+            (size, batch, tf.constant(rng.uniform(0, 1, (batch, size, size, 3)), tf.float32),
+             tf.one_hot(rng.integers(0, 1000, batch), 1000))
+            for size, batch in pairs]
+
+    def run(self, steps: int) -> dict:
+        """`steps` steps at every size: seconds, CPU seconds and images per size."""
+        out = {}
+        for size, batch, x, y in self.batches:
+            cpu, start = time.process_time(), time.perf_counter()
+            for _ in range(steps):
+                logs = self.trainer.train_on_batch(x, y, return_dict=True)
+            out[str(size)] = {"seconds": time.perf_counter() - start,
+                              "cpu_seconds": time.process_time() - cpu,
+                              "images": steps * batch, "loss": float(logs["loss"])}
+        return out
+
+
+# --------------------------------------------------------------------------------------
 # Driver
 # --------------------------------------------------------------------------------------
 
@@ -220,6 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="default",
                         help="comma-separated Keras variants: default (the library's "
                         "setting), xla (training.jit_compile=true; 7x slower on this CPU)")
+    parser.add_argument("--multiscale", default=None, metavar="SCALES",
+                        help="comma-separated scales of --size: compare the multi-scale "
+                        "layouts instead of timm")
+    parser.add_argument("--layouts", default=",".join(MULTISCALE_LAYOUTS),
+                        help=f"with --multiscale, comma-separated of {list(MULTISCALE_LAYOUTS)}")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -228,10 +336,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import tensorflow as tf
 
-    from keras_mvit2.utils.files import atomic_output
-
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    if args.multiscale:
+        return multiscale_main(args)
     load_start = os.getloadavg()
     torch_contender = TorchContender(args)
     contenders = [torch_contender]
@@ -277,15 +385,100 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "windows": windows,
     }
-    os.makedirs(args.out, exist_ok=True)
-    with atomic_output(os.path.join(args.out, "training_throughput.json")) as tmp, \
-            open(tmp, "w") as f:
+    _write(args.out, "training_throughput", result, _markdown(result))
+    return 0
+
+
+def _write(folder: str, name: str, result: dict, text: str) -> None:
+    """`name.json` and `name.md` in `folder`, each written atomically; prints the table."""
+    from keras_mvit2.utils.files import atomic_output
+
+    os.makedirs(folder, exist_ok=True)
+    with atomic_output(os.path.join(folder, f"{name}.json")) as tmp, open(tmp, "w") as f:
         json.dump(result, f, indent=1)
-    text = _markdown(result)
-    with atomic_output(os.path.join(args.out, "training_throughput.md")) as tmp, \
-            open(tmp, "w") as f:
+    with atomic_output(os.path.join(folder, f"{name}.md")) as tmp, open(tmp, "w") as f:
         f.write(text)
     print(text)
+
+
+def _multiscale_markdown(result: dict) -> str:
+    c = result["config"]
+    pairs = ", ".join(f"{s}x{s} x {b}" for s, b in c["pairs"])
+    sizes = [str(s) for s, _ in c["pairs"]]
+    lines = [
+        f"Multi-scale training throughput, MobileViTV2-0.5, float32, CPU, {c['threads']} "
+        f"threads, full train step (AdamW, label smoothing, global-norm clipping, EMA), "
+        f"images in memory; (size, batch) pairs {pairs}; median of {c['rounds']} interleaved "
+        f"windows of {c['steps']} steps per size after {c['warmup']} warm-up steps per size.",
+        "",
+        "| layout | " + " | ".join(f"{s}x{s} images/s" for s in sizes)
+        + " | overall images/s | vs per resolution | first steps (s, tracing) |",
+        "|---|" + "---|" * (len(sizes) + 3),
+    ]
+    base = result["summary"].get(MULTISCALE_LAYOUTS["per_resolution"], {}).get(
+        "images_per_second")
+    for name, s in result["summary"].items():
+        ratio = f"{s['images_per_second'] / base:.2f}x" if base else "-"
+        lines.append(
+            f"| {name} | " + " | ".join(f"{s['per_size'][k]:.2f}" for k in sizes)
+            + f" | {s['images_per_second']:.2f} | {ratio} | {s['first_steps_seconds']:.1f} |")
+    e = result["environment"]
+    lines += ["", f"TensorFlow {e['tensorflow']}, Keras {e['keras']}; {e['cpu_count']} CPUs "
+              f"shared with other jobs, load average {result['load_average_start'][0]:.2f} at "
+              f"the start, {result['load_average_end'][0]:.2f} at the end.", ""]
+    return "\n".join(lines)
+
+
+def multiscale_main(args: argparse.Namespace) -> int:
+    """The multi-scale comparison of `MULTISCALE_LAYOUTS` (see the module docstring)."""
+    from keras_mvit2 import data as mvdata
+
+    scales = [float(s) for s in args.multiscale.split(",")]
+    pairs = mvdata.multiscale_batch_pairs(args.size, args.batch, scales)
+    load_start = os.getloadavg()
+    contenders = [MultiscaleContender(args, layout, pairs)
+                  for layout in args.layouts.split(",")]
+    first: dict[str, float] = {}
+    for c in contenders:
+        w = c.run(1)
+        first[c.name] = sum(v["seconds"] for v in w.values())
+        if args.warmup > 1:
+            c.run(args.warmup - 1)
+        print(f"warm-up {c.name}: first steps {first[c.name]:.1f} s", flush=True)
+    windows: dict[str, list[dict]] = {c.name: [] for c in contenders}
+    for r in range(args.rounds):
+        order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
+        for c in order:
+            w = {"round": r, "sizes": c.run(args.steps)}
+            w["images_per_second"] = (sum(v["images"] for v in w["sizes"].values())
+                                      / sum(v["seconds"] for v in w["sizes"].values()))
+            windows[c.name].append(w)
+            print(f"round {r} {c.name}: {w['images_per_second']:.2f} img/s", flush=True)
+    summary = {}
+    for c in contenders:
+        ws = windows[c.name]
+        ips = [w["images_per_second"] for w in ws]
+        summary[c.name] = {
+            "images_per_second": statistics.median(ips), "min": min(ips), "max": max(ips),
+            "per_size": {str(size): statistics.median(
+                w["sizes"][str(size)]["images"] / w["sizes"][str(size)]["seconds"] for w in ws)
+                for size, _ in pairs},
+            "first_steps_seconds": first[c.name],
+        }
+    result = {
+        "benchmark": "training_throughput_multiscale",
+        "config": {"model": "mobilevitv2_050", "base_batch": args.batch,
+                   "base_size": args.size, "scales": scales, "pairs": pairs,
+                   "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
+                   "threads": args.threads, "precision": "float32", "classes": 1000},
+        "environment": _environment(args.threads),
+        "keras": {c.name: c.info for c in contenders},
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "summary": summary,
+        "windows": windows,
+    }
+    _write(args.out, "training_throughput_multiscale", result, _multiscale_markdown(result))
     return 0
 
 

@@ -425,26 +425,34 @@ def test_deterministic_names_what_the_process_lacks(caplog, monkeypatch):
     assert ("oneDNN" in caplog.text) == _onednn_enabled()
 
 
+def _ran_in_deterministic_child(tmp_path, test: str) -> bool:
+    """Runs `test` of this file in a child process started with `DETERMINISTIC_ENV`
+    (asserting that it passes) unless this process already is one; True if it did.
+
+    Bitwise equality needs deterministic kernels on one TensorFlow thread, and Eigen's
+    kernels rather than oneDNN's (see `_make_deterministic`: CI runs saw the third epoch's
+    loss differ in the last bit with either missing). A process's TensorFlow cannot be
+    switched once it runs.
+    """
+    if all(os.environ.get(k) == v for k, v in DETERMINISTIC_ENV.items()):
+        assert not _onednn_enabled()  # the variable really switched TensorFlow to Eigen
+        return False
+    child = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         f"{__file__}::{test}", "--basetemp", str(tmp_path / "child")],
+        env={**os.environ, **DETERMINISTIC_ENV},
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        capture_output=True, text=True, timeout=900, check=False,
+    )
+    assert child.returncode == 0 and "1 passed" in child.stdout, (
+        child.stdout[-6000:] + child.stderr[-3000:])
+    return True
+
+
 @needs_fashion
 def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path):
-    if any(os.environ.get(k) != v for k, v in DETERMINISTIC_ENV.items()):
-        # Bitwise equality needs deterministic kernels on one TensorFlow thread, and
-        # Eigen's kernels rather than oneDNN's (see `_make_deterministic`: CI runs saw
-        # the third epoch's loss differ in the last bit with either missing). This
-        # process's TensorFlow already runs without them: run this test in a child that
-        # starts with them.
-        child = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             f"{__file__}::test_resume_after_kill_matches_an_uninterrupted_run",
-             "--basetemp", str(tmp_path / "child")],
-            env={**os.environ, **DETERMINISTIC_ENV},
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-            capture_output=True, text=True, timeout=900, check=False,
-        )
-        assert child.returncode == 0 and "1 passed" in child.stdout, (
-            child.stdout[-6000:] + child.stderr[-3000:])
+    if _ran_in_deterministic_child(tmp_path, "test_resume_after_kill_matches_an_uninterrupted_run"):
         return
-    assert not _onednn_enabled()  # the variable really switched TensorFlow to Eigen
     sections = {
         "model": {"drop_path_rate": 0.2, "dropout": 0.1},  # random ops: seeds must resume too
         "data": {"validation_split": None},
@@ -484,34 +492,105 @@ def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path):
         training.train(other)
 
 
+def _benchmark_module(name: str):
+    """A script of `benchmarks/` imported as a module (its helpers are the oracles here)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "benchmarks", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _GrabTrainer(keras.callbacks.Callback):
+    """Keeps the `ClassifierTrainer` and its classifier's weights when training starts."""
+
+    def __init__(self):
+        super().__init__()
+        self.start = None
+
+    def on_train_begin(self, logs=None):
+        self.start = [w.numpy() for w in self.model.classifier.weights]
+
+
 @needs_fashion
-def test_multiscale_trains_every_scale_with_shared_weights(tmp_path):
-    config = tiny_config(
-        tmp_path,
-        model={"image_size": 64},
-        data={"batch_size": 8},
-        multiscale={"enabled": True, "scales": [0.5, 1.0]},
-        training={"epochs": 1, "steps_per_epoch": 8, "validate_every": 1},
-        ema={"enabled": False},
-    )
-    seen = {}
+def test_multiscale_trains_one_model_for_every_scale(tmp_path, monkeypatch):
+    """One classifier built for any size runs every batch shape, and trains exactly as the
+    0.1 layout (one model per resolution sharing the layers, the benchmark's baseline) on
+    the same data (bitwise, with deterministic kernels); the run resumes from its
+    checkpoint."""
+    if _ran_in_deterministic_child(tmp_path, "test_multiscale_trains_one_model_for_every_scale"):
+        return
+    from keras_mvit2.models.input_size import with_dynamic_size
+    from keras_mvit2.training import trainer as trainer_module
 
-    class Grab(keras.callbacks.Callback):
-        def on_train_end(self, logs=None):
-            seen["trainer"] = self.model
-
-    result = training.train(config, callbacks=[Grab()])
-    trainer = seen["trainer"]
+    sections = {
+        "model": {"image_size": 64},
+        "data": {"batch_size": 8, "validation_limit": 64},
+        "multiscale": {"enabled": True, "scales": [0.5, 1.0]},
+        "training": {"epochs": 1, "steps_per_epoch": 4, "validate_every": 1,
+                     "deterministic": True},
+        "ema": {"enabled": False},
+    }
+    grab = _GrabTrainer()
+    config = tiny_config(tmp_path / "dynamic", **sections)
+    result = training.train(config, callbacks=[grab])
+    trainer = grab.model
     shapes = trainer.batch_shapes
     # (size, batch) pairs: batch * size^2 constant -> 64 px: 8, 32 px: 32.
     assert set(shapes) == {(8, 64, 64, 3), (32, 32, 32, 3)}, shapes
-    assert sum(shapes.values()) == 8
-    small = trainer._model_for((None, 32, 32, 3))
-    assert small is not trainer.classifier
-    assert all(a is b for a, b in zip(small.weights, trainer.classifier.weights, strict=True))
+    assert sum(shapes.values()) == 4
+    classifier = trainer.classifier
+    assert classifier.input_shape == (None, None, None, 3)
+    assert [m for m in trainer._flatten_layers(include_self=False)
+            if isinstance(m, keras.Model)] == [classifier]  # the only model
     assert np.isfinite(result.history[-1]["loss"])
-    assert result.metrics["raw"].num_examples == 128  # evaluated at the base size
+    assert result.metrics["raw"].num_examples == 64  # evaluated at the base size
     assert "ema" not in result.metrics and result.ema_model_path is None
+    # The saved model is built for the base size; at the small scale (as `mvit2 eval
+    # --image-size 32` runs it) it computes the trained classifier's function.
+    saved = keras.saving.load_model(result.model_path)
+    assert saved.input_shape == (None, 64, 64, 3)
+    images = np.random.default_rng(0).uniform(0, 1, (4, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(
+        with_dynamic_size(saved)(images), keras.ops.softmax(classifier(images)), atol=1e-6)
+
+    # The same run with one model per resolution, traced per shape (0.1's layout).
+    build = trainer_module.build_classifier
+    monkeypatch.setattr(ClassifierTrainer, "reduce_retracing", False)
+    per_resolution = _benchmark_module("training_throughput").per_resolution_classifier
+    monkeypatch.setattr(trainer_module, "build_classifier",
+                        lambda config, n, any_size=False: per_resolution(build(config, n), [32]))
+    old_grab = _GrabTrainer()
+    old = training.train(tiny_config(tmp_path / "per_resolution", **sections),
+                         callbacks=[old_grab])
+    assert set(old_grab.model.batch_shapes) == set(shapes)
+    assert old_grab.model.classifier.base.input_shape == (None, 64, 64, 3)
+    for a, b in zip(grab.start, old_grab.start, strict=True):
+        np.testing.assert_array_equal(a, b)  # the same initialization
+    final = [w.numpy() for w in saved.weights]
+    old_final = [w.numpy() for w in keras.saving.load_model(old.model_path).weights]
+    # Equal up to rounding: the generic trace reads sizes at run time, and at 32 px the
+    # 0.1 twin runs layers built for 64 px, which sum in another order (~1e-7 on a
+    # gradient); AdamW's normalized steps carry that to ~6e-6 here. A batch routed,
+    # sized or weighted differently would move them as far as training does.
+    moved = max(np.abs(a - b).max() for a, b in zip(final, grab.start, strict=True))
+    apart = max(np.abs(a - b).max() for a, b in zip(final, old_final, strict=True))
+    assert moved > 1e-2 and apart < 1e-4, (moved, apart)
+    assert old.history[0]["loss"] == pytest.approx(result.history[0]["loss"], rel=1e-6)
+
+    # The dynamic run resumes from its checkpoint: the trained weights, every scale again.
+    monkeypatch.undo()
+    resume_grab = _GrabTrainer()
+    resumed = training.train(config.replace(training={"epochs": 2}), callbacks=[resume_grab])
+    assert resumed.initial_epoch == 1 and resumed.optimizer_step == 8
+    assert resume_grab.model.classifier.input_shape == (None, None, None, 3)
+    for a, b in zip(resume_grab.start, final, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert set(resume_grab.model.batch_shapes) == set(shapes)
+    assert np.isfinite(resumed.history[-1]["loss"])
 
 
 @needs_fashion

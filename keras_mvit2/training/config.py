@@ -393,7 +393,9 @@ class MultiScaleConfig(_Section):
 
     Each batch takes one of the sizes `model.image_size * scale` (rounded to a multiple of
     `size_divisor`) with the batch scaled by `(image_size / size)**2`, so memory stays
-    constant. Evaluation and the saved models use `model.image_size`.
+    constant. One classifier built for any size (`input_shape=(None, None, 3)`) trains on
+    every size. Evaluation and the saved models use `model.image_size` (`mvit2 eval
+    --image-size` runs a saved model at another size).
 
     Attributes:
         enabled: turn it on.

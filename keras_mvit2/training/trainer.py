@@ -172,14 +172,19 @@ class ClassifierTrainer(keras.Model):
     batch as with one device (Keras' own `global_clipnorm` clips each replica's part
     before the all-reduce); (2) after each optimizer step the EMA is updated.
 
-    Multi-scale: `scale_models` maps `(height, width)` to functional models that share
-    the classifier's layers (and so its weights); a batch is routed to the model of its
-    static shape. In multi-scale mode the train function is a `tf.function` traced once
-    per batch shape (Keras' default function sees the dataset's unknown spatial size).
+    Multi-scale: the classifier is built for any input size (`input_shape=(None, None,
+    3)`) and every batch shape runs through it, one model and one set of weights. The
+    train function is then a `tf.function` with `reduce_retracing=True` (Keras' default
+    function is traced for the dataset's unknown spatial size, which a step cannot
+    route): the first batch shape is traced as it is, the second generalizes it to one
+    trace for every shape. `benchmarks/training_throughput.py --multiscale` measured that
+    as fast as one trace per shape (`reduce_retracing=False`, the graph of a model built
+    for each size) and as one model per resolution sharing the layers (0.1's layout),
+    with fewer traces: see `benchmarks/results/training_throughput_multiscale.md`.
 
     Args:
-        classifier: the (logits) classifier, built.
-        scale_models: optional `{(h, w): model}` for multi-scale training.
+        classifier: the (logits) classifier, built; for multi-scale, built for any size.
+        multiscale: batches of several shapes (the multi-scale train function).
         ema: optional `ExponentialMovingAverage` tracking `classifier.weights`.
         clip_global_norm: optional float.
         example_batch: `(images, labels)` arrays with the shapes of a batch, used to build
@@ -190,7 +195,7 @@ class ClassifierTrainer(keras.Model):
         self,
         classifier: keras.Model,
         *,
-        scale_models: dict[tuple[int, int], keras.Model] | None = None,
+        multiscale: bool = False,
         ema: ExponentialMovingAverage | None = None,
         clip_global_norm: float | None = None,
         example_batch: tuple[np.ndarray, np.ndarray] | None = None,
@@ -200,10 +205,14 @@ class ClassifierTrainer(keras.Model):
         self.classifier = classifier
         self.ema = ema
         self.clip_global_norm = clip_global_norm
-        self._scale_models = _Untracked(list((scale_models or {}).items()))
+        self._multiscale = multiscale
         self._example_batch = _Untracked(list(example_batch) if example_batch else [])
         self._batch_shapes = _Untracked([collections.Counter()])
         self.built = True
+
+    #: Multi-scale train function: True generalizes to one trace for every batch shape,
+    #: False traces once per shape (measured no faster, see the class docstring).
+    reduce_retracing = True
 
     @property
     def batch_shapes(self) -> collections.Counter:
@@ -212,23 +221,10 @@ class ClassifierTrainer(keras.Model):
 
     @property
     def multiscale(self) -> bool:
-        return bool(self._scale_models.items)
-
-    def _model_for(self, shape) -> keras.Model:
-        hw = tuple(shape[1:3])
-        if hw == tuple(self.classifier.input_shape[1:3]):
-            return self.classifier
-        for size, model in self._scale_models.items:
-            if tuple(size) == hw:
-                return model
-        raise ValueError(
-            f"No model for images of size {hw}: the classifier takes "
-            f"{tuple(self.classifier.input_shape[1:3])} and the multi-scale sizes are "
-            f"{[tuple(s) for s, _ in self._scale_models.items]}. Received: shape={tuple(shape)}"
-        )
+        return self._multiscale
 
     def call(self, inputs, training=None):
-        logits = self._model_for(inputs.shape)(inputs, training=training)
+        logits = self.classifier(inputs, training=training)
         return tf.cast(logits, "float32")  # loss and metrics in float32 under mixed precision
 
     def _loss_scale(self):
@@ -308,8 +304,8 @@ class ClassifierTrainer(keras.Model):
             outputs = strategy.run(self.train_step, args=(data,))
             return reduce_per_replica(outputs, strategy, reduction="auto")
 
-        # Traced per concrete batch shape (one trace per scale), not generalized.
-        one_step_on_data = tf.function(one_step_on_data, reduce_retracing=False)
+        one_step_on_data = tf.function(one_step_on_data,
+                                       reduce_retracing=self.reduce_retracing)
 
         def function(iterator):
             data = next(iterator)
@@ -449,10 +445,12 @@ def _check_two_classes(source: mvdata.ImageSource, where: str | None) -> None:
         )
 
 
-def _build_kwargs(config: TrainConfig, num_classes: int) -> dict[str, Any]:
+def _build_kwargs(config: TrainConfig, num_classes: int, *,
+                  any_size: bool = False) -> dict[str, Any]:
     m = config.model
+    side = None if any_size else m.image_size
     kwargs: dict[str, Any] = {
-        "input_shape": (m.image_size, m.image_size, 3),
+        "input_shape": (side, side, 3),
         "classes": num_classes,
     }
     if m.dropout:
@@ -518,10 +516,15 @@ def load_pretrained(model: keras.Model, config: TrainConfig, num_classes: int) -
     return copied
 
 
-def build_classifier(config: TrainConfig, num_classes: int) -> keras.Model:
-    """The training classifier (logits), with pretrained weights and freezing applied."""
+def build_classifier(config: TrainConfig, num_classes: int, *,
+                     any_size: bool = False) -> keras.Model:
+    """The training classifier (logits), with pretrained weights and freezing applied.
+
+    Built for `config.model.image_size`, or for any input size with `any_size` (the
+    multi-scale classifier: one model for every batch shape).
+    """
     model = create_model(config.model.name, classifier_activation=None,
-                         **_build_kwargs(config, num_classes))
+                         **_build_kwargs(config, num_classes, any_size=any_size))
     if config.model.weights:
         load_pretrained(model, config, num_classes)
     if config.model.freeze_backbone:
@@ -577,7 +580,8 @@ def build_trainer(
     schedule: keras.optimizers.schedules.LearningRateSchedule | float,
     precision: str = "float32",
     *,
-    scale_sizes: Sequence[int] = (),
+    multiscale: bool = False,
+    classifier: keras.Model | None = None,
 ) -> ClassifierTrainer:
     """The compiled `ClassifierTrainer` of `config`: classifier, optimizer, EMA, loss, metrics.
 
@@ -590,16 +594,13 @@ def build_trainer(
         num_classes: classifier size.
         schedule: the learning rate (a schedule or a float, already scaled for replicas).
         precision: the Keras dtype policy in effect (`mixed_float16` adds loss scaling).
-        scale_sizes: extra square input sizes for multi-scale training (models sharing
-            the classifier's layers).
+        multiscale: train on batches of several sizes: the classifier takes any size.
+        classifier: the network to train instead of `build_classifier(config, ...)`
+            (benchmarks time other layouts with the same recipe).
     """
     size = config.model.image_size
-    classifier = build_classifier(config, num_classes)
-    scale_models = {
-        (s, s): keras.models.clone_model(classifier, input_tensors=keras.Input((s, s, 3)),
-                                         clone_function=lambda layer: layer)
-        for s in scale_sizes
-    }
+    if classifier is None:
+        classifier = build_classifier(config, num_classes, any_size=multiscale)
     optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision)
     ema = None
     if config.ema.enabled:
@@ -607,7 +608,7 @@ def build_trainer(
         ema.track(classifier.weights)
     example = (np.zeros((1, size, size, 3), "float32"), np.zeros((1, num_classes), "float32"))
     trainer = ClassifierTrainer(
-        classifier, scale_models=scale_models, ema=ema,
+        classifier, multiscale=multiscale, ema=ema,
         clip_global_norm=config.optimizer.clip_global_norm, example_batch=example)
     trainer.compile(
         optimizer=optimizer,
@@ -973,7 +974,7 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
         schedule = WarmupCosineDecay(peak_lr, total_steps, warmup_steps,
                                      config.schedule.warmup_init_lr * scaling.lr_factor, min_lr)
         trainer = build_trainer(config, num_classes, schedule, policy,
-                                scale_sizes=[s for s, _ in pairs or [] if s != size])
+                                multiscale=bool(pairs))
     classifier, optimizer, ema = trainer.classifier, trainer.optimizer, trainer.ema
 
     # --- resume ---------------------------------------------------------------------
