@@ -51,6 +51,10 @@ from keras_mvit2.export.flatbuffer import (
     tensor_indices,
 )
 from keras_mvit2.export.pointwise_fusion import PointwiseFusion, fuse_pointwise_convolutions
+from keras_mvit2.export.tflite_standard_metadata import (
+    add_standard_metadata,
+    read_standard_metadata,
+)
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
 
@@ -284,7 +288,12 @@ def to_tflite(
     Metadata: a JSON document (see `tflite_metadata`) is stored in the flatbuffer's
     ``metadata`` list under the name ``"keras_mvit2"``: preprocessing (RGB, scale
     1/255, input size, NHWC), class names, quantization and the I/O quantization
-    parameters. Read it back with `read_tflite_metadata`. With ``sidecar=True`` the
+    parameters. An RGB image model also gets the standard TFLite Model Metadata
+    (``TFLITE_METADATA``: image input, normalization mean 0 / std 255, output ranges and
+    the class names as a packed ``labels.txt``) that MediaPipe Tasks, the TFLite Task
+    Library and Android Studio's ML binding read, so those clients load the file as it
+    is (see `keras_mvit2.export.tflite_standard_metadata`). Read both back with
+    `read_tflite_metadata`. With ``sidecar=True`` the
     same JSON is also written (atomically, after the model) to ``<path>.json``, for
     apps that would rather not parse the flatbuffer.
 
@@ -392,7 +401,10 @@ def to_tflite(
         user=dict(metadata) if metadata is not None else None,
         fused_pointwise=fusions if fuse_pointwise else None,
     )
-    flatbuffer = embed_metadata(flatbuffer, info)
+    flatbuffer = add_standard_metadata(  # last: it appends the labels archive
+        embed_metadata(flatbuffer, info), info,
+        [t.shape_signature for t in summary.outputs], [t.name for t in summary.outputs],
+    )
 
     with atomic_output(path) as tmp_path:
         with open(tmp_path, "wb") as f:
@@ -411,10 +423,11 @@ def to_tflite(
                     "layer with int8-quantizable ops (e.g. x * x instead of SQUARE, no NEG), "
                     "or pass allow_float_ops=True to accept a mixed model."
                 )
-    if sidecar:
+    report = inspect_tflite(path)
+    if sidecar:  # what read_tflite_metadata returns: our JSON and the standard metadata
         with atomic_output(path + ".json") as tmp_json, open(tmp_json, "w") as f:
-            json.dump(info, f, indent=2)
-    return inspect_tflite(path)
+            json.dump(report.metadata, f, indent=2)
+    return report
 
 
 def _sanity_check(
@@ -1031,7 +1044,7 @@ def summarize_flatbuffer(buf: bytes) -> _FlatbufferSummary:
         inputs,
         outputs,
         _float_ops(model, names),
-        _metadata_entry(model),
+        _metadata_entry(model, buf),
     )
 
 
@@ -1169,7 +1182,9 @@ def embed_metadata(flatbuffer: bytes, info: Mapping[str, Any]) -> bytes:
     return serialize_flatbuffer(model, len(flatbuffer) + len(data) + 4096)
 
 
-def _metadata_entry(model) -> dict[str, Any] | None:
+def _metadata_entry(model, buf: bytes) -> dict[str, Any] | None:
+    """The keras_mvit2 JSON entry of `model` (parsed from `buf`), with the standard
+    metadata under ``"tflite_metadata"``."""
     for entry in model.metadata or []:
         if decode_name(entry.name) != METADATA_NAME:
             continue
@@ -1177,16 +1192,23 @@ def _metadata_entry(model) -> dict[str, Any] | None:
         if buffer.data is None:
             return None
         try:
-            return json.loads(bytes(np.asarray(buffer.data, dtype=np.uint8)).decode("utf-8"))
+            info = json.loads(bytes(np.asarray(buffer.data, dtype=np.uint8)).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
             return None
+        info["tflite_metadata"] = read_standard_metadata(buf)
+        return info
     return None
 
 
 def read_tflite_metadata(path: str | os.PathLike) -> dict[str, Any] | None:
-    """The ``"keras_mvit2"`` metadata that `to_tflite` wrote into a `.tflite` file.
+    """The ``"keras_mvit2"`` metadata that `to_tflite` wrote into a `.tflite` file, with
+    the standard TFLite Model Metadata under ``"tflite_metadata"``.
 
-    Returns ``None`` for a file without it (e.g. converted by other tools).
+    ``"tflite_metadata"`` is the ``TFLITE_METADATA`` entry that MediaPipe Tasks and the
+    TFLite Task Library read, as plain data with the packed files' contents (see
+    `keras_mvit2.export.tflite_standard_metadata.read_standard_metadata`), or ``None``.
+    Returns ``None`` for a file without the keras_mvit2 entry (e.g. converted by other
+    tools).
     """
     return _read_flatbuffer(os.fspath(path)).metadata
 

@@ -1,0 +1,152 @@
+"""Exports loaded as they are by MediaPipe Tasks (the same C++ task code as the Android /
+iOS / web libraries), on a briefly trained Fashion-MNIST model.
+
+The oracle is the Keras model on the same 200 test images: MediaPipe gets them as uint8 RGB
+(as a camera frame) and must find the standard TFLite Model Metadata (normalization, labels)
+to classify / segment / detect them at all. mediapipe does not share the project's
+environment (it brings its own protobuf runtime and OpenCV), so it runs in its own virtualenv
+(made by ``.ci/run``) through tests/mediapipe_client.py in a subprocess.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from keras_mvit2.data.sources import (
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_DIR,
+    load_fashion_mnist_arrays,
+)
+from keras_mvit2.export import read_tflite_metadata, to_tflite
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SIZE = 32
+NUM_TEST = 200
+
+
+def _mediapipe_python() -> str | None:
+    python = os.environ.get("MVIT2_MEDIAPIPE_PYTHON") or os.path.join(
+        ROOT, ".venv-mediapipe", "bin", "python"
+    )
+    return python if os.path.exists(python) else None
+
+
+MEDIAPIPE_PYTHON = _mediapipe_python()
+
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
+        reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
+    ),
+    pytest.mark.skipif(
+        MEDIAPIPE_PYTHON is None,
+        reason="no MediaPipe virtualenv: .ci/run makes .venv-mediapipe (python3 -m venv "
+        ".venv-mediapipe && .venv-mediapipe/bin/pip install mediapipe==1.2.3), or set "
+        "MVIT2_MEDIAPIPE_PYTHON",
+    ),
+]
+
+
+def _rgb_uint8(images: np.ndarray) -> np.ndarray:
+    """28x28 gray uint8 -> SIZE x SIZE RGB uint8 (what a camera app hands the client)."""
+    import tensorflow as tf
+
+    resized = tf.image.resize(images[..., None].astype("float32"), (SIZE, SIZE), "bilinear",
+                              antialias=True)
+    pixels = np.clip(np.round(np.asarray(resized)), 0, 255).astype(np.uint8)
+    return np.repeat(pixels, 3, axis=-1)
+
+
+@pytest.fixture(scope="module")
+def data():
+    x, y = load_fashion_mnist_arrays("train")
+    xs, ys = load_fashion_mnist_arrays("test")
+    return _rgb_uint8(x[:3000]), y[:3000].astype("int64"), _rgb_uint8(xs[:NUM_TEST]), ys[:NUM_TEST]
+
+
+@pytest.fixture(scope="module")
+def classifier(data):
+    """MobileViTV2-0.5 at 32x32, two epochs on 3,000 images (about 75 % test accuracy)."""
+    import keras_mvit2 as mv
+
+    x, y, _, _ = data
+    keras.utils.set_random_seed(0)
+    model = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
+    model.compile(optimizer=keras.optimizers.Adam(2e-3),
+                  loss="sparse_categorical_crossentropy")
+    model.fit(x / 255.0, y, batch_size=64, epochs=2, verbose=0)
+    return model
+
+
+def _run_mediapipe(tmp_path, images: np.ndarray, models: list[dict]) -> dict[str, np.ndarray]:
+    np.save(tmp_path / "images.npy", images)
+    request = {"images": str(tmp_path / "images.npy"), "out": str(tmp_path / "out.npz"),
+               "models": models}
+    with open(tmp_path / "request.json", "w") as f:
+        json.dump(request, f)
+    done = subprocess.run([MEDIAPIPE_PYTHON, os.path.join(HERE, "mediapipe_client.py"),
+                           str(tmp_path / "request.json")], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stderr[-3000:]
+    with np.load(tmp_path / "out.npz") as out:
+        return dict(out)
+
+
+CLASSIFIER_FORMATS = {  # key: (quantization, io_dtype, minimum top-1 agreement with Keras)
+    "float32": ("float32", "float32", 0.99),
+    "float16": ("float16", "float32", 0.99),
+    "int8": ("int8", "float32", 0.95),
+    "int8_uint8_io": ("int8", "uint8", 0.95),
+}
+
+
+def test_classifier_exports_classify_in_mediapipe_with_names(classifier, data, tmp_path,
+                                                              record_property):
+    x, _, test_x, test_y = data
+    names = list(FASHION_MNIST_CLASSES)
+    keras_top1 = np.asarray(classifier.predict(test_x / 255.0, verbose=0)).argmax(-1)
+    assert np.mean(keras_top1 == test_y) >= 0.6  # trained: the agreement below means something
+    models = []
+    for key, (quantization, io_dtype, _) in CLASSIFIER_FORMATS.items():
+        path = tmp_path / f"classifier_{key}.tflite"
+        to_tflite(classifier, path, quantization=quantization, io_dtype=io_dtype,
+                  class_names=names, representative_data=x[:200] if quantization == "int8"
+                  else None)
+        standard = read_tflite_metadata(path)["tflite_metadata"]
+        assert standard["associatedFileContents"]["labels.txt"].splitlines() == names
+        models.append({"task": "classifier", "path": str(path), "key": key})
+    out = _run_mediapipe(tmp_path, test_x, models)
+    agreement = {}
+    for key, (_, _, minimum) in CLASSIFIER_FORMATS.items():
+        index = out[f"{key}.index"]
+        agreement[key] = float(np.mean(index == keras_top1))
+        assert [str(n) for n in out[f"{key}.names"]] == [names[i] for i in index], key
+        assert agreement[key] >= minimum, (key, agreement)
+    record_property("mediapipe_top1_agreement", json.dumps(agreement))
+    print("MediaPipe ImageClassifier top-1 agreement with Keras:", agreement, file=sys.stderr)
+
+
+def test_standard_metadata_matches_the_input_quantization(classifier, data, tmp_path):
+    x = data[0]
+    path = tmp_path / "uint8.tflite"
+    report = to_tflite(classifier, path, quantization="int8", io_dtype="uint8",
+                       representative_data=x[:100])
+    scale, zero_point = report.inputs[0].quantization
+    meta = read_tflite_metadata(path)["tflite_metadata"]
+    tensor = meta["subgraphMetadata"][0]["inputTensorMetadata"][0]
+    normalization = tensor["processUnits"][0]["options"]
+    # The client feeds raw pixels p; the model reads (p - zero_point) * scale = p / 255,
+    # which is what the normalization (p - mean) / std says.
+    assert tensor["content"]["contentPropertiesType"] == "ImageProperties"
+    assert tensor["content"]["contentProperties"]["colorSpace"] == "RGB"
+    pixels = np.arange(256.0)
+    np.testing.assert_allclose((pixels - zero_point) * scale,
+                               (pixels - normalization["mean"][0]) / normalization["std"][0],
+                               atol=1e-6)
+    assert "associatedFileContents" in meta and meta["associatedFileContents"] == {}
