@@ -3,9 +3,9 @@ iOS / web libraries), on a briefly trained Fashion-MNIST model.
 
 The oracle is the Keras model on the same 200 test images: MediaPipe gets them as uint8 RGB
 (as a camera frame) and must find the standard TFLite Model Metadata (normalization, labels)
-to classify / segment / detect them at all. mediapipe does not share the project's
-environment (it brings its own protobuf runtime and OpenCV), so it runs in its own virtualenv
-(made by ``.ci/run``) through tests/mediapipe_client.py in a subprocess.
+to classify / segment / detect them at all. mediapipe runs in a virtualenv of its own (made
+by ``.ci/run``: installed beside TensorFlow it would upgrade absl-py and add OpenCV), through
+tests/mediapipe_client.py in a subprocess.
 """
 
 import json
