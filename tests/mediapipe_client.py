@@ -1,7 +1,8 @@
 """Runs exported `.tflite` files in MediaPipe Tasks' Python API, as an app would load them.
 
 Run by tests/test_mediapipe_clients.py with the Python of the MediaPipe virtualenv
-(``.venv-mediapipe``, made by ``.ci/run``, or ``MVIT2_MEDIAPIPE_PYTHON``). Usage: ``python mediapipe_client.py REQUEST.json``; the request is
+(``.venv-mediapipe``, made by ``.ci/run``, or ``MVIT2_MEDIAPIPE_PYTHON``). Usage:
+``python mediapipe_client.py REQUEST.json``; the request is
 ``{"images": "x.npy" (uint8 (N, H, W, 3) RGB), "out": "out.npz", "models": [{"task":
 "classifier" | "segmenter" | "detector", "path": "m.tflite", "key": "name"}, ...]}``. Writes,
 per model key: classifier ``<key>.index`` / ``.score`` (N,) and ``<key>.names`` (N,) strings;
