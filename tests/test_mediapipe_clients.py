@@ -150,3 +150,47 @@ def test_standard_metadata_matches_the_input_quantization(classifier, data, tmp_
                                (pixels - normalization["mean"][0]) / normalization["std"][0],
                                atol=1e-6)
     assert "associatedFileContents" in meta and meta["associatedFileContents"] == {}
+
+
+SEGMENTATION_CLASSES = ["background", *FASHION_MNIST_CLASSES]
+
+
+def _segmentation_masks(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per-pixel labels: the garment's class + 1 where the pixel is bright, else background."""
+    return np.where(images[..., 0] > 40, labels[:, None, None] + 1, 0).astype("int64")
+
+
+@pytest.fixture(scope="module")
+def segmenter(classifier, data):
+    """DeepLabV3 on the trained classifier's backbone, one epoch on 1,500 images."""
+    from keras_mvit2.tasks import DeepLabV3
+
+    x, y, _, _ = data
+    keras.utils.set_random_seed(0)
+    model = DeepLabV3(0.5, input_shape=(SIZE, SIZE, 3), classes=len(SEGMENTATION_CLASSES),
+                      aspp_channels=64, backbone_weights=classifier)
+    model.compile(optimizer=keras.optimizers.Adam(2e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = x[:1500], y[:1500]
+    model.fit(x / 255.0, _segmentation_masks(x, y), batch_size=64, epochs=1, verbose=0)
+    return model
+
+
+def test_segmenter_export_segments_in_mediapipe_with_names(segmenter, data, tmp_path,
+                                                            record_property):
+    _, _, test_x, test_y = data
+    keras_mask = np.asarray(segmenter.predict(test_x / 255.0, verbose=0)).argmax(-1)
+    truth = _segmentation_masks(test_x, test_y)
+    # Trained: better than calling every pixel background, and naming several classes.
+    assert np.mean(keras_mask == truth) > np.mean(truth == 0) + 0.05
+    assert len(np.unique(keras_mask)) >= 3
+    path = tmp_path / "segmenter.tflite"
+    to_tflite(segmenter, path, class_names=SEGMENTATION_CLASSES)
+    out = _run_mediapipe(tmp_path, test_x, [{"task": "segmenter", "path": str(path),
+                                             "key": "seg"}])
+    assert [str(n) for n in out["seg.labels"]] == SEGMENTATION_CLASSES
+    equal = float(np.mean(out["seg.mask"] == keras_mask))
+    record_property("mediapipe_segmenter_pixel_equality", equal)
+    print(f"MediaPipe ImageSegmenter category mask = Keras argmax on {equal:.4f} of pixels",
+          file=sys.stderr)
+    assert equal >= 0.98, equal

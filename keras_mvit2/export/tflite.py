@@ -319,7 +319,8 @@ def to_tflite(
             batch; the file is then run with batches 2 and 1 and an error is raised
             if it does not run (some graphs, e.g. tf_keras GroupNormalization, fail
             with a dynamic batch).
-        class_names: one name per output class (written into the metadata).
+        class_names: one name per output class (a classifier's or a segmenter's last axis;
+            written into both metadata, the standard one as a packed `labels.txt`).
         metadata: extra JSON-serializable entries for the metadata's ``"user"`` field.
         sidecar: also write the metadata to ``<path>.json``.
         allow_float_ops: for ``"int8"``, accept a model in which some ops were left
@@ -510,14 +511,15 @@ def _check_class_names(class_names: Any, model: keras.Model) -> list[str] | None
         )
     names = [str(c) for c in class_names]
     output_shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else ()
-    if len(model.outputs or []) != 1 or len(output_shape) != 2:
+    if len(model.outputs or []) != 1 or len(output_shape) not in (2, 4):
         raise ValueError(
-            "class_names needs a classifier with one output of shape (batch, classes). "
+            "class_names needs a classifier with one output of shape (batch, classes) or a "
+            "segmenter with one output (batch, height, width, classes). "
             f"Received: output shapes {[tuple(o.shape) for o in model.outputs or []]}"
         )
-    if output_shape[1] != len(names):
+    if output_shape[-1] != len(names):
         raise ValueError(
-            f"class_names has {len(names)} entries but the model outputs {output_shape[1]} "
+            f"class_names has {len(names)} entries but the model outputs {output_shape[-1]} "
             "classes. Pass one name per class, in output order."
         )
     return names
