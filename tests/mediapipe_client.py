@@ -7,7 +7,8 @@ Run by tests/test_mediapipe_clients.py with the Python of the MediaPipe virtuale
 "classifier" | "segmenter" | "detector", "path": "m.tflite", "key": "name"}, ...]}``. Writes,
 per model key: classifier ``<key>.index`` / ``.score`` (N,) and ``<key>.names`` (N,) strings;
 segmenter ``<key>.mask`` (N, H, W) uint8 and ``<key>.labels``; detector ``<key>.boxes``
-(D, 4) xmin, ymin, xmax, ymax in pixels, ``.classes`` / ``.scores`` (D,), ``.names`` and
+(D, 4) xmin, ymin, xmax, ymax in pixels, ``.classes`` (D,) (-1: not given) / ``.scores``,
+``.names`` and
 ``.image`` (D,) the image of each box. Imports only mediapipe and numpy.
 """
 
@@ -57,7 +58,8 @@ def _detect(path, images):
                 b = d.bounding_box
                 boxes.append([b.origin_x, b.origin_y, b.origin_x + b.width,
                               b.origin_y + b.height])
-                classes.append(d.categories[0].index)
+                index = d.categories[0].index  # None when the labels give the name
+                classes.append(-1 if index is None else index)
                 scores.append(d.categories[0].score)
                 names.append(d.categories[0].category_name or "")
                 which.append(i)

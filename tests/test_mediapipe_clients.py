@@ -194,3 +194,82 @@ def test_segmenter_export_segments_in_mediapipe_with_names(segmenter, data, tmp_
     print(f"MediaPipe ImageSegmenter category mask = Keras argmax on {equal:.4f} of pixels",
           file=sys.stderr)
     assert equal >= 0.98, equal
+
+
+DET_SIZE = 64
+DET_SCORE_THRESHOLD = 0.3
+
+
+@pytest.fixture(scope="module")
+def detector(classifier):
+    """SSDLite at 64x64 on the trained classifier's backbone, 120 steps on pasted
+    Fashion-MNIST (Trouser, Sneaker, Bag on photos), and 200 validation images as uint8."""
+    from keras_mvit2.tasks import AnchorConfig, SSDLite
+    from keras_mvit2.tasks import data as td
+    from keras_mvit2.tasks import train as tt
+
+    anchors = AnchorConfig(output_strides=(8, 16, 32, -1),
+                           aspect_ratios=((2,), (2, 3), (2, 3), (2,)),
+                           min_scale=0.15, max_scale=0.9)
+    train = td.pasted_fashion_mnist(1024, DET_SIZE, scale_range=(0.4, 0.8),
+                                    objects_per_image=(1, 2), seed=2)
+    test = td.pasted_fashion_mnist(NUM_TEST, DET_SIZE, scale_range=(0.4, 0.8),
+                                   objects_per_image=(1, 2), split="val", seed=3)
+    keras.utils.set_random_seed(0)
+    model = SSDLite(0.5, input_shape=(DET_SIZE, DET_SIZE, 3), classes=train.num_classes,
+                    anchor_config=anchors, proj_channels=(64, 64, 64, 32),
+                    backbone_weights=classifier)
+    steps = 120
+    tt.compile_detection(model, tt.task_optimizer(
+        tt.TaskOptimizerConfig("adamw", 3e-3, 3e-4, 0.01, 10, 3e-4, 10.0, None), steps))
+    dataset = td.detection_dataset(train.images, train.boxes, train.labels, model.anchors, 16,
+                                   training=True, config=anchors, augment=None, seed=0)
+    model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+    images = np.clip(np.round(test.images * 255.0), 0, 255).astype(np.uint8)
+    return model, images, list(train.class_names)
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    inter = np.prod(np.clip(np.minimum(a[2:], b[2:]) - np.maximum(a[:2], b[:2]), 0, None))
+    union = np.prod(a[2:] - a[:2]) + np.prod(b[2:] - b[:2]) - inter
+    return float(inter / union) if union > 0 else 0.0
+
+
+def test_detector_with_postprocess_op_detects_in_mediapipe(detector, tmp_path,
+                                                           record_property):
+    from keras_mvit2.export.detection_postprocess import with_detection_postprocess
+    from keras_mvit2.tasks import postprocess_detections
+
+    model, images, names = detector
+    path = tmp_path / "detector.tflite"
+    report = to_tflite(with_detection_postprocess(model, score_threshold=DET_SCORE_THRESHOLD),
+                       path, class_names=names)
+    assert report.op_histogram.get("TFLite_Detection_PostProcess") == 1
+    assert [t.shape for t in report.outputs] == [(1, 100, 4), (1, 100), (1, 100), (1,)]
+    raw = np.asarray(model.predict(images / 255.0, verbose=0))
+    expected = postprocess_detections(raw, model.anchors, model.anchor_config,
+                                      score_threshold=DET_SCORE_THRESHOLD, top_k=100,
+                                      max_detections=100)
+    assert sum(len(d) for d in expected) >= NUM_TEST // 2  # trained: confident boxes
+    out = _run_mediapipe(tmp_path, images, [{"task": "detector", "path": str(path),
+                                             "key": "det"}])
+    counts, ious = [], []
+    for i, want in enumerate(expected):
+        mine = out["det.image"] == i
+        boxes, classes = out["det.boxes"][mine], out["det.classes"][mine]
+        counts.append((len(boxes), len(want)))
+        for box, index, name in zip(boxes, classes, out["det.names"][mine], strict=True):
+            # MediaPipe names the class from labels.txt (and then gives no index): the
+            # name's position is the op's class, ours - 1.
+            assert str(name) in names, (i, name)
+            cls = names.index(str(name))
+            assert index in (-1, cls), (i, index, name)
+            candidates = np.nonzero(want.classes == cls + 1)[0]
+            assert len(candidates), (i, name, want.classes)
+            ious.append(max(_iou(box / DET_SIZE, want.boxes[j]) for j in candidates))
+    assert all(a == b for a, b in counts), [c for c in counts if c[0] != c[1]][:10]
+    figures = {"images": NUM_TEST, "boxes": len(ious), "min_iou": min(ious),
+               "mean_iou": float(np.mean(ious))}
+    record_property("mediapipe_detector", json.dumps(figures))
+    print("MediaPipe ObjectDetector vs postprocess_detections:", figures, file=sys.stderr)
+    assert min(ious) >= 0.9, figures

@@ -42,9 +42,11 @@ from keras_mvit2.export.tflite_metadata_schema import metadata_schema_py_generat
 __all__ = [
     "LABELS_FILE",
     "STANDARD_METADATA_NAME",
+    "add_standard_metadata",
     "embed_standard_metadata",
     "image_model_metadata",
     "read_standard_metadata",
+    "task_of_outputs",
 ]
 
 #: Name of the model metadata entry the clients look up.
