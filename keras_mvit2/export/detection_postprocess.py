@@ -2,7 +2,9 @@
 ship (MediaPipe's ``ObjectDetector``, the TFLite Task Library).
 
 `with_detection_postprocess` wraps an `keras_mvit2.tasks.SSDLite` model into one with two
-outputs: the box encodings reordered to the op's ``(ty, tx, th, tw)`` ``(1, A, 4)`` and the
+outputs: the box encodings of the boxes clipped to the image (as
+`keras_mvit2.tasks.postprocess_detections` clips them before NMS), reordered to the op's
+``(ty, tx, th, tw)`` ``(1, A, 4)``, and the
 class scores (softmax, as `keras_mvit2.tasks.postprocess_detections` computes them)
 ``(1, A, C)``. `to_tflite` converts it like any model, then `append_detection_postprocess`
 adds the op to the flatbuffer, fed by those two tensors and the anchors ``(cy, cx, h, w)``
@@ -25,7 +27,14 @@ from ai_edge_litert import schema_py_generated as tfl_schema
 from flatbuffers import flexbuffers
 
 from keras_mvit2.export.flatbuffer import parse_flatbuffer, serialize_flatbuffer, tensor_indices
-from keras_mvit2.tasks.detection import AnchorConfig, anchors_for_model
+from keras_mvit2.tasks.detection import (
+    AnchorConfig,
+    anchors_for_model,
+    center_to_corner,
+    corner_to_center,
+    decode_boxes,
+    encode_boxes,
+)
 
 __all__ = ["OP_NAME", "PostProcessOptions", "append_detection_postprocess",
            "with_detection_postprocess"]
@@ -102,9 +111,21 @@ def with_detection_postprocess(
         raise ValueError("max_detections and detections_per_class must be >= 1. Received: "
                          f"{max_detections}, {detections_per_class}")
     predictions = model.output
-    encodings = keras.layers.Lambda(
-        lambda p: keras.ops.take(p[..., :4], [1, 0, 3, 2], axis=-1), name="box_encodings_yx"
-    )(predictions)
+    anchors_cxcywh = np.asarray(anchors, np.float32)
+
+    def clipped_encodings(p):
+        # postprocess_detections clips the boxes to the image before NMS (which changes
+        # some IoUs); the op does not clip, so it is given the encodings of clipped boxes.
+        boxes = center_to_corner(decode_boxes(p[..., :4], anchors_cxcywh,
+                                              config.center_variance, config.size_variance))
+        centers = corner_to_center(keras.ops.clip(boxes, 0.0, 1.0))
+        centers = keras.ops.concatenate(
+            [centers[..., :2], keras.ops.maximum(centers[..., 2:], 1e-6)], axis=-1)
+        encoded = encode_boxes(centers, anchors_cxcywh, config.center_variance,
+                               config.size_variance)
+        return keras.ops.take(encoded, [1, 0, 3, 2], axis=-1)
+
+    encodings = keras.layers.Lambda(clipped_encodings, name="box_encodings_yx")(predictions)
     scores = keras.layers.Softmax(name="class_scores")(
         keras.layers.Lambda(lambda p: p[..., 4:], name="class_logits")(predictions)
     )

@@ -54,7 +54,7 @@ from keras_mvit2.export.flatbuffer import (
 from keras_mvit2.export.pointwise_fusion import PointwiseFusion, fuse_pointwise_convolutions
 from keras_mvit2.export.tflite_standard_metadata import (
     add_standard_metadata,
-    read_standard_metadata,
+    standard_metadata_of,
 )
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
@@ -1210,7 +1210,7 @@ def _metadata_entry(model, buf: bytes) -> dict[str, Any] | None:
             info = json.loads(bytes(np.asarray(buffer.data, dtype=np.uint8)).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
             return None
-        info["tflite_metadata"] = read_standard_metadata(buf)
+        info["tflite_metadata"] = standard_metadata_of(model, buf)
         return info
     return None
 

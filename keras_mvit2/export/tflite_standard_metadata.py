@@ -317,7 +317,11 @@ def read_standard_metadata(path_or_bytes: str | os.PathLike | bytes) -> dict[str
     else:
         with open(path_or_bytes, "rb") as f:
             data = f.read()
-    model = parse_flatbuffer(data)
+    return standard_metadata_of(parse_flatbuffer(data), data)
+
+
+def standard_metadata_of(model: Any, data: bytes) -> dict[str, Any] | None:
+    """`read_standard_metadata` of an already parsed `model` (`ModelT`) and its file bytes."""
     for entry in model.metadata or []:
         if decode_name(entry.name) != STANDARD_METADATA_NAME:
             continue
