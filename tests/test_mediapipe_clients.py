@@ -72,7 +72,7 @@ def data():
 
 @pytest.fixture(scope="module")
 def classifier(data):
-    """MobileViTV2-0.5 at 32x32, two epochs on 3,000 images (about 75 % test accuracy)."""
+    """MobileViTV2-0.5 at 32x32, three epochs on 3,000 images (about 78 % test accuracy)."""
     import keras_mvit2 as mv
 
     x, y, _, _ = data
@@ -80,7 +80,7 @@ def classifier(data):
     model = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
     model.compile(optimizer=keras.optimizers.Adam(2e-3),
                   loss="sparse_categorical_crossentropy")
-    model.fit(x / 255.0, y, batch_size=64, epochs=2, verbose=0)
+    model.fit(x / 255.0, y, batch_size=64, epochs=3, verbose=0)
     return model
 
 
@@ -162,7 +162,7 @@ def _segmentation_masks(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def segmenter(classifier, data):
-    """DeepLabV3 on the trained classifier's backbone, one epoch on 1,500 images."""
+    """DeepLabV3 on the trained classifier's backbone, one epoch on the 3,000 images."""
     from keras_mvit2.tasks import DeepLabV3
 
     x, y, _, _ = data
@@ -171,7 +171,6 @@ def segmenter(classifier, data):
                       aspp_channels=64, backbone_weights=classifier)
     model.compile(optimizer=keras.optimizers.Adam(2e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    x, y = x[:1500], y[:1500]
     model.fit(x / 255.0, _segmentation_masks(x, y), batch_size=64, epochs=1, verbose=0)
     return model
 
@@ -229,6 +228,13 @@ def detector(classifier):
     return model, images, list(train.class_names)
 
 
+def _client_pixels(box: np.ndarray) -> np.ndarray:
+    """A normalized (x1, y1, x2, y2) box as MediaPipe reports it: integer pixels, origin and
+    size each truncated (``origin_x = int(xmin * W)``, ``width = int((xmax - xmin) * W)``)."""
+    origin = np.floor(box[:2] * DET_SIZE)
+    return np.concatenate([origin, origin + np.floor((box[2:] - box[:2]) * DET_SIZE)])
+
+
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
     inter = np.prod(np.clip(np.minimum(a[2:], b[2:]) - np.maximum(a[:2], b[:2]), 0, None))
     union = np.prod(a[2:] - a[:2]) + np.prod(b[2:] - b[:2]) - inter
@@ -253,7 +259,7 @@ def test_detector_with_postprocess_op_detects_in_mediapipe(detector, tmp_path,
     assert sum(len(d) for d in expected) >= NUM_TEST // 2  # trained: confident boxes
     out = _run_mediapipe(tmp_path, images, [{"task": "detector", "path": str(path),
                                              "key": "det"}])
-    counts, ious = [], []
+    counts, ious, float_ious = [], [], []
     for i, want in enumerate(expected):
         mine = out["det.image"] == i
         boxes, classes = out["det.boxes"][mine], out["det.classes"][mine]
@@ -266,10 +272,12 @@ def test_detector_with_postprocess_op_detects_in_mediapipe(detector, tmp_path,
             assert index in (-1, cls), (i, index, name)
             candidates = np.nonzero(want.classes == cls + 1)[0]
             assert len(candidates), (i, name, want.classes)
-            ious.append(max(_iou(box / DET_SIZE, want.boxes[j]) for j in candidates))
+            ious.append(max(_iou(box, _client_pixels(want.boxes[j])) for j in candidates))
+            float_ious.append(max(_iou(box / DET_SIZE, want.boxes[j]) for j in candidates))
     assert all(a == b for a, b in counts), [c for c in counts if c[0] != c[1]][:10]
     figures = {"images": NUM_TEST, "boxes": len(ious), "min_iou": min(ious),
-               "mean_iou": float(np.mean(ious))}
+               "mean_iou": float(np.mean(ious)),
+               "mean_iou_vs_unrounded_boxes": float(np.mean(float_ious))}
     record_property("mediapipe_detector", json.dumps(figures))
     print("MediaPipe ObjectDetector vs postprocess_detections:", figures, file=sys.stderr)
     assert min(ious) >= 0.9, figures
