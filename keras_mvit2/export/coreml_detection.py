@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import keras
-import numpy as np
 
-from keras_mvit2.tasks.detection import AnchorConfig, anchors_for_model, decode_boxes
+from keras_mvit2.export.detection_postprocess import ssd_settings
+from keras_mvit2.tasks.detection import decode_boxes
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = ["to_coreml_detector"]
@@ -28,11 +28,8 @@ __all__ = ["to_coreml_detector"]
 
 def _decoding_model(model: keras.Model) -> keras.Model:
     """image -> [raw_confidence (A, K), raw_coordinates (A, 4)] for a batch of one."""
-    anchors = getattr(model, "anchors", None)
-    anchors = np.asarray(anchors if anchors is not None else anchors_for_model(model),
-                         np.float32)
-    config = getattr(model, "anchor_config", None) or AnchorConfig()
-    count, classes = len(anchors), int(model.output_shape[-1]) - 5
+    anchors, config, classes = ssd_settings(model)
+    count = len(anchors)
     predictions = model.output
     confidence = keras.layers.Lambda(lambda p: keras.ops.reshape(
         keras.ops.softmax(p[..., 4:], axis=-1)[..., 1:], (count, classes)),
@@ -108,7 +105,7 @@ def to_coreml_detector(
     path = os.fspath(path)
     if not path.endswith(".mlpackage"):
         raise ValueError(f"A Core ML pipeline is saved as .mlpackage. Received: path={path!r}")
-    classes = int(model.output_shape[-1]) - 5
+    classes = ssd_settings(model)[2]
     if len(class_names) != classes:
         raise ValueError(
             f"class_names has {len(class_names)} entries but the detector has {classes} "

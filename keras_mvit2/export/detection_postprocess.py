@@ -36,7 +36,7 @@ from keras_mvit2.tasks.detection import (
     encode_boxes,
 )
 
-__all__ = ["OP_NAME", "PostProcessOptions", "append_detection_postprocess",
+__all__ = ["OP_NAME", "PostProcessOptions", "append_detection_postprocess", "ssd_settings",
            "with_detection_postprocess"]
 
 #: The op's custom code (a custom op that every LiteRT / TFLite build registers).
@@ -74,6 +74,16 @@ class PostProcessOptions:
         }))
 
 
+def ssd_settings(model: keras.Model) -> tuple[np.ndarray, AnchorConfig, int]:
+    """An SSDLite model's anchors ``(A, 4)`` ``(cx, cy, w, h)`` float32, its `AnchorConfig`
+    and its number of object classes (background excluded)."""
+    anchors = getattr(model, "anchors", None)
+    if anchors is None:
+        anchors = anchors_for_model(model)
+    config = getattr(model, "anchor_config", None) or AnchorConfig()
+    return np.asarray(anchors, np.float32), config, int(model.output_shape[-1]) - 5
+
+
 def with_detection_postprocess(
     model: keras.Model,
     *,
@@ -103,15 +113,11 @@ def with_detection_postprocess(
     Raises:
         ValueError: not an SSDLite model, a model built for any input size, or settings < 1.
     """
-    anchors = getattr(model, "anchors", None)
-    if anchors is None:
-        anchors = anchors_for_model(model)
-    config = getattr(model, "anchor_config", None) or AnchorConfig()
+    anchors_cxcywh, config, num_classes = ssd_settings(model)
     if min(max_detections, detections_per_class) < 1:
         raise ValueError("max_detections and detections_per_class must be >= 1. Received: "
                          f"{max_detections}, {detections_per_class}")
     predictions = model.output
-    anchors_cxcywh = np.asarray(anchors, np.float32)
 
     def clipped_encodings(p):
         # postprocess_detections clips the boxes to the image before NMS (which changes
@@ -131,14 +137,14 @@ def with_detection_postprocess(
     )
     wrapper = keras.Model(model.input, [encodings, scores], name=f"{model.name}_postprocessed")
     wrapper.detection_postprocess = PostProcessOptions(
-        num_classes=int(model.output_shape[-1]) - 5,
+        num_classes=num_classes,
         max_detections=int(max_detections), detections_per_class=int(detections_per_class),
         nms_score_threshold=float(score_threshold), nms_iou_threshold=float(iou_threshold),
         y_scale=1.0 / config.center_variance, x_scale=1.0 / config.center_variance,
         h_scale=1.0 / config.size_variance, w_scale=1.0 / config.size_variance,
     )
     wrapper.detection_classes = wrapper.detection_postprocess.num_classes
-    wrapper.anchors_yxhw = np.asarray(anchors, np.float32)[:, [1, 0, 3, 2]]
+    wrapper.anchors_yxhw = anchors_cxcywh[:, [1, 0, 3, 2]]
     return wrapper
 
 
