@@ -294,9 +294,9 @@ def to_tflite(
     the class names as a packed ``labels.txt``) that MediaPipe Tasks, the TFLite Task
     Library and Android Studio's ML binding read, so those clients load the file as it
     is (see `keras_mvit2.export.tflite_standard_metadata`). Read both back with
-    `read_tflite_metadata`. With ``sidecar=True`` the
-    same JSON is also written (atomically, after the model) to ``<path>.json``, for
-    apps that would rather not parse the flatbuffer.
+    `read_tflite_metadata`. With ``sidecar=True`` what `read_tflite_metadata` returns
+    (both) is also written (atomically, after the model) to ``<path>.json``, for apps
+    that would rather not parse the flatbuffer.
 
     Args:
         model: a built Keras model with one input ``(batch, height, width,
