@@ -27,7 +27,15 @@ from keras_mvit2.export import read_tflite_metadata, to_tflite
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SIZE = 32
+#: Test images for the segmenter and the detector (the issue's 200).
 NUM_TEST = 200
+#: The classifier's agreement is measured on more: its int8 export agrees with Keras on
+#: 0.967-0.974 of 2,000 test images (three trainings of the fixture's recipe), so on 200 the
+#: sampling error alone (+-0.012) put the 0.95 bar within two standard deviations.
+NUM_TEST_CLASSIFIER = 1000
+#: Classifier training: 160 steps of 64 images (10,240), cosine decay from 3e-3 (the recipe
+#: of tests/test_quantization_ptq.py; 77-79 % test accuracy in 35 s).
+TRAIN_STEPS, BATCH = 160, 64
 
 
 def _mediapipe_python() -> str | None:
@@ -67,20 +75,24 @@ def _rgb_uint8(images: np.ndarray) -> np.ndarray:
 def data():
     x, y = load_fashion_mnist_arrays("train")
     xs, ys = load_fashion_mnist_arrays("test")
-    return _rgb_uint8(x[:3000]), y[:3000].astype("int64"), _rgb_uint8(xs[:NUM_TEST]), ys[:NUM_TEST]
+    n = TRAIN_STEPS * BATCH
+    return (_rgb_uint8(x[:n]), y[:n].astype("int64"), _rgb_uint8(xs[:NUM_TEST_CLASSIFIER]),
+            ys[:NUM_TEST_CLASSIFIER])
 
 
 @pytest.fixture(scope="module")
 def classifier(data):
-    """MobileViTV2-0.5 at 32x32, three epochs on 3,000 images (about 78 % test accuracy)."""
+    """MobileViTV2-0.5 at 32x32 (softmax), fitted on Fashion-MNIST (77-79 % test accuracy)."""
     import keras_mvit2 as mv
 
     x, y, _, _ = data
     keras.utils.set_random_seed(0)
     model = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
-    model.compile(optimizer=keras.optimizers.Adam(2e-3),
-                  loss="sparse_categorical_crossentropy")
-    model.fit(x / 255.0, y, batch_size=64, epochs=3, verbose=0)
+    optimizer = keras.optimizers.Adam(
+        keras.optimizers.schedules.CosineDecay(3e-3, TRAIN_STEPS, alpha=0.05))
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+    optimizer.build(model.trainable_variables)  # else the first step traces twice (slow)
+    model.fit(x / 255.0, y, batch_size=BATCH, epochs=1, verbose=0)
     return model
 
 
@@ -165,7 +177,7 @@ def segmenter(classifier, data):
     """DeepLabV3 on the trained classifier's backbone, one epoch on the 3,000 images."""
     from keras_mvit2.tasks import DeepLabV3
 
-    x, y, _, _ = data
+    x, y = data[0][:3000], data[1][:3000]
     keras.utils.set_random_seed(0)
     model = DeepLabV3(0.5, input_shape=(SIZE, SIZE, 3), classes=len(SEGMENTATION_CLASSES),
                       aspp_channels=64, backbone_weights=classifier)
@@ -177,7 +189,7 @@ def segmenter(classifier, data):
 
 def test_segmenter_export_segments_in_mediapipe_with_names(segmenter, data, tmp_path,
                                                             record_property):
-    _, _, test_x, test_y = data
+    test_x, test_y = data[2][:NUM_TEST], data[3][:NUM_TEST]
     keras_mask = np.asarray(segmenter.predict(test_x / 255.0, verbose=0)).argmax(-1)
     truth = _segmentation_masks(test_x, test_y)
     # Trained: better than calling every pixel background, and naming several classes.
