@@ -41,6 +41,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
 from ai_edge_litert.interpreter import Interpreter
 
+from keras_mvit2.export.detection_postprocess import append_detection_postprocess
 from keras_mvit2.export.flatbuffer import (
     BUILTIN_NAMES,
     TENSOR_TYPE_NAMES,
@@ -51,6 +52,10 @@ from keras_mvit2.export.flatbuffer import (
     tensor_indices,
 )
 from keras_mvit2.export.pointwise_fusion import PointwiseFusion, fuse_pointwise_convolutions
+from keras_mvit2.export.tflite_standard_metadata import (
+    add_standard_metadata,
+    standard_metadata_of,
+)
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
 
@@ -284,9 +289,14 @@ def to_tflite(
     Metadata: a JSON document (see `tflite_metadata`) is stored in the flatbuffer's
     ``metadata`` list under the name ``"keras_mvit2"``: preprocessing (RGB, scale
     1/255, input size, NHWC), class names, quantization and the I/O quantization
-    parameters. Read it back with `read_tflite_metadata`. With ``sidecar=True`` the
-    same JSON is also written (atomically, after the model) to ``<path>.json``, for
-    apps that would rather not parse the flatbuffer.
+    parameters. An RGB image model also gets the standard TFLite Model Metadata
+    (``TFLITE_METADATA``: image input, normalization mean 0 / std 255, output ranges and
+    the class names as a packed ``labels.txt``) that MediaPipe Tasks, the TFLite Task
+    Library and Android Studio's ML binding read, so those clients load the file as it
+    is (see `keras_mvit2.export.tflite_standard_metadata`). Read both back with
+    `read_tflite_metadata`. With ``sidecar=True`` what `read_tflite_metadata` returns
+    (both) is also written (atomically, after the model) to ``<path>.json``, for apps
+    that would rather not parse the flatbuffer.
 
     Args:
         model: a built Keras model with one input ``(batch, height, width,
@@ -310,7 +320,8 @@ def to_tflite(
             batch; the file is then run with batches 2 and 1 and an error is raised
             if it does not run (some graphs, e.g. tf_keras GroupNormalization, fail
             with a dynamic batch).
-        class_names: one name per output class (written into the metadata).
+        class_names: one name per output class (a classifier's or a segmenter's last axis;
+            written into both metadata, the standard one as a packed `labels.txt`).
         metadata: extra JSON-serializable entries for the metadata's ``"user"`` field.
         sidecar: also write the metadata to ``<path>.json``.
         allow_float_ops: for ``"int8"``, accept a model in which some ops were left
@@ -380,6 +391,9 @@ def to_tflite(
     flatbuffer, fusions = _convert_model(
         model, input_shape, quantization, io_dtype, calibration, fuse_pointwise
     )
+    postprocess = getattr(model, "detection_postprocess", None)  # with_detection_postprocess
+    if postprocess is not None:
+        flatbuffer = append_detection_postprocess(flatbuffer, model.anchors_yxhw, postprocess)
     summary = summarize_flatbuffer(bytes(flatbuffer))
     info = tflite_metadata(
         model,
@@ -392,7 +406,10 @@ def to_tflite(
         user=dict(metadata) if metadata is not None else None,
         fused_pointwise=fusions if fuse_pointwise else None,
     )
-    flatbuffer = embed_metadata(flatbuffer, info)
+    flatbuffer = add_standard_metadata(  # last: it appends the labels archive
+        embed_metadata(flatbuffer, info), info,
+        [t.shape_signature for t in summary.outputs], [t.name for t in summary.outputs],
+    )
 
     with atomic_output(path) as tmp_path:
         with open(tmp_path, "wb") as f:
@@ -411,10 +428,11 @@ def to_tflite(
                     "layer with int8-quantizable ops (e.g. x * x instead of SQUARE, no NEG), "
                     "or pass allow_float_ops=True to accept a mixed model."
                 )
-    if sidecar:
+    report = inspect_tflite(path)
+    if sidecar:  # what read_tflite_metadata returns: our JSON and the standard metadata
         with atomic_output(path + ".json") as tmp_json, open(tmp_json, "w") as f:
-            json.dump(info, f, indent=2)
-    return inspect_tflite(path)
+            json.dump(report.metadata, f, indent=2)
+    return report
 
 
 def _sanity_check(
@@ -496,15 +514,25 @@ def _check_class_names(class_names: Any, model: keras.Model) -> list[str] | None
             f"Received: {type(class_names).__name__}"
         )
     names = [str(c) for c in class_names]
+    detection_classes = getattr(model, "detection_classes", None)  # with_detection_postprocess
+    if detection_classes is not None:
+        if len(names) != detection_classes:
+            raise ValueError(
+                f"class_names has {len(names)} entries but the detector has "
+                f"{detection_classes} object classes. Pass one name per object class "
+                "(background excluded), in class-id order."
+            )
+        return names
     output_shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else ()
-    if len(model.outputs or []) != 1 or len(output_shape) != 2:
+    if len(model.outputs or []) != 1 or len(output_shape) not in (2, 4):
         raise ValueError(
-            "class_names needs a classifier with one output of shape (batch, classes). "
+            "class_names needs a classifier with one output of shape (batch, classes) or a "
+            "segmenter with one output (batch, height, width, classes). "
             f"Received: output shapes {[tuple(o.shape) for o in model.outputs or []]}"
         )
-    if output_shape[1] != len(names):
+    if output_shape[-1] != len(names):
         raise ValueError(
-            f"class_names has {len(names)} entries but the model outputs {output_shape[1]} "
+            f"class_names has {len(names)} entries but the model outputs {output_shape[-1]} "
             "classes. Pass one name per class, in output order."
         )
     return names
@@ -1031,7 +1059,7 @@ def summarize_flatbuffer(buf: bytes) -> _FlatbufferSummary:
         inputs,
         outputs,
         _float_ops(model, names),
-        _metadata_entry(model),
+        _metadata_entry(model, buf),
     )
 
 
@@ -1169,7 +1197,9 @@ def embed_metadata(flatbuffer: bytes, info: Mapping[str, Any]) -> bytes:
     return serialize_flatbuffer(model, len(flatbuffer) + len(data) + 4096)
 
 
-def _metadata_entry(model) -> dict[str, Any] | None:
+def _metadata_entry(model, buf: bytes) -> dict[str, Any] | None:
+    """The keras_mvit2 JSON entry of `model` (parsed from `buf`), with the standard
+    metadata under ``"tflite_metadata"``."""
     for entry in model.metadata or []:
         if decode_name(entry.name) != METADATA_NAME:
             continue
@@ -1177,16 +1207,23 @@ def _metadata_entry(model) -> dict[str, Any] | None:
         if buffer.data is None:
             return None
         try:
-            return json.loads(bytes(np.asarray(buffer.data, dtype=np.uint8)).decode("utf-8"))
+            info = json.loads(bytes(np.asarray(buffer.data, dtype=np.uint8)).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
             return None
+        info["tflite_metadata"] = standard_metadata_of(model, buf)
+        return info
     return None
 
 
 def read_tflite_metadata(path: str | os.PathLike) -> dict[str, Any] | None:
-    """The ``"keras_mvit2"`` metadata that `to_tflite` wrote into a `.tflite` file.
+    """The ``"keras_mvit2"`` metadata that `to_tflite` wrote into a `.tflite` file, with
+    the standard TFLite Model Metadata under ``"tflite_metadata"``.
 
-    Returns ``None`` for a file without it (e.g. converted by other tools).
+    ``"tflite_metadata"`` is the ``TFLITE_METADATA`` entry that MediaPipe Tasks and the
+    TFLite Task Library read, as plain data with the packed files' contents (see
+    `keras_mvit2.export.tflite_standard_metadata.read_standard_metadata`), or ``None``.
+    Returns ``None`` for a file without the keras_mvit2 entry (e.g. converted by other
+    tools).
     """
     return _read_flatbuffer(os.fspath(path)).metadata
 

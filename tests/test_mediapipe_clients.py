@@ -1,0 +1,295 @@
+"""Exports loaded as they are by MediaPipe Tasks (the same C++ task code as the Android /
+iOS / web libraries), on a briefly trained Fashion-MNIST model.
+
+The oracle is the Keras model on the same 200 test images: MediaPipe gets them as uint8 RGB
+(as a camera frame) and must find the standard TFLite Model Metadata (normalization, labels)
+to classify / segment / detect them at all. mediapipe runs in a virtualenv of its own (made
+by ``.ci/run``: installed beside TensorFlow it would upgrade absl-py and add OpenCV), through
+tests/mediapipe_client.py in a subprocess.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from keras_mvit2.data.sources import (
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_DIR,
+    load_fashion_mnist_arrays,
+)
+from keras_mvit2.export import read_tflite_metadata, to_tflite
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SIZE = 32
+#: Test images for the segmenter and the detector (the issue's 200).
+NUM_TEST = 200
+#: The classifier's agreement is measured on more: its int8 export agrees with Keras on
+#: 0.967-0.974 of 2,000 test images (three trainings of the fixture's recipe), so on 200 the
+#: sampling error alone (+-0.012) put the 0.95 bar within two standard deviations.
+NUM_TEST_CLASSIFIER = 1000
+#: Classifier training: 160 steps of 64 images (10,240), cosine decay from 3e-3 (the recipe
+#: of tests/test_quantization_ptq.py; 77-79 % test accuracy in 35 s).
+TRAIN_STEPS, BATCH = 160, 64
+
+
+def _mediapipe_python() -> str | None:
+    python = os.environ.get("MVIT2_MEDIAPIPE_PYTHON") or os.path.join(
+        ROOT, ".venv-mediapipe", "bin", "python"
+    )
+    return python if os.path.exists(python) else None
+
+
+MEDIAPIPE_PYTHON = _mediapipe_python()
+
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
+        reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
+    ),
+    pytest.mark.skipif(
+        MEDIAPIPE_PYTHON is None,
+        reason="no MediaPipe virtualenv: .ci/run makes .venv-mediapipe (python3 -m venv "
+        ".venv-mediapipe && .venv-mediapipe/bin/pip install mediapipe==1.2.3), or set "
+        "MVIT2_MEDIAPIPE_PYTHON",
+    ),
+]
+
+
+def _rgb_uint8(images: np.ndarray) -> np.ndarray:
+    """28x28 gray uint8 -> SIZE x SIZE RGB uint8 (what a camera app hands the client)."""
+    import tensorflow as tf
+
+    resized = tf.image.resize(images[..., None].astype("float32"), (SIZE, SIZE), "bilinear",
+                              antialias=True)
+    pixels = np.clip(np.round(np.asarray(resized)), 0, 255).astype(np.uint8)
+    return np.repeat(pixels, 3, axis=-1)
+
+
+@pytest.fixture(scope="module")
+def data():
+    x, y = load_fashion_mnist_arrays("train")
+    xs, ys = load_fashion_mnist_arrays("test")
+    n = TRAIN_STEPS * BATCH
+    return (_rgb_uint8(x[:n]), y[:n].astype("int64"), _rgb_uint8(xs[:NUM_TEST_CLASSIFIER]),
+            ys[:NUM_TEST_CLASSIFIER])
+
+
+@pytest.fixture(scope="module")
+def classifier(data):
+    """MobileViTV2-0.5 at 32x32 (softmax), fitted on Fashion-MNIST (77-79 % test accuracy)."""
+    import keras_mvit2 as mv
+
+    x, y, _, _ = data
+    keras.utils.set_random_seed(0)
+    model = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
+    optimizer = keras.optimizers.Adam(
+        keras.optimizers.schedules.CosineDecay(3e-3, TRAIN_STEPS, alpha=0.05))
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+    optimizer.build(model.trainable_variables)  # else the first step traces twice (slow)
+    model.fit(x / 255.0, y, batch_size=BATCH, epochs=1, verbose=0)
+    return model
+
+
+def _run_mediapipe(tmp_path, images: np.ndarray, models: list[dict]) -> dict[str, np.ndarray]:
+    np.save(tmp_path / "images.npy", images)
+    request = {"images": str(tmp_path / "images.npy"), "out": str(tmp_path / "out.npz"),
+               "models": models}
+    with open(tmp_path / "request.json", "w") as f:
+        json.dump(request, f)
+    done = subprocess.run([MEDIAPIPE_PYTHON, os.path.join(HERE, "mediapipe_client.py"),
+                           str(tmp_path / "request.json")], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stderr[-3000:]
+    with np.load(tmp_path / "out.npz") as out:
+        return dict(out)
+
+
+CLASSIFIER_FORMATS = {  # key: (quantization, io_dtype, minimum top-1 agreement with Keras)
+    "float32": ("float32", "float32", 0.99),
+    "float16": ("float16", "float32", 0.99),
+    "int8": ("int8", "float32", 0.95),
+    "int8_uint8_io": ("int8", "uint8", 0.95),
+}
+
+
+def test_classifier_exports_classify_in_mediapipe_with_names(classifier, data, tmp_path,
+                                                              record_property):
+    x, _, test_x, test_y = data
+    names = list(FASHION_MNIST_CLASSES)
+    keras_top1 = np.asarray(classifier.predict(test_x / 255.0, verbose=0)).argmax(-1)
+    assert np.mean(keras_top1 == test_y) >= 0.6  # trained: the agreement below means something
+    models = []
+    for key, (quantization, io_dtype, _) in CLASSIFIER_FORMATS.items():
+        path = tmp_path / f"classifier_{key}.tflite"
+        to_tflite(classifier, path, quantization=quantization, io_dtype=io_dtype,
+                  class_names=names, representative_data=x[:200] if quantization == "int8"
+                  else None)
+        standard = read_tflite_metadata(path)["tflite_metadata"]
+        assert standard["associatedFileContents"]["labels.txt"].splitlines() == names
+        models.append({"task": "classifier", "path": str(path), "key": key})
+    out = _run_mediapipe(tmp_path, test_x, models)
+    agreement = {}
+    for key, (_, _, minimum) in CLASSIFIER_FORMATS.items():
+        index = out[f"{key}.index"]
+        agreement[key] = float(np.mean(index == keras_top1))
+        assert [str(n) for n in out[f"{key}.names"]] == [names[i] for i in index], key
+        assert agreement[key] >= minimum, (key, agreement)
+    record_property("mediapipe_top1_agreement", json.dumps(agreement))
+    print("MediaPipe ImageClassifier top-1 agreement with Keras:", agreement, file=sys.stderr)
+
+
+def test_standard_metadata_matches_the_input_quantization(classifier, data, tmp_path):
+    x = data[0]
+    path = tmp_path / "uint8.tflite"
+    report = to_tflite(classifier, path, quantization="int8", io_dtype="uint8",
+                       representative_data=x[:100])
+    scale, zero_point = report.inputs[0].quantization
+    meta = read_tflite_metadata(path)["tflite_metadata"]
+    tensor = meta["subgraphMetadata"][0]["inputTensorMetadata"][0]
+    normalization = tensor["processUnits"][0]["options"]
+    # The client feeds raw pixels p; the model reads (p - zero_point) * scale = p / 255,
+    # which is what the normalization (p - mean) / std says.
+    assert tensor["content"]["contentPropertiesType"] == "ImageProperties"
+    assert tensor["content"]["contentProperties"]["colorSpace"] == "RGB"
+    pixels = np.arange(256.0)
+    np.testing.assert_allclose((pixels - zero_point) * scale,
+                               (pixels - normalization["mean"][0]) / normalization["std"][0],
+                               atol=1e-6)
+    assert "associatedFileContents" in meta and meta["associatedFileContents"] == {}
+
+
+SEGMENTATION_CLASSES = ["background", *FASHION_MNIST_CLASSES]
+
+
+def _segmentation_masks(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per-pixel labels: the garment's class + 1 where the pixel is bright, else background."""
+    return np.where(images[..., 0] > 40, labels[:, None, None] + 1, 0).astype("int64")
+
+
+@pytest.fixture(scope="module")
+def segmenter(classifier, data):
+    """DeepLabV3 on the trained classifier's backbone, one epoch on the 3,000 images."""
+    from keras_mvit2.tasks import DeepLabV3
+
+    x, y = data[0][:3000], data[1][:3000]
+    keras.utils.set_random_seed(0)
+    model = DeepLabV3(0.5, input_shape=(SIZE, SIZE, 3), classes=len(SEGMENTATION_CLASSES),
+                      aspp_channels=64, backbone_weights=classifier)
+    model.compile(optimizer=keras.optimizers.Adam(2e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x / 255.0, _segmentation_masks(x, y), batch_size=64, epochs=1, verbose=0)
+    return model
+
+
+def test_segmenter_export_segments_in_mediapipe_with_names(segmenter, data, tmp_path,
+                                                            record_property):
+    test_x, test_y = data[2][:NUM_TEST], data[3][:NUM_TEST]
+    keras_mask = np.asarray(segmenter.predict(test_x / 255.0, verbose=0)).argmax(-1)
+    truth = _segmentation_masks(test_x, test_y)
+    # Trained: better than calling every pixel background, and naming several classes.
+    assert np.mean(keras_mask == truth) > np.mean(truth == 0) + 0.05
+    assert len(np.unique(keras_mask)) >= 3
+    path = tmp_path / "segmenter.tflite"
+    to_tflite(segmenter, path, class_names=SEGMENTATION_CLASSES)
+    out = _run_mediapipe(tmp_path, test_x, [{"task": "segmenter", "path": str(path),
+                                             "key": "seg"}])
+    assert [str(n) for n in out["seg.labels"]] == SEGMENTATION_CLASSES
+    equal = float(np.mean(out["seg.mask"] == keras_mask))
+    record_property("mediapipe_segmenter_pixel_equality", equal)
+    print(f"MediaPipe ImageSegmenter category mask = Keras argmax on {equal:.4f} of pixels",
+          file=sys.stderr)
+    assert equal >= 0.98, equal
+
+
+DET_SIZE = 64
+DET_SCORE_THRESHOLD = 0.3
+
+
+@pytest.fixture(scope="module")
+def detector(classifier):
+    """SSDLite at 64x64 on the trained classifier's backbone, 120 steps on pasted
+    Fashion-MNIST (Trouser, Sneaker, Bag on photos), and 200 validation images as uint8."""
+    from keras_mvit2.tasks import AnchorConfig, SSDLite
+    from keras_mvit2.tasks import data as td
+    from keras_mvit2.tasks import train as tt
+
+    anchors = AnchorConfig(output_strides=(8, 16, 32, -1),
+                           aspect_ratios=((2,), (2, 3), (2, 3), (2,)),
+                           min_scale=0.15, max_scale=0.9)
+    train = td.pasted_fashion_mnist(1024, DET_SIZE, scale_range=(0.4, 0.8),
+                                    objects_per_image=(1, 2), seed=2)
+    test = td.pasted_fashion_mnist(NUM_TEST, DET_SIZE, scale_range=(0.4, 0.8),
+                                   objects_per_image=(1, 2), split="val", seed=3)
+    keras.utils.set_random_seed(0)
+    model = SSDLite(0.5, input_shape=(DET_SIZE, DET_SIZE, 3), classes=train.num_classes,
+                    anchor_config=anchors, proj_channels=(64, 64, 64, 32),
+                    backbone_weights=classifier)
+    steps = 120
+    tt.compile_detection(model, tt.task_optimizer(
+        tt.TaskOptimizerConfig("adamw", 3e-3, 3e-4, 0.01, 10, 3e-4, 10.0, None), steps))
+    dataset = td.detection_dataset(train.images, train.boxes, train.labels, model.anchors, 16,
+                                   training=True, config=anchors, augment=None, seed=0)
+    model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+    images = np.clip(np.round(test.images * 255.0), 0, 255).astype(np.uint8)
+    return model, images, list(train.class_names)
+
+
+def _client_pixels(box: np.ndarray) -> np.ndarray:
+    """A normalized (x1, y1, x2, y2) box as MediaPipe reports it: integer pixels, origin and
+    size each truncated (``origin_x = int(xmin * W)``, ``width = int((xmax - xmin) * W)``)."""
+    origin = np.floor(box[:2] * DET_SIZE)
+    return np.concatenate([origin, origin + np.floor((box[2:] - box[:2]) * DET_SIZE)])
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    inter = np.prod(np.clip(np.minimum(a[2:], b[2:]) - np.maximum(a[:2], b[:2]), 0, None))
+    union = np.prod(a[2:] - a[:2]) + np.prod(b[2:] - b[:2]) - inter
+    return float(inter / union) if union > 0 else 0.0
+
+
+def test_detector_with_postprocess_op_detects_in_mediapipe(detector, tmp_path,
+                                                           record_property):
+    from keras_mvit2.export.detection_postprocess import with_detection_postprocess
+    from keras_mvit2.tasks import postprocess_detections
+
+    model, images, names = detector
+    path = tmp_path / "detector.tflite"
+    report = to_tflite(with_detection_postprocess(model, score_threshold=DET_SCORE_THRESHOLD),
+                       path, class_names=names)
+    assert report.op_histogram.get("TFLite_Detection_PostProcess") == 1
+    assert [t.shape for t in report.outputs] == [(1, 100, 4), (1, 100), (1, 100), (1,)]
+    raw = np.asarray(model.predict(images / 255.0, verbose=0))
+    expected = postprocess_detections(raw, model.anchors, model.anchor_config,
+                                      score_threshold=DET_SCORE_THRESHOLD, top_k=100,
+                                      max_detections=100)
+    assert sum(len(d) for d in expected) >= NUM_TEST // 2  # trained: confident boxes
+    out = _run_mediapipe(tmp_path, images, [{"task": "detector", "path": str(path),
+                                             "key": "det"}])
+    counts, ious, float_ious = [], [], []
+    for i, want in enumerate(expected):
+        mine = out["det.image"] == i
+        boxes, classes = out["det.boxes"][mine], out["det.classes"][mine]
+        counts.append((len(boxes), len(want)))
+        for box, index, name in zip(boxes, classes, out["det.names"][mine], strict=True):
+            # MediaPipe names the class from labels.txt (and then gives no index): the
+            # name's position is the op's class, ours - 1.
+            assert str(name) in names, (i, name)
+            cls = names.index(str(name))
+            assert index in (-1, cls), (i, index, name)
+            candidates = np.nonzero(want.classes == cls + 1)[0]
+            assert len(candidates), (i, name, want.classes)
+            ious.append(max(_iou(box, _client_pixels(want.boxes[j])) for j in candidates))
+            float_ious.append(max(_iou(box / DET_SIZE, want.boxes[j]) for j in candidates))
+    assert all(a == b for a, b in counts), [c for c in counts if c[0] != c[1]][:10]
+    figures = {"images": NUM_TEST, "boxes": len(ious), "min_iou": min(ious),
+               "mean_iou": float(np.mean(ious)),
+               "mean_iou_vs_unrounded_boxes": float(np.mean(float_ious))}
+    record_property("mediapipe_detector", json.dumps(figures))
+    print("MediaPipe ObjectDetector vs postprocess_detections:", figures, file=sys.stderr)
+    assert min(ious) >= 0.9, figures
