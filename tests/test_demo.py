@@ -20,6 +20,7 @@ from model_utils import float_ops_from_interpreter
 
 from keras_mvit2.data.sources import FASHION_MNIST_DIR, load_fashion_mnist_arrays
 from keras_mvit2.demo import SMALL, DemoSettings, print_summary, run_demo
+from keras_mvit2.export import read_tflite_metadata
 
 HAS_COREML = importlib.util.find_spec("coremltools") is not None
 
@@ -105,6 +106,10 @@ def test_tflite_is_full_int8_and_its_figures_are_right(demo, test_images):
     assert demo.int8_agreement == float(np.mean(int8_top1 == keras_top1))
     assert demo.int8_agreement >= 0.9, demo.int8_agreement
     assert demo.int8_size_bytes == os.path.getsize(path)
+    # Client-ready: the standard metadata MediaPipe Tasks reads, with the class names.
+    standard = read_tflite_metadata(path)["tflite_metadata"]
+    labels = standard["associatedFileContents"]["labels.txt"].splitlines()
+    assert labels == list(demo.class_names) and len(labels) == 10
 
 
 def test_validation_report_covers_both_exports(demo):

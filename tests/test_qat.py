@@ -131,7 +131,7 @@ def qat_run(trained, fmnist, tmp_path_factory):
 
 
 def test_qat_exports_full_integer_model(qat_run):
-    from keras_mvit2.export import inspect_tflite
+    from keras_mvit2.export import inspect_tflite, read_tflite_metadata
 
     result, _ = qat_run
     assert os.path.exists(result.tflite_path)
@@ -142,6 +142,16 @@ def test_qat_exports_full_integer_model(qat_run):
     assert [t.dtype for t in report.outputs] == ["int8"]
     assert report.op_histogram.get("CONV_2D", 0) >= 8
     assert report.num_xnnpack_partitions is not None  # loads in ai_edge_litert
+    # The standard TFLite Model Metadata (what MediaPipe Tasks reads) as in to_tflite's
+    # files: RGB pixel p -> p / 255, which the int8 input's range [-128, 127] spans.
+    standard = read_tflite_metadata(result.tflite_path)["tflite_metadata"]
+    tensor = standard["subgraphMetadata"][0]["inputTensorMetadata"][0]
+    assert tensor["content"]["contentProperties"]["colorSpace"] == "RGB"
+    options = tensor["processUnits"][0]["options"]
+    assert (options["mean"], options["std"]) == ([0.0], [255.0])
+    scale, zero_point = report.inputs[0].quantization
+    np.testing.assert_allclose([(-128 - zero_point) * scale, (127 - zero_point) * scale],
+                               [0.0, 1.0], atol=1e-6)
     # nested layers really were quantization-aware: their sublayers got QuantizeConfigs
     assert "qkv_proj" in result.quantized_layers["mvit"]
     assert "norm1: output" in result.quantized_layers["mvit"]

@@ -86,10 +86,12 @@ def to_coreml_detector(
         model: an `SSDLite` model with a fixed input size.
         path: the ``.mlpackage`` to write (atomically).
         class_names: the object classes, background excluded, in class-id order.
-        iou_threshold / confidence_threshold: the NMS model's defaults.
-        precision / minimum_deployment_target: as in `keras_mvit2.export.to_coreml`; the
-            default float32 keeps the decoder's outputs float32, the type the
-            ``NonMaximumSuppression`` model takes (with float16 they are float16 arrays).
+        iou_threshold: the NMS model's default IoU threshold.
+        confidence_threshold: the NMS model's default confidence threshold.
+        precision: as in `keras_mvit2.export.to_coreml`; the default float32 keeps the
+            decoder's outputs float32, the type the ``NonMaximumSuppression`` model takes
+            (with float16 they are float16 arrays).
+        minimum_deployment_target: as in `keras_mvit2.export.to_coreml`.
 
     Returns:
         The pipeline's ``coremltools.models.MLModel`` (predictions need macOS).

@@ -406,10 +406,7 @@ def to_tflite(
         user=dict(metadata) if metadata is not None else None,
         fused_pointwise=fusions if fuse_pointwise else None,
     )
-    flatbuffer = add_standard_metadata(  # last: it appends the labels archive
-        embed_metadata(flatbuffer, info), info,
-        [t.shape_signature for t in summary.outputs], [t.name for t in summary.outputs],
-    )
+    flatbuffer = embed_all_metadata(flatbuffer, info, summary.outputs)
 
     with atomic_output(path) as tmp_path:
         with open(tmp_path, "wb") as f:
@@ -1195,6 +1192,17 @@ def embed_metadata(flatbuffer: bytes, info: Mapping[str, Any]) -> bytes:
     kept = [m for m in (model.metadata or []) if decode_name(m.name) != METADATA_NAME]
     model.metadata = [*kept, entry]
     return serialize_flatbuffer(model, len(flatbuffer) + len(data) + 4096)
+
+
+def embed_all_metadata(flatbuffer: bytes, info: Mapping[str, Any],
+                       outputs: Sequence[TensorDetails]) -> bytes:
+    """`flatbuffer` with our JSON entry `info` (`tflite_metadata`) and, for an RGB image
+    model, the standard TFLite Model Metadata built from it (`outputs`: the file's output
+    tensors, e.g. `summarize_flatbuffer(flatbuffer).outputs`)."""
+    return add_standard_metadata(  # last: it appends the labels archive
+        embed_metadata(flatbuffer, info), info,
+        [t.shape_signature for t in outputs], [t.name for t in outputs],
+    )
 
 
 def _metadata_entry(model, buf: bytes) -> dict[str, Any] | None:

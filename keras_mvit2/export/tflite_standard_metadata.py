@@ -180,12 +180,15 @@ def image_model_metadata(
             ``"detector"`` (raw SSD output), ``"detector_postprocessed"`` (the four outputs of
             ``TFLite_Detection_PostProcess``) or ``"other"``.
         name: the model's name.
-        input_name / input_shape / input_dtype / input_quantization: the image input
-            ``(batch, height, width, 3)`` and its ``(scale, zero_point)``.
+        input_name: the image input's tensor name.
+        input_shape: the image input's shape ``(batch, height, width, 3)``.
+        input_dtype: the image input's type (``"float32"``, ``"uint8"``, ``"int8"``, ...).
+        input_quantization: the image input's ``(scale, zero_point)``.
         output_names: the output tensor names (used for outputs without a standard name).
         output_kind: ``"probabilities"`` (softmax, range [0, 1]) or ``"logits"``.
         class_names: written as ``labels.txt`` (omitted when ``None``).
-        description / version: free text for the model.
+        description: free text for the model.
+        version: the model's version string.
 
     Returns:
         ``(metadata, files)``: the flatbuffer bytes and ``{file name: content}``.

@@ -338,8 +338,13 @@ def _finish(model, flatbuffer: bytes, output_path: str, *, result, io_dtype, xv,
 
 
 def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int) -> bytes:
-    """Adds keras_mvit2's TFLite metadata (preprocessing, I/O quantization)."""
-    from keras_mvit2.export.tflite import embed_metadata, summarize_flatbuffer, tflite_metadata
+    """Adds keras_mvit2's TFLite metadata (preprocessing, I/O quantization) and the
+    standard TFLite Model Metadata that MediaPipe Tasks reads."""
+    from keras_mvit2.export.tflite import (
+        embed_all_metadata,
+        summarize_flatbuffer,
+        tflite_metadata,
+    )
 
     summary = summarize_flatbuffer(bytes(flatbuffer))
     info = tflite_metadata(
@@ -348,7 +353,7 @@ def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int) -> b
                                    "num_samples": rep_count},
         user={"quantization_aware_training": True, "io_dtype": io_dtype},
     )
-    return embed_metadata(flatbuffer, info)
+    return embed_all_metadata(flatbuffer, info, summary.outputs)
 
 
 # --------------------------------------------------------------------------------------
