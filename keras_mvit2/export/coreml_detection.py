@@ -19,7 +19,7 @@ from typing import Any
 
 import keras
 
-from keras_mvit2.export.detection_postprocess import ssd_settings
+from keras_mvit2.export.detection_postprocess import check_object_names, ssd_settings
 from keras_mvit2.tasks.detection import decode_boxes
 from keras_mvit2.utils.files import atomic_output
 
@@ -107,12 +107,7 @@ def to_coreml_detector(
     path = os.fspath(path)
     if not path.endswith(".mlpackage"):
         raise ValueError(f"A Core ML pipeline is saved as .mlpackage. Received: path={path!r}")
-    classes = ssd_settings(model)[2]
-    if len(class_names) != classes:
-        raise ValueError(
-            f"class_names has {len(class_names)} entries but the detector has {classes} "
-            "object classes. Pass one name per object class (background excluded)."
-        )
+    class_names = check_object_names(class_names, ssd_settings(model)[2])
     with tempfile.TemporaryDirectory() as tmp:
         decoder_path = os.path.join(tmp, "decoder.mlpackage")
         to_coreml(_decoding_model(model), decoder_path, precision=precision,

@@ -36,8 +36,8 @@ from keras_mvit2.tasks.detection import (
     encode_boxes,
 )
 
-__all__ = ["OP_NAME", "PostProcessOptions", "append_detection_postprocess", "ssd_settings",
-           "with_detection_postprocess"]
+__all__ = ["OP_NAME", "PostProcessOptions", "append_detection_postprocess",
+           "check_object_names", "ssd_settings", "with_detection_postprocess"]
 
 #: The op's custom code (a custom op that every LiteRT / TFLite build registers).
 OP_NAME = "TFLite_Detection_PostProcess"
@@ -82,6 +82,19 @@ def ssd_settings(model: keras.Model) -> tuple[np.ndarray, AnchorConfig, int]:
         anchors = anchors_for_model(model)
     config = getattr(model, "anchor_config", None) or AnchorConfig()
     return np.asarray(anchors, np.float32), config, int(model.output_shape[-1]) - 5
+
+
+def check_object_names(class_names, num_classes: int) -> list[str]:
+    """`class_names` as strings, one per object class (background excluded), or a
+    ValueError that says how many the detector has."""
+    names = [str(n) for n in class_names]
+    if len(names) != num_classes:
+        raise ValueError(
+            f"class_names has {len(names)} entries but the detector has {num_classes} "
+            "object classes. Pass one name per object class (background excluded), in "
+            "class-id order."
+        )
+    return names
 
 
 def with_detection_postprocess(
@@ -143,7 +156,6 @@ def with_detection_postprocess(
         y_scale=1.0 / config.center_variance, x_scale=1.0 / config.center_variance,
         h_scale=1.0 / config.size_variance, w_scale=1.0 / config.size_variance,
     )
-    wrapper.detection_classes = wrapper.detection_postprocess.num_classes
     wrapper.anchors_yxhw = anchors_cxcywh[:, [1, 0, 3, 2]]
     return wrapper
 

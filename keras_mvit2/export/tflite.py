@@ -41,7 +41,10 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
 from ai_edge_litert.interpreter import Interpreter
 
-from keras_mvit2.export.detection_postprocess import append_detection_postprocess
+from keras_mvit2.export.detection_postprocess import (
+    append_detection_postprocess,
+    check_object_names,
+)
 from keras_mvit2.export.flatbuffer import (
     BUILTIN_NAMES,
     TENSOR_TYPE_NAMES,
@@ -511,15 +514,9 @@ def _check_class_names(class_names: Any, model: keras.Model) -> list[str] | None
             f"Received: {type(class_names).__name__}"
         )
     names = [str(c) for c in class_names]
-    detection_classes = getattr(model, "detection_classes", None)  # with_detection_postprocess
-    if detection_classes is not None:
-        if len(names) != detection_classes:
-            raise ValueError(
-                f"class_names has {len(names)} entries but the detector has "
-                f"{detection_classes} object classes. Pass one name per object class "
-                "(background excluded), in class-id order."
-            )
-        return names
+    postprocess = getattr(model, "detection_postprocess", None)  # with_detection_postprocess
+    if postprocess is not None:
+        return check_object_names(names, postprocess.num_classes)
     output_shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else ()
     if len(model.outputs or []) != 1 or len(output_shape) not in (2, 4):
         raise ValueError(
