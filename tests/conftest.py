@@ -1,5 +1,7 @@
 """Shared pytest fixtures and settings."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -7,3 +9,38 @@ import pytest
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="session")
+def trained_classifier_path(tmp_path_factory) -> str:
+    """`.keras` file of the run's one trained Fashion-MNIST classifier (see
+    shared_fixtures.py: MobileViTV2-0.5, logits, 32x32, 80-82 % test accuracy)."""
+    from shared_fixtures import fashion_mnist_ready, once_per_run, train_classifier
+
+    if not fashion_mnist_ready():
+        pytest.skip("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
+    folder = once_per_run(tmp_path_factory.getbasetemp(), "trained_classifier", train_classifier)
+    return str(folder / "model.keras")
+
+
+@pytest.fixture(scope="session")
+def timm_oracle_dir(tmp_path_factory) -> Path:
+    """Folder of the run's one timm oracle run (shared_fixtures.ORACLE_*): per model
+    `<model>.pth`, `<model>.safetensors` and `<model>.npz` (see tests/torch_oracle.py)."""
+    from model_utils import TORCH_READY
+    from shared_fixtures import once_per_run, run_timm_oracle
+
+    if not TORCH_READY:
+        pytest.skip("needs torch, timm and safetensors")
+    return once_per_run(tmp_path_factory.getbasetemp(), "timm_oracle", run_timm_oracle)
+
+
+#: Fixtures that make a test slow wherever it uses them (they train or start a subprocess).
+SLOW_FIXTURES = {"trained_classifier_path", "timm_oracle_dir"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

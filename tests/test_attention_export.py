@@ -83,6 +83,7 @@ def _tflite_tensor_shapes(path):
 ct = pytest.importorskip("coremltools")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("host", ["mobilevitv2_050", "deit_tiny"])
 @pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
 def test_coreml_ml_program(name, host, tmp_path):
@@ -99,6 +100,7 @@ def test_coreml_ml_program(name, host, tmp_path):
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mobilevit_xxs", "mobilevit_xs", "mobilevit_s"])
 def test_mobilevit_v1_converts_to_tflite_and_coreml(name, tmp_path, rng):
     """The v1 baselines (MHA, fusion block) export like the rest of the zoo."""

@@ -159,6 +159,7 @@ with torch.no_grad():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.skipif(not HAS_TIMM, reason="needs torch and timm")
 def test_mha_ports_timm_attention_by_transposition(tmp_path, rng):

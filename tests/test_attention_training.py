@@ -113,6 +113,7 @@ def _attention_gradients(model: keras.Model, images, labels) -> dict[str, list[n
             for layer in layers}
 
 
+@pytest.mark.slow
 @needs_fashion
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_every_attention_learns_with_the_recipe(mechanism, tmp_path):
@@ -156,6 +157,7 @@ def test_every_attention_learns_with_the_recipe(mechanism, tmp_path):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_trained_attention_is_reported_everywhere(tmp_path, capsys):
     from PIL import Image
 

@@ -151,6 +151,7 @@ def test_no_xnnpack_really_runs_without_the_delegate(tiny):
     assert result.runtime["delegate"] == "none"
 
 
+@pytest.mark.slow
 def test_bench_registered_name(tmp_path, capsys):
     """Also the MACs oracle: the count read from the converted MobileViTv2 flatbuffer
     (`macs_tflite`) equals the Keras graph count less what the 1x1 pair fusion saves."""

@@ -101,6 +101,7 @@ def _errors(capsys, argv):
     return err
 
 
+@pytest.mark.slow
 def test_train_writes_the_run_and_prints_metrics_and_paths(run, folder):
     out, code, stdout = run
     assert code == 0
@@ -127,6 +128,7 @@ def test_train_writes_the_run_and_prints_metrics_and_paths(run, folder):
         assert name in stdout
 
 
+@pytest.mark.slow
 def test_eval_report_matches_numpy_on_the_models_predictions(run, folder, capsys):
     out, code, _ = run
     assert code == 0
@@ -165,6 +167,7 @@ def test_eval_report_matches_numpy_on_the_models_predictions(run, folder, capsys
     assert str(png) in stdout
 
 
+@pytest.mark.slow
 def test_finetune_with_a_frozen_backbone_keeps_it(run, folder, tmp_path):
     out, code, _ = run
     assert code == 0
@@ -189,6 +192,7 @@ def test_finetune_with_a_frozen_backbone_keeps_it(run, folder, tmp_path):
     assert config["model"]["freeze_backbone"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(os.path.join(FASHION_MNIST_DIR,
                                                    "t10k-images-idx3-ubyte.gz")),
                     reason="Debian's dataset-fashion-mnist is not installed")
@@ -211,6 +215,7 @@ def test_fashion_mnist_train_and_eval(tmp_path, capsys):
     assert "Ankle boot" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_eval_at_another_size_uses_the_same_weights(run, folder, capsys):
     """A model trained at 32x32 evaluated with --image-size 48: the trained layers run the
     48x48 images (as one model for any size), no second model to build."""
@@ -273,6 +278,7 @@ def test_errors_are_one_clear_line(folder, tmp_path, capsys):
     assert "No model_ema.keras or model.keras" in err
 
 
+@pytest.mark.slow
 def test_eval_rejects_data_with_other_classes(run, tmp_path, capsys):
     out, code, _ = run
     assert code == 0
@@ -284,6 +290,7 @@ def test_eval_rejects_data_with_other_classes(run, tmp_path, capsys):
     assert "['cat', 'dog', 'fox']" in err and "['blue', 'green', 'red']" in err
 
 
+@pytest.mark.slow
 def test_diverged_run_exits_3_with_one_line_and_keeps_no_model(folder, tmp_path, capsys):
     out = tmp_path / "diverged"
     code = main(["train", "--config", "fashion_mnist", "--data", str(folder), "-o", str(out),

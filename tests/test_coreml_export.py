@@ -30,6 +30,7 @@ def fp16_package(classifier, tmp_path_factory):
     return to_coreml(classifier, path)
 
 
+@pytest.mark.slow
 def test_ml_program_structure(fp16_package, capsys):
     report = fp16_package
     with capsys.disabled():
@@ -71,6 +72,7 @@ def test_classifier_labels_and_float32(tmp_path):
         f"exported by keras_mvit2 {mv.__version__}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "compression,op",
     [("int8", "constexpr_affine_dequantize"), ("palettize", "constexpr_lut_to_dense"),
@@ -99,6 +101,7 @@ def test_bad_arguments_leave_nothing_behind(tmp_path):
         inspect_coreml(tmp_path / "missing.mlpackage")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not coreml_predictions_available(),
                     reason="Core ML predictions need macOS (Core ML's runtime is not on Linux)")
 def test_predictions_match_keras_on_macos(classifier, tmp_path, rng):

@@ -129,6 +129,7 @@ def reference() -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("width", WIDTHS)
 def test_leaner_than_apples_export_path(width, reference, tmp_path, capsys):
@@ -167,6 +168,7 @@ def _transposes_by_owner(path) -> dict[str, int]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_task_models_leaner_than_apples_export_path(reference, tmp_path, capsys):
     theirs = reference[_timm_name(0.5)]["ops"]

@@ -20,6 +20,8 @@ from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY  #
 from keras_mvit2.export.coreml import to_coreml  # noqa: E402
 from keras_mvit2.export.coreml_pointwise_fusion import PASS_NAME, collect_fusions  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 
 def _pointwise(x, weight, bias):
     """numpy 1x1 convolution, NCHW, weight (out, in, 1, 1)."""

@@ -15,6 +15,8 @@ from keras_mvit2.export.coreml_detection import _decoding_model, to_coreml_detec
 from keras_mvit2.tasks import DeepLabV3, SSDLite  # noqa: E402
 from keras_mvit2.tasks.detection import decode_boxes  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 
 def _image_input(spec, size):
     (feature,) = spec.description.input

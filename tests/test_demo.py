@@ -24,10 +24,10 @@ from keras_mvit2.export import read_tflite_metadata
 
 HAS_COREML = importlib.util.find_spec("coremltools") is not None
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
     reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
-)
+)]
 
 
 @pytest.fixture(scope="module")

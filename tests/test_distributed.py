@@ -29,10 +29,10 @@ import keras_mvit2  # noqa: F401 (registers the layers for loading the saved mod
 from keras_mvit2.data import fashion_mnist, make_eval_dataset
 
 FASHION = "/usr/share/datasets/fashion-mnist"
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not os.path.exists(os.path.join(FASHION, "train-images-idx3-ubyte.gz")),
     reason="Debian's dataset-fashion-mnist is not installed",
-)
+)]
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT_S = 420
 LOSS_RTOL = 1e-4

@@ -12,30 +12,26 @@ The timm outputs come from `tests/torch_oracle.py`, run once in a subprocess (to
 convolutions segfault once TensorFlow is imported in the same process).
 """
 
-import importlib.util
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from shared_fixtures import ORACLE_BATCH, ORACLE_BLOCK_SIZES, ORACLE_MODELS, ORACLE_SIZES
 
 import keras_mvit2 as mv
 from keras_mvit2.tasks.features import mobilevitv2_features
 from keras_mvit2.weights import load_torch_weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ORACLE_SCRIPT = os.path.join(HERE, "torch_oracle.py")
-HAS_TORCH_ORACLE = all(
-    importlib.util.find_spec(name) is not None for name in ("torch", "timm", "safetensors")
-)
 
 WIDTHS = {"mobilevitv2_050": 0.5, "mobilevitv2_100": 1.0}
 SIZES = ((256, 256), (224, 224), (256, 320), (288, 192), (193, 201))
 BLOCK_SIZES = ((32, 32), (15, 17))
-BATCH = 2
+BATCH = ORACLE_BATCH
+assert set(WIDTHS) <= set(ORACLE_MODELS) and set(SIZES) <= set(ORACLE_SIZES)
+assert set(BLOCK_SIZES) <= set(ORACLE_BLOCK_SIZES)
 LOGIT_ATOL = 1e-4     # required by the issue
 FEATURE_ATOL = 1e-4   # feature maps of magnitude up to ~10
 BLOCK_ATOL = 2e-5     # as tests/test_weights_port.py
@@ -65,19 +61,9 @@ def _shape_generic(model: keras.Model):
 
 
 @pytest.fixture(scope="module")
-def oracle(tmp_path_factory) -> dict:
-    if not HAS_TORCH_ORACLE:
-        pytest.skip("needs torch, timm and safetensors")
-    out_dir = tmp_path_factory.mktemp("torch_oracle_dynamic")
-    command = [
-        sys.executable, ORACLE_SCRIPT, "--out-dir", str(out_dir),
-        "--models", ",".join(WIDTHS),
-        "--sizes", ",".join(_tag(s) for s in SIZES),
-        "--block-sizes", ",".join(_tag(s) for s in BLOCK_SIZES),
-        "--batch", str(BATCH), "--seed", "0",
-        "--config", '{"stage_maps": true}',
-    ]
-    subprocess.run(command, check=True)
+def oracle(timm_oracle_dir) -> dict:
+    """The run's timm oracle (conftest.py), with the stage maps."""
+    out_dir = timm_oracle_dir
     result = {}
     for name in WIDTHS:
         with np.load(out_dir / f"{name}.npz") as data:

@@ -62,6 +62,7 @@ def test_one_dynamic_side(dynamic_shape, size, rng):
     np.testing.assert_allclose(serve(x).numpy(), _logits(fixed, x), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_dynamic_model_round_trips_through_keras_file(tmp_path, rng):
     model = mv.MobileViTV2(0.5, input_shape=(None, None, 3), classes=5)
     perturb_norms(model)
@@ -148,6 +149,7 @@ def test_pretrained_tag_accepts_a_dynamic_size():
             input_tensor=None, attention="separable")
 
 
+@pytest.mark.slow
 def test_cli_exports_a_dynamic_keras_file_at_the_size_asked(tmp_path):
     from keras_mvit2.cli.main import main
     from keras_mvit2.export import inspect_tflite
@@ -189,6 +191,7 @@ def test_task_models_built_for_any_size(builder, rng):
     np.testing.assert_array_equal(_logits(rebuilt, x), _logits(dynamic, x))
 
 
+@pytest.mark.slow
 def test_segmentation_model_exports_the_fixed_size_graph(tmp_path):
     """PSPNet built for any size, exported at 65x97 (odd maps, uneven pyramid bins): the
     TFLite ops of the model built for 65x97."""
@@ -203,6 +206,7 @@ def test_segmentation_model_exports_the_fixed_size_graph(tmp_path):
     assert a.op_histogram == b.op_histogram
 
 
+@pytest.mark.slow
 def test_coreml_export_of_a_dynamic_model_at_a_size(tmp_path):
     pytest.importorskip("coremltools")
     from keras_mvit2.export.coreml import to_coreml

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 from model_utils import perturb_norms
-from test_pretrained import HAS_TORCH_ORACLE, ORACLE_SCRIPT, hub_env  # noqa: F401
+from test_pretrained import hub_env  # noqa: F401
 
 import keras_mvit2 as mv
 
@@ -65,6 +65,7 @@ def _raw_images(n: int = 3, height: int = 80, width: int = 100, seed: int = 1) -
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_import_is_lazy_and_keras_hub_import_registers_the_classes():
     code = (
         "import sys, keras_mvit2, keras\n"
@@ -150,6 +151,7 @@ def test_save_to_preset_round_trips_through_keras_hubs_own_from_preset(classifie
     assert type(preprocessor) is mvhub.MobileViTV2ImageClassifierPreprocessor
 
 
+@pytest.mark.slow
 def test_fit_on_fashion_mnist_lowers_the_loss(classifier, preset_dir):
     from keras_mvit2.data.sources import FASHION_MNIST_DIR, load_fashion_mnist_arrays
 
@@ -191,17 +193,10 @@ def test_presets_list_one_name_per_published_tag():
 
 
 @pytest.fixture(scope="module")
-def timm_050(tmp_path_factory) -> dict:
+def timm_050(timm_oracle_dir) -> dict:
     """A timm mobilevitv2_050 checkpoint (random weights, perturbed norms) and its
-    logits at 256x256, from tests/torch_oracle.py."""
-    if not HAS_TORCH_ORACLE:
-        pytest.skip("needs torch, timm and safetensors")
-    out = tmp_path_factory.mktemp("hub_oracle")
-    subprocess.run(
-        [sys.executable, ORACLE_SCRIPT, "--out-dir", str(out), "--models", "mobilevitv2_050",
-         "--sizes", "256x256", "--block-sizes", "8x8", "--batch", "2", "--seed", "5"],
-        check=True, stdout=subprocess.DEVNULL,
-    )
+    logits at 256x256, from the run's timm oracle (conftest.py)."""
+    out = timm_oracle_dir
     with np.load(out / "mobilevitv2_050.npz") as data:
         return {"safetensors": (out / "mobilevitv2_050.safetensors").read_bytes(),
                 "x": data["x_256x256"], "logits": data["logits_256x256"]}
@@ -219,6 +214,7 @@ TIMM_CONFIG = {
 }
 
 
+@pytest.mark.slow
 def test_published_name_and_hf_timm_presets_equal_timm(timm_050, hub_env, tmp_path,  # noqa: F811
                                                        monkeypatch):
     from test_pretrained import _set_env
@@ -270,6 +266,7 @@ def test_published_name_and_hf_timm_presets_equal_timm(timm_050, hub_env, tmp_pa
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tflite_export_with_and_without_preprocessing(net, classifier, tmp_path):
     from keras_mvit2.export import run_tflite, to_tflite
 
@@ -298,6 +295,7 @@ def test_tflite_export_with_and_without_preprocessing(net, classifier, tmp_path)
     assert diff_exact < 1e-5  # one graph vs preprocessing and network apart: rounding only
 
 
+@pytest.mark.slow
 def test_coreml_export_with_and_without_preprocessing(classifier, tmp_path):
     pytest.importorskip("coremltools")
     from keras_mvit2.export import to_coreml

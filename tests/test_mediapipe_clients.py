@@ -16,6 +16,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+from shared_fixtures import CLASSIFIER_BATCH, CLASSIFIER_SIZE, CLASSIFIER_STEPS
 
 from keras_mvit2.data.sources import (
     FASHION_MNIST_CLASSES,
@@ -26,16 +27,15 @@ from keras_mvit2.export import read_tflite_metadata, to_tflite
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SIZE = 32
+SIZE = CLASSIFIER_SIZE
 #: Test images for the segmenter and the detector (the issue's 200).
 NUM_TEST = 200
 #: The classifier's agreement is measured on more: its int8 export agrees with Keras on
 #: 0.967-0.974 of 2,000 test images (three trainings of the fixture's recipe), so on 200 the
 #: sampling error alone (+-0.012) put the 0.95 bar within two standard deviations.
 NUM_TEST_CLASSIFIER = 1000
-#: Classifier training: 160 steps of 64 images (10,240), cosine decay from 3e-3 (the recipe
-#: of tests/test_quantization_ptq.py; 77-79 % test accuracy in 35 s).
-TRAIN_STEPS, BATCH = 160, 64
+#: The images the run's trained classifier was fitted on (tests/shared_fixtures.py).
+TRAIN_STEPS, BATCH = CLASSIFIER_STEPS, CLASSIFIER_BATCH
 
 
 def _mediapipe_python() -> str | None:
@@ -48,6 +48,7 @@ def _mediapipe_python() -> str | None:
 MEDIAPIPE_PYTHON = _mediapipe_python()
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(
         not os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
         reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
@@ -81,18 +82,14 @@ def data():
 
 
 @pytest.fixture(scope="module")
-def classifier(data):
-    """MobileViTV2-0.5 at 32x32 (softmax), fitted on Fashion-MNIST (77-79 % test accuracy)."""
+def classifier(trained_classifier_path):
+    """MobileViTV2-0.5 at 32x32 with a softmax: the weights of the run's trained classifier
+    (conftest.py: fitted on the first 160 x 64 training images, 80-82 % test accuracy)."""
     import keras_mvit2 as mv
 
-    x, y, _, _ = data
-    keras.utils.set_random_seed(0)
+    trained = keras.saving.load_model(trained_classifier_path)
     model = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
-    optimizer = keras.optimizers.Adam(
-        keras.optimizers.schedules.CosineDecay(3e-3, TRAIN_STEPS, alpha=0.05))
-    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
-    optimizer.build(model.trainable_variables)  # else the first step traces twice (slow)
-    model.fit(x / 255.0, y, batch_size=BATCH, epochs=1, verbose=0)
+    model.set_weights(trained.get_weights())
     return model
 
 

@@ -307,6 +307,7 @@ def timm_xxs(tmp_path_factory):
     return out_dir, run_timm_oracle(out_dir, "mobilevit_xxs:256x256+224x224")
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.skipif(not TORCH_READY, reason="needs torch, timm and safetensors")
 @pytest.mark.parametrize("size", [256, 224], ids=["256", "224-resized"])
@@ -326,6 +327,7 @@ def test_mobilevit_xxs_matches_timm_logits(timm_xxs, size):
         float(np.abs(expected).max()))
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.skipif(not TORCH_READY, reason="needs torch, timm and safetensors")
 def test_xxs_checkpoint_into_xs_names_the_tensor(timm_xxs):

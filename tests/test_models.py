@@ -150,6 +150,7 @@ def test_count_params_excludes_only_bn_statistics():
     assert model.count_params() == trainable + bn_stats == 1_370_593 + 7_776
 
 
+@pytest.mark.slow
 def test_keras_round_trip_in_fresh_process(tmp_path, rng):
     model = mv.MobileViTV2(0.5, input_shape=(64, 96, 3), classes=5)
     perturb_norms(model)

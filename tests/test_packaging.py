@@ -97,6 +97,7 @@ def dist(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_wheel_holds_every_package_file(dist):
     """A data file left out of setup.cfg's package_data (or a folder without __init__.py)
     works in an editable checkout and breaks the installed wheel: compare the two."""

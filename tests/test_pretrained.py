@@ -21,6 +21,8 @@ import sys
 import numpy as np
 import pytest
 from hub_standin import HubStandIn, free_port
+from model_utils import TORCH_READY
+from shared_fixtures import ORACLE_MODELS, ORACLE_SIZES
 
 import keras_mvit2 as mv
 from keras_mvit2.weights.hub import WeightsDownloadError
@@ -32,13 +34,10 @@ from keras_mvit2.weights.pretrained import (
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ORACLE_SCRIPT = os.path.join(HERE, "torch_oracle.py")
-HAS_TORCH_ORACLE = all(
-    importlib.util.find_spec(name) is not None for name in ("torch", "timm", "safetensors")
-)
-needs_oracle = pytest.mark.skipif(not HAS_TORCH_ORACLE, reason="needs torch, timm, safetensors")
+needs_oracle = pytest.mark.skipif(not TORCH_READY, reason="needs torch, timm, safetensors")
 
 MODELS = {"mobilevitv2_050": 0.5, "mobilevitv2_075": 0.75}
+assert set(MODELS) <= set(ORACLE_MODELS) and (256, 256) in ORACLE_SIZES
 LOGIT_ATOL = 1e-4
 
 
@@ -47,16 +46,10 @@ def _repo(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict:
-    """timm checkpoints (safetensors, .pth) and logits at 256x256 for the two widths."""
-    if not HAS_TORCH_ORACLE:
-        pytest.skip("needs torch, timm and safetensors")
-    out = tmp_path_factory.mktemp("pretrained_oracle")
-    subprocess.run(
-        [sys.executable, ORACLE_SCRIPT, "--out-dir", str(out), "--models", ",".join(MODELS),
-         "--sizes", "256x256", "--block-sizes", "8x8", "--batch", "2", "--seed", "3"],
-        check=True, stdout=subprocess.DEVNULL,
-    )
+def checkpoints(timm_oracle_dir) -> dict:
+    """timm checkpoints (safetensors, .pth) and logits at 256x256 for the two widths, from
+    the run's timm oracle (conftest.py)."""
+    out = timm_oracle_dir
     result = {}
     for name in MODELS:
         with np.load(out / f"{name}.npz") as data:
@@ -236,6 +229,7 @@ def test_tag_table_against_the_builders():
         mv.MobileViTV2(0.6, weights="imagenet")
 
 
+@pytest.mark.slow
 @needs_oracle
 def test_tag_table_against_timm_pretrained_cfgs():
     """Repo ids, input sizes, crop_pct, interpolation and mean/std as timm's registry has them."""

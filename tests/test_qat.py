@@ -82,6 +82,7 @@ def _accuracy(logits, labels) -> float:
     return float(np.mean(np.argmax(logits, -1) == labels))
 
 
+@pytest.mark.slow
 def test_float_model_is_trained(trained, fmnist):
     # The int8 checks below mean something only for a trained model.
     acc = _accuracy(trained.predict(fmnist["x_test"], verbose=0), fmnist["y_test"])
@@ -91,6 +92,7 @@ def test_float_model_is_trained(trained, fmnist):
 # ------------------------------------------------------------------------------- the twin
 
 
+@pytest.mark.slow
 def test_twin_equals_keras3_model(fmnist):
     from model_utils import perturb_norms
 
@@ -130,6 +132,7 @@ def qat_run(trained, fmnist, tmp_path_factory):
     return result, legacy_before
 
 
+@pytest.mark.slow
 def test_qat_exports_full_integer_model(qat_run):
     from keras_mvit2.export import inspect_tflite, read_tflite_metadata
 
@@ -158,6 +161,7 @@ def test_qat_exports_full_integer_model(qat_run):
     assert result.twin_max_abs_diff <= 1e-4
 
 
+@pytest.mark.slow
 def test_qat_int8_accuracy_close_to_float(qat_run, trained, fmnist):
     from keras_mvit2.export import run_tflite
 
@@ -174,6 +178,7 @@ def test_qat_int8_accuracy_close_to_float(qat_run, trained, fmnist):
     assert result.int8_agreement >= 0.9
 
 
+@pytest.mark.slow
 def test_qat_keeps_tfmot_out_of_this_process(qat_run):
     _, legacy_before = qat_run
     assert "tensorflow_model_optimization" not in sys.modules
@@ -181,6 +186,7 @@ def test_qat_keeps_tfmot_out_of_this_process(qat_run):
     assert keras.__version__.startswith("3.")
 
 
+@pytest.mark.slow
 def test_worker_failure_is_a_clear_error(fmnist, tmp_path):
     from keras_mvit2.quantize import QuantizationWorkerError, qat
 
@@ -203,15 +209,16 @@ def test_worker_failure_is_a_clear_error(fmnist, tmp_path):
     assert not (tmp_path / "never.tflite").exists()
 
 
-def test_bad_arguments_fail_before_the_worker(trained, fmnist):
+def test_bad_arguments_fail_before_the_worker(fmnist):
     from keras_mvit2.quantize import qat
 
+    model = small_model()  # the checks come before any training: no need to train it
     with pytest.raises(ValueError, match="io_dtype"):
-        qat(trained, (fmnist["x"][:8], fmnist["y"][:8]), io_dtype="int4")
+        qat(model, (fmnist["x"][:8], fmnist["y"][:8]), io_dtype="int4")
     with pytest.raises(ValueError, match=r"shape \(N, 32, 32, 3\)"):
-        qat(trained, (fmnist["x"][:8, :28, :28], fmnist["y"][:8]))
+        qat(model, (fmnist["x"][:8, :28, :28], fmnist["y"][:8]))
     with pytest.raises(ValueError, match=r"labels must be in \[0, 10\)"):
-        qat(trained, (fmnist["x"][:8], fmnist["y"][:8] + 10))
+        qat(model, (fmnist["x"][:8], fmnist["y"][:8] + 10))
 
 
 # ------------------------------------------------------------------------------- sparsity
@@ -221,6 +228,7 @@ def _kernel_size(model, path: str) -> int:
     return int(np.prod(next(w.shape for w in model.weights if w.path == path)))
 
 
+@pytest.mark.slow
 def test_prune_reaches_target_sparsity_in_keras_and_tflite(trained, fmnist, tmp_path):
     from keras_mvit2.export import run_tflite
     from keras_mvit2.quantize import prune
@@ -259,6 +267,7 @@ def test_prune_reaches_target_sparsity_in_keras_and_tflite(trained, fmnist, tmp_
     assert result.float_accuracy_after >= result.float_accuracy_before - 0.1
 
 
+@pytest.mark.slow
 def test_pruned_1x1_pairs_are_not_fused_on_export(fmnist, tmp_path):
     # Two back-to-back 1x1 convs (the pair to_tflite fuses by default): the product of
     # two pruned kernels is dense, so the export keeps them apart and keeps their zeros.
@@ -280,6 +289,7 @@ def test_pruned_1x1_pairs_are_not_fused_on_export(fmnist, tmp_path):
     assert all(k["sparsity"] >= 0.5 - 1.0 / np.prod(k["shape"]) for k in convs), convs
 
 
+@pytest.mark.slow
 def test_cluster_leaves_at_most_k_values_per_kernel(trained, fmnist, tmp_path):
     from keras_mvit2.quantize import cluster
 

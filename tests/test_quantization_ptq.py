@@ -1,12 +1,14 @@
 """Post-training quantization of MobileViTV2-0.5 to TFLite, checked in LiteRT on real images.
 
-A module fixture trains MobileViTV2-0.5 on Fashion-MNIST at 32x32 (RGB by channel repeat,
-160 steps of 64 images: 80-82 % test accuracy), because int8 checks on random weights
-prove nothing (the activations vanish and int8 outputs go constant). Every quantization
-mode converts that model and runs in ``ai_edge_litert`` on 1,000 held-out test images (the
-full-int8 models on all 10,000: on 1,000 the standard error of an accuracy drop is about
-0.5 points, which made a 1-point bound flaky). The full-int8 model is also converted at the
-real 256x256 size, after fine-tuning there (see `test_int8_real_size_256`).
+The run's trained classifier (tests/shared_fixtures.py, built once per pytest run and
+shared with the other modules that need a trained model) is MobileViTV2-0.5 fitted on
+Fashion-MNIST at 32x32 (RGB by channel repeat, 160 steps of 64 images: 80-82 % test
+accuracy): int8 checks on random weights prove nothing (the activations vanish and int8
+outputs go constant). Every quantization mode converts that model and runs in
+``ai_edge_litert`` on 1,000 held-out test images (the full-int8 models on all 10,000: on
+1,000 the standard error of an accuracy drop is about 0.5 points, which made a 1-point
+bound flaky). The full-int8 model is also converted at the real 256x256 size, after
+fine-tuning there (see `test_int8_real_size_256`).
 
 Thresholds (measured on this recipe, with margin): int8 top-1 agreement with Keras
 >= 0.96 (measured 0.972-0.983) and test-accuracy drop <= 1.0 point (measured -0.3 to
@@ -26,6 +28,12 @@ import pytest
 import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 from model_utils import float_ops_from_interpreter
+from shared_fixtures import (
+    CLASSIFIER_BATCH,
+    CLASSIFIER_SIZE,
+    CLASSIFIER_STEPS,
+    fashion_mnist_rgb,
+)
 
 import keras_mvit2 as mv
 from keras_mvit2.data.sources import (
@@ -44,9 +52,9 @@ from keras_mvit2.export import (
 from keras_mvit2.layers import GroupNorm1
 
 CLASSES = list(FASHION_MNIST_CLASSES)
-SIZE = 32
-TRAIN_STEPS = 160
-BATCH = 64
+SIZE = CLASSIFIER_SIZE
+TRAIN_STEPS = CLASSIFIER_STEPS
+BATCH = CLASSIFIER_BATCH
 NUM_TEST = 1000
 NUM_CALIBRATION = 200
 FINE_TUNE_STEPS = 64  # at 256x256 (test_int8_real_size_256)
@@ -58,10 +66,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _rgb(images: np.ndarray, size: int) -> np.ndarray:
-    """uint8 (N, 28, 28) -> float32 (N, size, size, 3) in [0, 1] (bilinear, gray repeated)."""
-    x = tf.image.resize(images[..., None].astype("float32") / 255.0, (size, size), "bilinear")
-    return np.repeat(np.clip(np.asarray(x), 0.0, 1.0), 3, axis=-1)
+_rgb = fashion_mnist_rgb
 
 
 @pytest.fixture(scope="module")
@@ -81,24 +86,10 @@ def data():
 
 
 @pytest.fixture(scope="module")
-def trained(data):
-    """MobileViTV2-0.5 (logits) fitted on Fashion-MNIST at 32x32."""
-    keras.utils.set_random_seed(0)
-    model = mv.MobileViTV2(
-        0.5, input_shape=(SIZE, SIZE, 3), classes=10, classifier_activation=None
-    )
-    optimizer = keras.optimizers.Adam(
-        keras.optimizers.schedules.CosineDecay(3e-3, TRAIN_STEPS, alpha=0.05)
-    )
-    model.compile(
-        optimizer=optimizer,
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
-    optimizer.build(model.trainable_variables)  # else the first step traces twice (slow)
-    model.fit(
-        _rgb(data["x_train"], SIZE), data["y_train"], batch_size=BATCH, epochs=1, verbose=0
-    )
-    return model
+def trained(trained_classifier_path):
+    """MobileViTV2-0.5 (logits) fitted on Fashion-MNIST at 32x32: the run's trained
+    classifier (conftest.py), fitted on `data()["x_train"]`."""
+    return keras.saving.load_model(trained_classifier_path)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from keras_mvit2.utils.quiet import _CHATTER, drop_entries
 README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
 
 
+@pytest.mark.slow
 def test_import_prints_nothing():
     done = subprocess.run([sys.executable, "-c", "import keras_mvit2"], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONWARNINGS": ""})
@@ -35,6 +36,7 @@ def test_chatter_filter_keeps_warnings_and_errors_that_matter():
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verbose", [False, True])
 def test_cli_is_quiet_unless_verbose(tmp_path, verbose):
     # `export` builds a model, runs TensorFlow (its runtime's start-up logs), converts to
@@ -68,6 +70,7 @@ def _fake_bin(folder, name, body):
     path.chmod(0o755)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("uid", ["0", "1000"])
 def test_readme_first_command_installs_the_data_as_root_and_with_sudo(tmp_path, uid):
     # Fake dpkg (package missing), apt-get and id; sudo exists only for the non-root user.

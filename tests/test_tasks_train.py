@@ -26,6 +26,7 @@ from keras_mvit2.tasks.detection import (
 from keras_mvit2.tasks.segmentation import DeepLabV3, confusion_matrix, mean_iou
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(
         not os.path.exists(os.path.join(td.FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
         reason="needs the Debian package dataset-fashion-mnist",

@@ -56,6 +56,7 @@ def test_class_names_for_a_detector_count_object_classes(tmp_path):
         to_tflite(with_detection_postprocess(ssd), tmp_path / "d.tflite", class_names=NAMES[:2])
 
 
+@pytest.mark.slow
 def test_detection_postprocess_op_equals_postprocess_detections(tmp_path):
     from keras_mvit2.export.detection_postprocess import with_detection_postprocess
     from keras_mvit2.tasks import SSDLite, postprocess_detections

@@ -449,6 +449,7 @@ def _ran_in_deterministic_child(tmp_path, test: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 @needs_fashion
 def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path):
     if _ran_in_deterministic_child(tmp_path, "test_resume_after_kill_matches_an_uninterrupted_run"):
@@ -515,6 +516,7 @@ class _GrabTrainer(keras.callbacks.Callback):
         self.start = [w.numpy() for w in self.model.classifier.weights]
 
 
+@pytest.mark.slow
 @needs_fashion
 def test_multiscale_trains_one_model_for_every_scale(tmp_path, monkeypatch):
     """One classifier built for any size runs every batch shape, and trains exactly as the
@@ -593,6 +595,7 @@ def test_multiscale_trains_one_model_for_every_scale(tmp_path, monkeypatch):
     assert np.isfinite(resumed.history[-1]["loss"])
 
 
+@pytest.mark.slow
 @needs_fashion
 def test_finetune_new_head_and_frozen_backbone(tmp_path):
     source = tiny_mvit2(input_shape=(32, 32, 3), classes=3)
@@ -624,6 +627,7 @@ def test_finetune_new_head_and_frozen_backbone(tmp_path):
         training.finetune(config, tmp_path / "nope.weights.h5")
 
 
+@pytest.mark.slow
 @needs_fashion
 def test_mixed_float16_run_saves_a_float32_model(tmp_path):
     config = tiny_config(tmp_path, training={"epochs": 1, "steps_per_epoch": 3,
@@ -667,6 +671,7 @@ class _StepLosses(keras.callbacks.Callback):
         self._mean = mean
 
 
+@pytest.mark.slow
 @needs_fashion
 def test_fashion_mnist_mobilevitv2_050_learns(tmp_path):
     """Few hundred steps of the real recipe: the loss falls and test accuracy >> 10 %."""
@@ -771,6 +776,7 @@ def _all_finite(path) -> bool:
     return all(np.all(np.isfinite(np.asarray(w))) for w in model.get_weights())
 
 
+@pytest.mark.slow
 def test_diverged_run_stops_keeps_earlier_checkpoints_and_resumes(tmp_path):
     out = tmp_path / "run"
     first = training.train(tiny_config(tmp_path, training={"epochs": 1}))
@@ -802,6 +808,7 @@ def test_diverged_run_stops_keeps_earlier_checkpoints_and_resumes(tmp_path):
     assert _all_finite(resumed.model_path) and _all_finite(resumed.ema_model_path)
 
 
+@pytest.mark.slow
 def test_divergence_at_the_first_epoch_leaves_no_checkpoint_and_no_model(tmp_path):
     with pytest.raises(training.TrainingDivergedError, match="no checkpoint to resume from"):
         training.train(tiny_config(tmp_path, training={"epochs": 2},

@@ -53,10 +53,7 @@ def data():
     return _rgb(x_train), y_train, _rgb(x_test), y_test
 
 
-@pytest.fixture(scope="module")
-def model(data):
-    x, y, _, _ = data
-    keras.utils.set_random_seed(0)
+def _tiny_cnn() -> keras.Model:
     inputs = keras.Input((28, 28, 3))
     h = inputs
     for filters in (16, 32):
@@ -65,7 +62,21 @@ def model(data):
         h = keras.layers.ReLU()(h)
     h = keras.layers.GlobalAveragePooling2D()(h)
     outputs = keras.layers.Dense(10, name="logits")(h)
-    net = keras.Model(inputs, outputs, name="tiny_fashion_cnn")
+    return keras.Model(inputs, outputs, name="tiny_fashion_cnn")
+
+
+@pytest.fixture(scope="module")
+def untrained() -> keras.Model:
+    """The tiny CNN as built: enough for the checks of bad input, which never run it."""
+    keras.utils.set_random_seed(0)
+    return _tiny_cnn()
+
+
+@pytest.fixture(scope="module")
+def model(data):
+    x, y, _, _ = data
+    keras.utils.set_random_seed(0)
+    net = _tiny_cnn()
     net.compile(
         optimizer=keras.optimizers.Adam(3e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -121,6 +132,7 @@ def _ops_and_delegates(path: str) -> tuple[dict[str, int], int]:
     return dict(sorted(histogram.items())), sum(op["op_name"] == "DELEGATE" for op in ops)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["float32", "int8"])
 def test_report_matches_independent_numbers(model, data, exports, kind):
     _, _, x, y = data
@@ -166,6 +178,7 @@ def test_report_matches_independent_numbers(model, data, exports, kind):
         assert report.top1_agreement >= 0.95 and report.accuracy_drop <= 0.03
 
 
+@pytest.mark.slow
 def test_float_ops_left_are_reported(model, data, tmp_path):
     x, _, xt, yt = data
     inputs = keras.Input((28, 28, 3))
@@ -178,17 +191,18 @@ def test_float_ops_left_are_reported(model, data, tmp_path):
     assert any("Float ops left" in note and "SQUARE" in note for note in report.notes)
 
 
-def test_bad_inputs(model, data, exports, tmp_path):
+def test_bad_inputs(untrained, data, tmp_path):
     _, _, x, y = data
-    path = exports["float32"].path
+    path = to_tflite(untrained, tmp_path / "fp32.tflite").path
     with pytest.raises(ValueError, match="labels"):
-        validate(path, model, x, y[:10])
+        validate(path, untrained, x, y[:10])
     with pytest.raises(ValueError, match="resize"):
-        validate(path, model, x[:, :20, :20], y)
+        validate(path, untrained, x[:, :20, :20], y)
     with pytest.raises(FileNotFoundError):
-        validate(tmp_path / "missing.tflite", model, x, y)
+        validate(tmp_path / "missing.tflite", untrained, x, y)
 
 
+@pytest.mark.slow
 def test_save_and_print(model, data, exports, tmp_path):
     _, _, x, y = data
     outputs = reference_outputs(model, x)
@@ -214,6 +228,7 @@ def test_save_and_print(model, data, exports, tmp_path):
     assert f"{100 * reports[1].top1_agreement:.2f} %" in text
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     __import__("importlib").util.find_spec("coremltools") is None,
     reason="coremltools not installed",
@@ -237,6 +252,7 @@ def test_coreml_is_structural_off_macos(model, data, tmp_path):
 # CLI
 
 
+@pytest.mark.slow
 def test_cli_export_then_validate(model, data, tmp_path, capsys):
     from PIL import Image
 
@@ -325,9 +341,9 @@ def test_cli_export_then_validate(model, data, tmp_path, capsys):
           "fashion_mnist"], "not found"),
     ],
 )
-def test_cli_errors(model, tmp_path, capsys, argv, message):
+def test_cli_errors(untrained, tmp_path, capsys, argv, message):
     model_path = tmp_path / "tiny.keras"
-    model.save(model_path)
+    untrained.save(model_path)
     out = tmp_path / "out.tflite"
     args = [a.format(model=model_path, out=out, tmp=tmp_path) for a in argv]
     assert main(args) == 2

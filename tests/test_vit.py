@@ -399,6 +399,7 @@ def timm_deit(tmp_path_factory):
     return out_dir, run_timm_oracle(out_dir, "deit_tiny_patch16_224:224x224")
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.skipif(not TORCH_READY, reason="needs torch, timm and safetensors")
 def test_deit_tiny_matches_timm_logits(timm_deit):
@@ -413,6 +414,7 @@ def test_deit_tiny_matches_timm_logits(timm_deit):
     assert manifest["models"]["deit_tiny_patch16_224"]["num_tensors"] == 152
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.skipif(not TORCH_READY, reason="needs torch, timm and safetensors")
 def test_timm_checkpoint_into_wrong_model_names_the_tensor(timm_deit):

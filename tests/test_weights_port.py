@@ -7,14 +7,12 @@ is safe after TensorFlow).
 """
 
 import csv
-import importlib.util
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
+from shared_fixtures import ORACLE_BATCH, ORACLE_BLOCK_SIZES, ORACLE_MODELS, ORACLE_SIZES
 
 import keras_mvit2
 from keras_mvit2.weights import (
@@ -26,17 +24,15 @@ from keras_mvit2.weights import (
 from keras_mvit2.weights.mobilevitv2_port import model_port_targets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ORACLE_SCRIPT = os.path.join(HERE, "torch_oracle.py")
 KEYMAP_TSV = os.path.join(HERE, "data", "mobilevitv2_keymap_alpha1.0.tsv")
 
-HAS_TORCH_ORACLE = all(
-    importlib.util.find_spec(name) is not None for name in ("torch", "timm", "safetensors")
-)
 
 WIDTHS = {"mobilevitv2_050": 0.5, "mobilevitv2_100": 1.0}
 SIZES = ((256, 256), (224, 224), (256, 320))
 BLOCK_SIZES = ((32, 32), (15, 17))  # 15x17: odd sides, exercises the align-corners resize
-BATCH = 2
+BATCH = ORACLE_BATCH
+assert set(WIDTHS) <= set(ORACLE_MODELS) and set(SIZES) <= set(ORACLE_SIZES)
+assert set(BLOCK_SIZES) <= set(ORACLE_BLOCK_SIZES)
 
 LOGIT_ATOL = 1e-4      # required; measured ~5e-7 (see the printed figures)
 FEATURE_ATOL = 1e-4    # last feature map before pooling, values of order 1-10
@@ -86,21 +82,9 @@ def _scramble(model: keras.Model) -> None:
 
 
 @pytest.fixture(scope="module")
-def oracle(tmp_path_factory) -> dict:
-    """Runs tests/torch_oracle.py once; returns paths and reference arrays per model."""
-    if not HAS_TORCH_ORACLE:
-        pytest.skip("needs torch, timm and safetensors")
-    out_dir = tmp_path_factory.mktemp("torch_oracle")
-    command = [
-        sys.executable, ORACLE_SCRIPT,
-        "--out-dir", str(out_dir),
-        "--models", ",".join(WIDTHS),
-        "--sizes", ",".join(_tag(s) for s in SIZES),
-        "--block-sizes", ",".join(_tag(s) for s in BLOCK_SIZES),
-        "--batch", str(BATCH),
-        "--seed", "0",
-    ]
-    subprocess.run(command, check=True)
+def oracle(timm_oracle_dir) -> dict:
+    """The run's timm oracle (conftest.py); returns paths and reference arrays per model."""
+    out_dir = timm_oracle_dir
     result = {"dir": str(out_dir)}
     for name in WIDTHS:
         with np.load(out_dir / f"{name}.npz") as data:

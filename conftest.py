@@ -1,0 +1,78 @@
+"""Test tiers (the KerasHub way) and the fast tier's time limit.
+
+`python -m pytest` runs the fast tier: every test not marked `slow`. The slow tier (training,
+the notebooks, the PyTorch oracle / TFMOT worker / MediaPipe client subprocesses, wheel
+builds, many conversions) runs with `--run-slow` (both tiers) or `--run-slow -m slow` (only
+it); `.ci/run` runs both, in parallel (`-n 2`, pytest-xdist).
+
+A fast test whose setup + call take longer than `--fast-limit` seconds (default 15,
+`MVIT2_FAST_LIMIT` in the environment) fails and is named, so the fast tier stays fast as the
+project grows: make it faster, or mark it `@pytest.mark.slow`.
+"""
+
+import os
+
+import pytest
+
+SLOW = "slow"
+DEFAULT_FAST_LIMIT_S = 15.0
+_SETUP_SECONDS = pytest.StashKey[float]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("keras_mvit2", "keras_mvit2 test tiers")
+    group.addoption(
+        "--run-slow", action="store_true", default=False,
+        help="also run the slow tier (tests marked slow, and the notebooks); "
+             "add -m slow for the slow tier alone",
+    )
+    group.addoption(
+        "--fast-limit", type=float,
+        default=float(os.environ.get("MVIT2_FAST_LIMIT", DEFAULT_FAST_LIMIT_S)),
+        help="seconds (setup + call) a fast-tier test may take before it fails; 0: no limit "
+             f"(default {DEFAULT_FAST_LIMIT_S:g}, or MVIT2_FAST_LIMIT)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{SLOW}: the slow tier (trains, runs a notebook or a subprocess, builds a wheel, "
+        "converts many files, or takes over ~10 s); runs with --run-slow",
+    )
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    return item.get_closest_marker(SLOW) is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.suffix == ".ipynb":  # nbmake: every notebook executes end to end
+            item.add_marker(SLOW)
+    markexpr = config.getoption("markexpr", "") or ""
+    if config.getoption("--run-slow") or SLOW in markexpr:
+        return
+    fast = [item for item in items if not _is_slow(item)]
+    if len(fast) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if _is_slow(item)])
+        items[:] = fast
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if report.when == "setup":
+        item.stash[_SETUP_SECONDS] = report.duration
+    limit = item.config.getoption("--fast-limit")
+    if report.when != "call" or not report.passed or not limit or _is_slow(item):
+        return report
+    setup = item.stash.get(_SETUP_SECONDS, 0.0)
+    if setup + report.duration > limit:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {setup + report.duration:.1f} s (setup {setup:.1f} s, call "
+            f"{report.duration:.1f} s), over the fast tier's limit of {limit:g} s: make it "
+            "faster, share an expensive fixture, or mark it @pytest.mark.slow"
+        )
+    return report

@@ -1,0 +1,109 @@
+"""What several test modules need and is expensive to make: built once per pytest run.
+
+`once_per_run` builds a folder once per run, also when pytest-xdist runs the modules in
+several worker processes (the workers share the run's base temporary folder and take a
+file lock; the first one builds, the others read). The fixtures of `conftest.py` use it for:
+
+- the trained classifier: MobileViTV2-0.5 (logits) fitted on Fashion-MNIST at 32x32
+  (`CLASSIFIER_*`: 160 steps of 64 images, Adam with a cosine decay; 80-82 % test accuracy),
+  saved as `.keras`, for every module that needs "a trained model" (post-training
+  quantization, the MediaPipe clients, QAT, validation);
+- the timm oracle: `tests/torch_oracle.py` run once, in a subprocess (torch convolutions
+  segfault once TensorFlow is imported), for every module that compares with timm.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from filelock import FileLock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ORACLE_SCRIPT = os.path.join(HERE, "torch_oracle.py")
+
+CLASSIFIER_SIZE = 32
+CLASSIFIER_STEPS = 160
+CLASSIFIER_BATCH = 64
+CLASSIFIER_LEARNING_RATE = 3e-3
+
+#: The one timm oracle run: every width and size the parity modules compare, seed 0,
+#: perturbed norms, the stage maps of the segmentation backbone included.
+ORACLE_MODELS = ("mobilevitv2_050", "mobilevitv2_075", "mobilevitv2_100")
+ORACLE_SIZES = ((256, 256), (224, 224), (256, 320), (288, 192), (193, 201))
+ORACLE_BLOCK_SIZES = ((32, 32), (15, 17))  # 15x17: odd sides (the align-corners resize)
+ORACLE_BATCH = 2
+ORACLE_SEED = 0
+
+
+def once_per_run(base: Path, name: str, build: Callable[[Path], None]) -> Path:
+    """`base/name`, made by `build(folder)` once per pytest run and shared by its workers.
+
+    `base` is `tmp_path_factory.getbasetemp()`; under pytest-xdist each worker's base is
+    a subfolder of the run's, so the run's folder is its parent.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    folder = base / name
+    with FileLock(str(folder) + ".lock"):
+        done = folder / ".complete"
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            build(folder)
+            done.touch()
+    return folder
+
+
+def fashion_mnist_ready() -> bool:
+    from keras_mvit2.data.sources import FASHION_MNIST_DIR
+
+    return os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz"))
+
+
+def fashion_mnist_rgb(images: np.ndarray, size: int) -> np.ndarray:
+    """uint8 (N, 28, 28) -> float32 (N, size, size, 3) in [0, 1] (bilinear, gray repeated)."""
+    import tensorflow as tf
+
+    x = tf.image.resize(images[..., None].astype("float32") / 255.0, (size, size), "bilinear")
+    return np.repeat(np.clip(np.asarray(x), 0.0, 1.0), 3, axis=-1)
+
+
+def train_classifier(folder: Path) -> None:
+    """Fits MobileViTV2-0.5 (logits) on the first 160 x 64 Fashion-MNIST training images at
+    32x32 and saves it as `folder/model.keras`."""
+    import keras
+
+    import keras_mvit2 as mv
+    from keras_mvit2.data.sources import load_fashion_mnist_arrays
+
+    x, y = load_fashion_mnist_arrays("train")
+    n = CLASSIFIER_STEPS * CLASSIFIER_BATCH
+    keras.utils.set_random_seed(0)
+    model = mv.MobileViTV2(0.5, input_shape=(CLASSIFIER_SIZE, CLASSIFIER_SIZE, 3), classes=10,
+                           classifier_activation=None)
+    optimizer = keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(
+        CLASSIFIER_LEARNING_RATE, CLASSIFIER_STEPS, alpha=0.05))
+    model.compile(optimizer=optimizer,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    optimizer.build(model.trainable_variables)  # else the first step traces twice (slow)
+    model.fit(fashion_mnist_rgb(x[:n], CLASSIFIER_SIZE), y[:n].astype("int64"),
+              batch_size=CLASSIFIER_BATCH, epochs=1, verbose=0)
+    model.save(folder / "model.keras")
+
+
+def run_timm_oracle(folder: Path) -> None:
+    """tests/torch_oracle.py with the ORACLE_* settings, in a subprocess, into `folder`."""
+    tag = "{}x{}".format
+    subprocess.run(
+        [sys.executable, ORACLE_SCRIPT, "--out-dir", str(folder),
+         "--models", ",".join(ORACLE_MODELS),
+         "--sizes", ",".join(tag(*s) for s in ORACLE_SIZES),
+         "--block-sizes", ",".join(tag(*s) for s in ORACLE_BLOCK_SIZES),
+         "--batch", str(ORACLE_BATCH), "--seed", str(ORACLE_SEED),
+         "--config", '{"stage_maps": true}'],
+        check=True, stdout=subprocess.DEVNULL,
+    )
