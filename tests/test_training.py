@@ -583,10 +583,12 @@ def test_multiscale_trains_one_model_for_every_scale(tmp_path, monkeypatch):
     assert moved > 1e-2 and apart < 1e-4, (moved, apart)
     assert old.history[0]["loss"] == pytest.approx(result.history[0]["loss"], rel=1e-6)
 
-    # The dynamic run resumes from its checkpoint: the trained weights, every scale again.
+    # The dynamic run resumes from its checkpoint: the trained weights, every scale again
+    # (a longer run: an explicit choice, `replan=True`).
     monkeypatch.undo()
     resume_grab = _GrabTrainer()
-    resumed = training.train(config.replace(training={"epochs": 2}), callbacks=[resume_grab])
+    resumed = training.train(config.replace(training={"epochs": 2}), callbacks=[resume_grab],
+                             replan=True)
     assert resumed.initial_epoch == 1 and resumed.optimizer_step == 8
     assert resume_grab.model.classifier.input_shape == (None, None, None, 3)
     for a, b in zip(resume_grab.start, final, strict=True):
@@ -783,11 +785,12 @@ def test_diverged_run_stops_keeps_earlier_checkpoints_and_resumes(tmp_path):
     model_mtime = os.path.getmtime(first.model_path)
     assert _all_finite(first.model_path)
 
-    # lr 1e12 from epoch 2 on: the loss is NaN within the epoch.
+    # lr 1e12 from epoch 2 on (a longer run at another rate: `replan=True`): the loss is
+    # NaN within the epoch.
     diverging = tiny_config(tmp_path, training={"epochs": 3},
                             optimizer={"lr": 1e12, "reference_batch_size": 16})
     with pytest.raises(training.TrainingDivergedError) as info:
-        training.train(diverging)
+        training.train(diverging, replan=True)
     err = info.value
     assert err.epoch == 2 and err.batch is not None and 1 <= err.batch <= 4
     message = str(err)
@@ -802,7 +805,7 @@ def test_diverged_run_stops_keeps_earlier_checkpoints_and_resumes(tmp_path):
     assert os.path.getmtime(first.model_path) == model_mtime and _all_finite(first.model_path)
 
     # A rerun with a sane learning rate resumes after epoch 1 and finishes finite.
-    resumed = training.train(tiny_config(tmp_path, training={"epochs": 3}))
+    resumed = training.train(tiny_config(tmp_path, training={"epochs": 3}), replan=True)
     assert resumed.initial_epoch == 1 and len(resumed.history) == 3
     assert all(np.isfinite(h["loss"]) for h in resumed.history)
     assert _all_finite(resumed.model_path) and _all_finite(resumed.ema_model_path)

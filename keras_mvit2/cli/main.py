@@ -59,11 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return int(args.handler(args) or 0)
         except TrainingDivergedError as err:
-            print(f"mvit2 {args.command}: error: {err}", file=sys.stderr)
-            return 3
+            error, status = err, 3
         except (ValueError, FileNotFoundError, ImportError, OSError) as err:
-            print(f"mvit2 {args.command}: error: {err}", file=sys.stderr)
-            return 2
+            error, status = err, 2
+    # After the filter: it would take the line for the continuation of a native entry it
+    # drops (TensorFlow's CUDA probe error on a machine without a GPU, say).
+    print(f"mvit2 {args.command}: error: {error}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

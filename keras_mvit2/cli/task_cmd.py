@@ -146,6 +146,7 @@ def train_task(args: argparse.Namespace) -> int:
 
     from keras_mvit2.tasks import data as td
     from keras_mvit2.tasks import train as tt
+    from keras_mvit2.utils.progress import EpochProgress, progress_verbose
 
     if not args.output:
         raise ValueError(f"--task {args.task} needs an output folder: add -o DIR.")
@@ -179,7 +180,10 @@ def train_task(args: argparse.Namespace) -> int:
             training=True, config=model.anchor_config,
             augment=None if args.no_augment else td.DetectionAugment(), seed=args.seed)
         tt.compile_detection(model, optimizer)
-    history = model.fit(dataset, epochs=epochs, steps_per_epoch=per_epoch, verbose=2)
+    # The bar on a terminal, one plain line per epoch in a log file or a pipe.
+    verbose = progress_verbose(1)
+    history = model.fit(dataset, epochs=epochs, steps_per_epoch=per_epoch, verbose=verbose,
+                        callbacks=[EpochProgress(epochs, verbose)])
     metrics = {"loss": [float(v) for v in history.history["loss"]],
                **_evaluate(model, args.task, val)}
     os.makedirs(args.output, exist_ok=True)

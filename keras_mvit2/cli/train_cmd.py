@@ -1,8 +1,12 @@
 """`mvit2 train`, `mvit2 finetune` and `mvit2 eval`: the training library on the command line.
 
-- `train --config CFG [--data DIR] [--set key=value ...] [--output DIR] [--strategy S]`
-  runs `keras_mvit2.training.train` (resuming a run folder that holds one) and prints the
-  final metrics and where the models, checkpoints and TensorBoard logs went;
+- `train --config CFG [--data DIR] [--set key=value ...] [--output DIR] [--strategy S]
+  [--resume]` runs `keras_mvit2.training.train` and prints the final metrics and where the
+  models, checkpoints and TensorBoard logs went. Before training, one line says what
+  happens with the run folder (`keras_mvit2.training.run_folder`): a new run, resuming at
+  epoch k of n, already complete (evaluating only), or refused (another model, or another
+  length or schedule: `--resume` continues it with the learning rate re-planned, another
+  folder or `--set output.resume=false` starts over);
   `train --task segmentation|detection ...` trains a downstream task model instead
   (`keras_mvit2.cli.task_cmd.train_task`).
 - `finetune --config CFG --weights FILE [--freeze-backbone] ...`: `training.finetune`.
@@ -24,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from keras_mvit2.cli import task_cmd
 
 if TYPE_CHECKING:
-    from keras_mvit2.training import DataConfig, EvalResult, TrainConfig, TrainResult
+    from keras_mvit2.training import DataConfig, EvalResult, RunPlan, TrainConfig, TrainResult
 
 CLASSIFICATION = "classification"
 #: `--data` value that selects the built-in Fashion-MNIST source instead of a folder.
@@ -58,6 +62,11 @@ def _add_config_arguments(p: argparse.ArgumentParser, *, config_required: bool) 
     p.add_argument("--strategy", choices=("default", "mirrored", "multi_worker", "tpu"),
                    help="distribution strategy (config training.strategy); multi_worker "
                    "reads TF_CONFIG")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in the output folder even if its length or schedule "
+                   "changed (training.epochs, steps, batch, learning rates): the learning rate "
+                   "is re-planned from its current step to the new end. Without it such a run "
+                   "is refused; --set output.resume=false starts over instead")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -179,6 +188,11 @@ def print_metrics(results: dict[str, EvalResult], title: str) -> None:
     console.print(table)
 
 
+def _print_plan(plan: RunPlan) -> None:
+    """The one line of what happens with the run folder, before training (always shown)."""
+    print(plan.line, flush=True)
+
+
 def _attention_label(names: list[str]) -> str:
     return ", ".join(names) or "none"
 
@@ -217,7 +231,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.task != CLASSIFICATION:
         given = [flag for flag, value in (("--config", args.config), ("--data", args.data),
                                           ("--set", args.overrides),
-                                          ("--strategy", args.strategy)) if value]
+                                          ("--strategy", args.strategy),
+                                          ("--resume", args.resume)) if value]
         if given:
             raise ValueError(f"{', '.join(given)} configure(s) classification training; "
                              f"--task {args.task} takes the options of its group in "
@@ -235,7 +250,8 @@ def _train(args: argparse.Namespace) -> int:
                          "--config fashion_mnist.")
     from keras_mvit2 import training
 
-    _print_run(training.train(config_from_args(args)))
+    _print_run(training.train(config_from_args(args), replan=args.resume,
+                              on_plan=_print_plan))
     return 0
 
 
@@ -247,7 +263,8 @@ def _finetune(args: argparse.Namespace) -> int:
                                 "ml-cvnets .pt, a timm .pth/.bin/.safetensors or a Keras "
                                 ".weights.h5.")
     result = training.finetune(config_from_args(args), args.weights,
-                               freeze_backbone=args.freeze_backbone)
+                               freeze_backbone=args.freeze_backbone, replan=args.resume,
+                               on_plan=_print_plan)
     _print_run(result)
     return 0
 

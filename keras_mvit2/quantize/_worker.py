@@ -6,7 +6,8 @@ process), so `qat`, `prune` and `cluster` run their TFMOT work here, in a child
 process started with ``python -u <this file> job.json``:
 
 * The parent (`run_worker`) writes into a private temporary folder:
-  ``job.json`` (the task and its options), ``spec.json`` (the Keras 3 model's
+  ``job.json`` (the task and its options, and whether the user's standard output is a
+  terminal: the progress is one line per epoch otherwise), ``spec.json`` (the Keras 3 model's
   class and config, see `tf_keras_twin.model_spec`), ``weights.npz`` (every
   weight, keyed by its Keras 3 variable path), ``reference.npz`` (a few real
   images and the Keras 3 model's outputs on them: the worker's twin must
@@ -332,7 +333,12 @@ def run_worker(
         QuantizationWorkerError: the worker reported an exception, died, or ran
             past `timeout` seconds.
     """
-    job = dict(job, task=task, result_path=os.path.join(workdir, "result.json"))
+    from keras_mvit2.utils.progress import stdout_is_terminal
+
+    # The worker's stdout is a pipe: it is told whether the user's is a terminal (progress
+    # every tenth of an epoch) or a log file (one line per epoch).
+    job = dict(job, task=task, result_path=os.path.join(workdir, "result.json"),
+               terminal=stdout_is_terminal())
     job_path = os.path.join(workdir, "job.json")
     with open(job_path, "w") as f:
         json.dump(job, f)
@@ -517,6 +523,8 @@ class WorkerContext:
 
         context = self
         every = every or max(1, steps // 10)
+        if not self.job.get("terminal", True):  # a log file: one line per epoch
+            every = steps
 
         class Progress(tf_keras.callbacks.Callback):
             def on_epoch_begin(self, epoch, logs=None):

@@ -13,6 +13,9 @@ Packaged configs (`training.packaged_configs()`): the paper's ImageNet-1k recipe
 (`imagenet_finetune_384`, Table 10), a small-data fine-tuning recipe
 (`finetune_small_data`) and the built-in Fashion-MNIST example (`fashion_mnist`).
 `write_eval_report` / `plot_confusion_matrix` save an `EvalResult` as JSON and a PNG.
+What `train` does with a run folder that already holds a run (resume, already complete,
+refused when the length or schedule changed unless `replan=True`) is
+`keras_mvit2.training.run_folder`.
 """
 
 from keras_mvit2.training.config import (
@@ -39,7 +42,8 @@ from keras_mvit2.training.distribute import (
 from keras_mvit2.training.divergence import StopOnNonFiniteLoss, TrainingDivergedError
 from keras_mvit2.training.ema import ExponentialMovingAverage
 from keras_mvit2.training.report import plot_confusion_matrix, write_eval_report
-from keras_mvit2.training.schedules import WarmupCosineDecay
+from keras_mvit2.training.run_folder import RunPlan, SchedulePlan, latest_checkpoint
+from keras_mvit2.training.schedules import ReplannedCosineDecay, WarmupCosineDecay
 from keras_mvit2.training.trainer import (
     ClassifierTrainer,
     EvalResult,
@@ -49,7 +53,6 @@ from keras_mvit2.training.trainer import (
     build_trainer,
     evaluate,
     finetune,
-    latest_checkpoint,
     make_sources,
     train,
 )
@@ -64,8 +67,11 @@ __all__ = [
     "MultiScaleConfig",
     "OptimizerConfig",
     "OutputConfig",
+    "ReplannedCosineDecay",
+    "RunPlan",
     "Scaling",
     "ScheduleConfig",
+    "SchedulePlan",
     "StopOnNonFiniteLoss",
     "TrainConfig",
     "TrainResult",

@@ -477,10 +477,15 @@ class OutputConfig(_Section):
     Attributes:
         dir: run folder: `config.yaml`, `run.json`, `checkpoints/`, `tensorboard/`,
             `model.keras`, `model_ema.keras`, `metrics.json`.
-        resume: continue from the last checkpoint in `dir` when there is one.
+        resume: continue from the last checkpoint in `dir` when there is one (a run of
+            another length or schedule only with `train(..., replan=True)`, `mvit2 train
+            --resume`); `false` starts over, after moving the earlier run's files to
+            `dir/previous-<date>-<time>/` (`keras_mvit2.training.run_folder`).
         keep_checkpoints: number of epoch checkpoints kept (the newest).
         tensorboard: write TensorBoard logs.
-        verbose: 0 silent, 1 progress bar, 2 one line per epoch (Keras' `verbose`).
+        verbose: 0 silent, 1 progress bar (one line per epoch when standard output is not
+            a terminal: a log file, a pipe, CI), 2 one line per epoch (Keras' `verbose`).
+            Unless 0, the line saying what happens with the run folder is printed first.
     """
 
     _section: typing.ClassVar[str] = "output"

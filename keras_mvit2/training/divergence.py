@@ -75,7 +75,7 @@ def diverged_error(*, epoch: int, batch: int | None, loss: float | None,
         kept = "no epoch had finished, so there is no checkpoint to resume from"
     else:
         kept = f"the last finite checkpoint, {last_checkpoint}, is kept and a rerun resumes " \
-               "from it"
+               "from it (with a changed learning rate, add --resume to re-plan its schedule)"
     fixes = [f"a lower learning rate (optimizer.lr={lr:g} now; e.g. --set optimizer.lr="
              f"{lr / 10:g})"]
     if clip_global_norm is None:

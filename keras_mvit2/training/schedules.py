@@ -83,3 +83,102 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
             "min_lr": self.min_lr,
             "name": self.name,
         }
+
+
+@serializable
+class ReplannedCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """A run's learning rate re-planned at `start_step` for a new end, `total_steps`.
+
+    A run resumed with another length or schedule (`mvit2 train --resume`,
+    `train(config, replan=True)`) continues from the rate it has, `start_lr`, instead of
+    jumping to wherever the new plan would be at that step:
+
+    ```
+    start_step < warmup_steps (the warm-up is not over):
+        step < warmup_steps: lr = start_lr + (peak_lr - start_lr) * (step - start_step)
+                                            / (warmup_steps - start_step)
+        otherwise:           cosine from peak_lr at warmup_steps to min_lr at total_steps
+    otherwise:               cosine from start_lr at start_step to min_lr at total_steps
+    ```
+
+    with the cosine of `WarmupCosineDecay`; steps before `start_step` get `start_lr`.
+    With `start_step=0` and `start_lr=warmup_init_lr` it is `WarmupCosineDecay`.
+
+    Args:
+        start_step: int. The optimizer step the run resumes at.
+        start_lr: float. The rate there (the old plan's rate at that step).
+        total_steps: int. The new last step; the rate reaches `min_lr` there and stays.
+        warmup_steps: int. End of the warm-up (a step count from 0, as in
+            `WarmupCosineDecay`); ignored when `start_step >= warmup_steps`.
+        peak_lr: float. Rate at the end of the warm-up.
+        min_lr: float. Final rate.
+        name: optional name.
+
+    Example:
+    >>> s = ReplannedCosineDecay(start_step=50, start_lr=0.001, total_steps=150,
+    ...                          warmup_steps=10, peak_lr=0.002, min_lr=0.0)
+    >>> [round(float(s(i)), 6) for i in (0, 50, 100, 150, 200)]
+    [0.001, 0.001, 0.0005, 0.0, 0.0]
+    """
+
+    def __init__(
+        self,
+        start_step: int,
+        start_lr: float,
+        total_steps: int,
+        warmup_steps: int,
+        peak_lr: float,
+        min_lr: float,
+        name: str | None = None,
+    ):
+        super().__init__()
+        if start_lr < 0 or peak_lr <= 0 or min_lr < 0:
+            raise ValueError(
+                "start_lr, min_lr must be >= 0 and peak_lr > 0. Received: "
+                f"start_lr={start_lr}, peak_lr={peak_lr}, min_lr={min_lr}"
+            )
+        if not 0 <= start_step < total_steps or not 0 <= warmup_steps <= total_steps:
+            raise ValueError(
+                "0 <= start_step < total_steps and 0 <= warmup_steps <= total_steps are "
+                f"needed. Received: start_step={start_step}, total_steps={total_steps}, "
+                f"warmup_steps={warmup_steps}"
+            )
+        self.start_step = int(start_step)
+        self.start_lr = float(start_lr)
+        self.total_steps = int(total_steps)
+        self.warmup_steps = int(warmup_steps)
+        self.peak_lr = float(peak_lr)
+        self.min_lr = float(min_lr)
+        self.name = name
+
+    @property
+    def warms_up(self) -> bool:
+        """Whether the re-planned rate first rises to `peak_lr` (the warm-up is not over)."""
+        return self.start_step < self.warmup_steps
+
+    def __call__(self, step):
+        step = ops.maximum(ops.cast(step, "float32"), float(self.start_step))
+        if self.warms_up:
+            span = float(self.warmup_steps - self.start_step)
+            warm_lr = self.start_lr + (self.peak_lr - self.start_lr) * (
+                step - self.start_step) / span
+            begin, top = self.warmup_steps, self.peak_lr
+        else:
+            begin, top = self.start_step, self.start_lr
+        decay_steps = float(max(self.total_steps - begin, 1))
+        t = ops.clip((step - begin) / decay_steps, 0.0, 1.0)
+        cos_lr = self.min_lr + 0.5 * (top - self.min_lr) * (1.0 + ops.cos(math.pi * t))
+        if not self.warms_up:
+            return cos_lr
+        return ops.where(step < self.warmup_steps, warm_lr, cos_lr)
+
+    def get_config(self):
+        return {
+            "start_step": self.start_step,
+            "start_lr": self.start_lr,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "peak_lr": self.peak_lr,
+            "min_lr": self.min_lr,
+            "name": self.name,
+        }

@@ -16,7 +16,12 @@
 - outputs in `output.dir`: `config.yaml` (the final config) and `run.json` (derived
   values), `checkpoints/epoch_NNNN.weights.h5` + `checkpoints/state.json` after every
   epoch (resumed automatically), `tensorboard/`, `model.keras` and `model_ema.keras`
-  (float32 inference models with softmax), `metrics.json`.
+  (float32 inference models with softmax), `metrics.json`;
+- the run folder: before training, one line says what happens with it (a new run,
+  resuming at epoch k of n, already complete, or refused: another model, or another length
+  or schedule without `replan=True`), see `keras_mvit2.training.run_folder`; the progress
+  is Keras' bar on a terminal and one line per epoch otherwise
+  (`keras_mvit2.utils.progress`).
 
 A non-finite loss (or weight) stops the run at once with `TrainingDivergedError`
 (`keras_mvit2.training.divergence`): the checkpoints of earlier epochs stay, nothing of the
@@ -27,11 +32,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -62,13 +66,21 @@ from keras_mvit2.training.divergence import (
     non_finite_weights,
 )
 from keras_mvit2.training.ema import ExponentialMovingAverage, _Untracked
-from keras_mvit2.training.schedules import WarmupCosineDecay
+from keras_mvit2.training.run_folder import (
+    STATE_FILE,
+    RunPlan,
+    SchedulePlan,
+    checkpoint_record,
+    plan_fields,
+    plan_run,
+    prepare_folder,
+)
 from keras_mvit2.utils.files import atomic_output, write_json
+from keras_mvit2.utils.progress import EpochProgress, progress_verbose
 
 logger = logging.getLogger("keras_mvit2.training")
 
 HEAD_LAYERS = ("predictions", "head_dropout")
-STATE_FILE = "state.json"
 
 
 # --------------------------------------------------------------------------------------
@@ -138,6 +150,8 @@ class TrainResult:
         attention: the attention layers trained (`keras_mvit2.attention.names_in`), e.g.
             `["separable"]`; also in `run.json` and `metrics.json`.
         skipped_images: unreadable images dropped from the training data.
+        plan: what was done with the run folder (`run_folder.RunPlan`: new, resumed or
+            complete; its `line` was printed before training).
     """
 
     history: list[dict[str, float]]
@@ -156,6 +170,7 @@ class TrainResult:
     precision: str
     attention: list[str] = dataclasses.field(default_factory=list)
     skipped_images: int = 0
+    plan: RunPlan | None = None
 
 
 # --------------------------------------------------------------------------------------
@@ -704,24 +719,8 @@ def _restore_seed_states(model: keras.Model, states: list[list[int]]) -> None:
         v.assign(np.asarray(state, dtype=v.dtype))
 
 
-def latest_checkpoint(output_dir: str | os.PathLike) -> dict[str, Any] | None:
-    """The state of the last completed epoch of a run folder (`None` if none)."""
-    path = os.path.join(os.fspath(output_dir), "checkpoints", STATE_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        state = json.load(f)
-    state["checkpoint_path"] = os.path.join(os.path.dirname(path), state["checkpoint"])
-    if not os.path.exists(state["checkpoint_path"]):
-        raise FileNotFoundError(
-            f"{path} names the checkpoint {state['checkpoint']!r}, which is missing. "
-            "Remove the checkpoints folder (or set output.resume=false) to start over."
-        )
-    return state
-
-
 def _save_checkpoint(trainer: ClassifierTrainer, ckpt_dir: str, epoch: int,
-                     history: list[dict], keep: int) -> str:
+                     history: list[dict], keep: int, record: dict[str, Any]) -> str:
     name = f"epoch_{epoch:04d}.weights.h5"
     path = os.path.join(ckpt_dir, name)
     with atomic_output(path) as tmp:
@@ -732,6 +731,7 @@ def _save_checkpoint(trainer: ClassifierTrainer, ckpt_dir: str, epoch: int,
         "checkpoint": name,
         "seed_states": _seed_states(trainer.classifier),
         "history": history,
+        **record,  # the plan and learning-rate schedule (`run_folder.checkpoint_record`)
     }
     write_json(os.path.join(ckpt_dir, STATE_FILE), state)
     old = sorted(f for f in os.listdir(ckpt_dir)
@@ -780,24 +780,6 @@ def _warmup_steps(config: TrainConfig, steps_per_epoch: int, total_steps: int) -
             f"Received: warmup_steps={s.warmup_steps}, warmup_epochs={s.warmup_epochs}"
         )
     return steps
-
-
-def _check_resume_config(config: TrainConfig, config_path: str) -> None:
-    if not os.path.exists(config_path):
-        return
-    saved = load_config(config_path)
-    # `weights` / `new_head` only matter for the initialization, which the checkpoint replaces.
-    init_only = ("weights", "new_head")
-    before, now = (
-        {k: v for k, v in dataclasses.asdict(c.model).items() if k not in init_only}
-        for c in (saved, config)
-    )
-    if before != now:
-        raise ValueError(
-            f"{os.path.dirname(config_path)!r} holds a run with a different 'model' config "
-            f"({saved.model}); resuming it with {config.model} would mix two models. Use "
-            "another output.dir or set output.resume=false."
-        )
 
 
 #: Environment variables TensorFlow reads once, when it loads: one intra-op and one
@@ -866,6 +848,8 @@ def train(
     config: TrainConfig | str | os.PathLike | dict,
     *,
     callbacks: Sequence[keras.callbacks.Callback] | None = None,
+    replan: bool = False,
+    on_plan: Callable[[RunPlan], None] | None = None,
 ) -> TrainResult:
     """Trains a classifier as `config` says, resuming from `output.dir` if it holds a run.
 
@@ -874,24 +858,34 @@ def train(
             config name, a dict).
         callbacks: extra Keras callbacks for every epoch's `fit` (their `model` is the
             `ClassifierTrainer`; its `classifier` attribute is the network).
+        replan: continue the run in `output.dir` even if its length or schedule changed
+            (`training.epochs`, `training.steps_per_epoch`, the batch or a rate), with the
+            learning rate re-planned from its current step to the new end (`mvit2 train
+            --resume`); without it such a run is refused.
+        on_plan: called with the `RunPlan` (what happens with the run folder) before
+            training; by default its `line` is printed when `output.verbose` is not 0.
 
     Returns:
         A `TrainResult`.
 
     Raises:
+        ValueError: the run folder is refused (the message is the one line): it holds a
+            run of another model, or of another length or schedule and `replan` is false.
         TrainingDivergedError: the loss or a weight became NaN or infinite. Training stops
             after that batch; the checkpoints of the earlier epochs stay and a rerun (with
-            a lower learning rate, say) resumes from the last one; no model is written.
+            a lower learning rate, say, and `replan=True` for the changed rate) resumes
+            from the last one; no model is written.
 
     Notes:
         Epochs are run one `fit` call each, on a dataset built with seed `data.seed + e`,
         and a checkpoint (weights, optimizer state and step count, EMA, dropout seeds,
-        history) is written after each, atomically. A run killed at any point and
-        started again with the same config resumes after the last completed epoch, at
-        the same optimizer step and schedule position, and finishes with the same weights
-        as an uninterrupted run (bitwise with `training.deterministic: true` in a process
-        started with `DETERMINISTIC_ENV`, see `_make_deterministic`; otherwise kernels
-        may round differently, ~1e-7 relative, and the difference grows over steps).
+        history, the plan and its learning-rate schedule) is written after each,
+        atomically. A run killed at any point and started again with the same config
+        resumes after the last completed epoch, at the same optimizer step and schedule
+        position, and finishes with the same weights as an uninterrupted run (bitwise
+        with `training.deterministic: true` in a process started with
+        `DETERMINISTIC_ENV`, see `_make_deterministic`; otherwise kernels may round
+        differently, ~1e-7 relative, and the difference grows over steps).
         Under `multi_worker`, `output.dir` must be a folder every worker sees (a shared
         disk such as NFS; files are written with local renames, so not an object store);
         only the chief writes.
@@ -903,10 +897,11 @@ def train(
     strategy = make_strategy(config.training.strategy, tpu=config.training.tpu)
     policy = resolve_precision(config.training.precision, strategy)
     with precision_policy(policy):
-        return _train(config, strategy, policy, list(callbacks or []))
+        return _train(config, strategy, policy, list(callbacks or []), replan, on_plan)
 
 
-def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> TrainResult:
+def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list, replan: bool,
+           on_plan: Callable[[RunPlan], None] | None) -> TrainResult:
     chief = is_chief(strategy)
     out = os.path.abspath(config.output.dir)
     ckpt_dir = os.path.join(out, "checkpoints")
@@ -916,11 +911,6 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
             f"Pretrained weights not found: {config.model.weights!r} (config model.weights). "
             "Pass an ml-cvnets .pt, a timm .pth/.bin/.safetensors or a Keras .weights.h5."
         )
-    state = latest_checkpoint(out) if config.output.resume else None
-    if state is not None:
-        _check_resume_config(config, config_path)
-    if chief:
-        os.makedirs(ckpt_dir, exist_ok=True)
     keras.utils.set_random_seed(config.training.seed)
 
     # --- data ---------------------------------------------------------------------
@@ -943,11 +933,27 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
             size, scaling.global_batch, config.multiscale.scales,
             size_divisor=config.multiscale.size_divisor, batch_multiple=scaling.replicas)
     steps_per_epoch = _steps_per_epoch(config, train_source.num_examples, scaling, pairs)
-    total_steps = steps_per_epoch * config.training.epochs
-    warmup_steps = _warmup_steps(config, steps_per_epoch, total_steps)
+    warmup_steps = _warmup_steps(config, steps_per_epoch,
+                                 steps_per_epoch * config.training.epochs)
     peak_lr = config.optimizer.lr * scaling.lr_factor
     min_lr = peak_lr if config.schedule.name == "constant" else (
         config.schedule.min_lr * scaling.lr_factor)
+    wanted = SchedulePlan(
+        epochs=config.training.epochs, steps_per_epoch=steps_per_epoch,
+        warmup_steps=warmup_steps, peak_lr=peak_lr, min_lr=min_lr,
+        warmup_init_lr=config.schedule.warmup_init_lr * scaling.lr_factor,
+        schedule=config.schedule.name, fields=plan_fields(config))
+
+    # --- the run folder: new, resumed, complete or refused (one line says which) --------
+    plan = plan_run(config, wanted, replan=replan)
+    if chief:
+        prepare_folder(plan)
+    logger.info(plan.line)
+    if on_plan is not None:
+        on_plan(plan)
+    elif chief and config.output.verbose:
+        print(plan.line, flush=True)
+    state, schedule, total_steps = plan.state, plan.learning_rate, plan.total_steps
 
     def train_dataset(epoch: int) -> tf.data.Dataset:
         seed = config.data.seed + epoch
@@ -971,8 +977,6 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
 
     # --- model, optimizer, EMA ------------------------------------------------------
     with strategy.scope():
-        schedule = WarmupCosineDecay(peak_lr, total_steps, warmup_steps,
-                                     config.schedule.warmup_init_lr * scaling.lr_factor, min_lr)
         trainer = build_trainer(config, num_classes, schedule, policy,
                                 multiscale=bool(pairs))
     classifier, optimizer, ema = trainer.classifier, trainer.optimizer, trainer.ema
@@ -993,7 +997,6 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
                 f"Checkpoint {checkpoint_path!r} restored optimizer step {step}, but its "
                 f"state says {state['optimizer_step']}; the checkpoint is inconsistent."
             )
-        logger.info("Resuming %s after epoch %d (step %d)", out, initial_epoch, step)
 
     run_info = {
         "model": config.model.name,
@@ -1005,10 +1008,11 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
         "lr_factor": scaling.lr_factor,
         "peak_lr": peak_lr,
         "min_lr": min_lr,
-        "warmup_init_lr": config.schedule.warmup_init_lr * scaling.lr_factor,
+        "warmup_init_lr": wanted.warmup_init_lr,
         "steps_per_epoch": steps_per_epoch,
         "total_steps": total_steps,
         "warmup_steps": warmup_steps,
+        "learning_rate": keras.saving.serialize_keras_object(schedule),
         "multiscale_pairs": pairs,
         "precision": policy,
         "strategy": config.training.strategy,
@@ -1040,7 +1044,10 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
     callbacks += user_callbacks
     stop_on_non_finite = StopOnNonFiniteLoss()
     callbacks.insert(0, stop_on_non_finite)
-    verbose = config.output.verbose if chief else 0
+    verbose = progress_verbose(config.output.verbose) if chief else 0
+    if verbose:  # last: it prints the logs the other callbacks completed
+        callbacks.append(EpochProgress(config.training.epochs, verbose))
+    record = checkpoint_record(wanted, schedule)
     timed_images, timed_seconds = 0, 0.0
     every = config.training.validate_every
     for epoch in range(initial_epoch, config.training.epochs):
@@ -1079,7 +1086,7 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
         history.append(entry)
         if chief:
             checkpoint_path = _save_checkpoint(trainer, ckpt_dir, epoch + 1, history,
-                                               config.output.keep_checkpoints)
+                                               config.output.keep_checkpoints, record)
         if trainer.stop_training:
             break
 
@@ -1132,6 +1139,7 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list) -> 
         precision=policy,
         attention=run_info["attention"],
         skipped_images=skipped,
+        plan=plan,
     )
 
 
@@ -1142,6 +1150,8 @@ def finetune(
     freeze_backbone: bool = False,
     new_head: bool = True,
     callbacks: Sequence[keras.callbacks.Callback] | None = None,
+    replan: bool = False,
+    on_plan: Callable[[RunPlan], None] | None = None,
 ) -> TrainResult:
     """Fine-tunes from pretrained weights with a new classifier for the config's data.
 
@@ -1157,9 +1167,11 @@ def finetune(
             pretrained statistics.
         new_head: always start from a new classifier.
         callbacks: as `train`.
+        replan: as `train`.
+        on_plan: as `train`.
     """
     if not isinstance(config, TrainConfig):
         config = load_config(config)
     config = config.replace(model={"weights": os.fspath(weights),
                                    "freeze_backbone": freeze_backbone, "new_head": new_head})
-    return train(config, callbacks=callbacks)
+    return train(config, callbacks=callbacks, replan=replan, on_plan=on_plan)
