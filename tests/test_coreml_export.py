@@ -56,6 +56,7 @@ def test_ml_program_structure(fp16_package, capsys):
     assert '"scale": 0.00392156862745098' in report.metadata["keras_mvit2.preprocessing"]
 
 
+@pytest.mark.slow
 def test_classifier_labels_and_float32(tmp_path):
     model = mv.MobileViTV2(0.5, input_shape=(64, 64, 3), classes=3, classifier_activation=None)
     report = to_coreml(model, tmp_path / "c.mlpackage", precision="float32",
@@ -70,6 +71,35 @@ def test_classifier_labels_and_float32(tmp_path):
     assert report.metadata["keras_mvit2.version"] == mv.__version__
     assert ct.models.MLModel(report.path, skip_model_load=True).short_description.endswith(
         f"exported by keras_mvit2 {mv.__version__}")
+
+
+def test_small_model_converts_with_image_input_and_labels(tmp_path):
+    """The fast tier's Core ML conversion: one MobileViTv2 block (unfold, attention, fold)
+    between a stem and a classifier, at 32x32, in seconds."""
+    from keras_mvit2.layers import MobileViTV2Block
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((32, 32, 3))
+    x = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="silu")(inputs)
+    x = MobileViTV2Block(32, num_layers=1, ffn_dim=64, name="mvit")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(3)(x), name="small_mvit")
+    report = to_coreml(model, tmp_path / "small.mlpackage", class_labels=["a", "b", "c"])
+    assert report.spec_version >= 7 and report.max_tensor_rank <= 4
+    (image,) = report.inputs
+    assert image == {"name": "image", "type": "imageType", "width": 32, "height": 32,
+                     "color_space": "RGB"}
+    assert [o["name"] for o in report.outputs] == ["classLabel", "classLabel_probs"]
+    # One fold (depth_to_space), the attention's softmax over the tokens and the one added
+    # for the logits, and no token-by-token matrix product (the classifier's is the one).
+    assert report.op_histogram["depth_to_space"] == 1
+    assert report.op_histogram["softmax"] == 2
+    assert report.op_histogram.get("matmul", 0) == 1
+    description = ct.models.MLModel(report.path, skip_model_load=True).get_spec().description
+    assert description.predictedFeatureName == "classLabel"
+    probs = description.output[1].type.dictionaryType  # label -> probability
+    assert probs.WhichOneof("KeyType") == "stringKeyType"
+    assert report.metadata["keras_mvit2.version"] == mv.__version__
 
 
 @pytest.mark.slow

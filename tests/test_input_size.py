@@ -166,6 +166,7 @@ def test_task_models_built_for_any_size(builder, rng):
     from keras_mvit2 import tasks
 
     build = getattr(tasks, builder)
+    keras.utils.set_random_seed(0)
     dynamic = build(0.5, input_shape=(None, None, 3), classes=5)
     perturb_norms(dynamic)
     serve = tf.function(lambda t: dynamic(t, training=False),
@@ -176,7 +177,11 @@ def test_task_models_built_for_any_size(builder, rng):
         x = rng.uniform(size=(2, *size, 3)).astype("float32")
         expected = _logits(fixed, x)
         np.testing.assert_allclose(_logits(dynamic, x), expected, atol=1e-5)
-        np.testing.assert_allclose(serve(x).numpy(), expected, atol=1e-5)
+        # The traced graph's fused kernels round differently from eager ones: PSPNet's
+        # outputs (up to ~6) differed by up to 1.05e-5 in 8 random initialisations (one in
+        # eight over a flat 1e-5, ~2e-6 of the largest output), so the bound is 1e-5 of it.
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(serve(x).numpy(), expected, atol=1e-5 * scale)
         if builder == "SSDLite":
             assert dynamic.anchors is None
             np.testing.assert_array_equal(

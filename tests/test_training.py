@@ -438,8 +438,8 @@ def _ran_in_deterministic_child(tmp_path, test: str) -> bool:
         assert not _onednn_enabled()  # the variable really switched TensorFlow to Eigen
         return False
     child = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         f"{__file__}::{test}", "--basetemp", str(tmp_path / "child")],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "--run-slow", f"{__file__}::{test}", "--basetemp", str(tmp_path / "child")],
         env={**os.environ, **DETERMINISTIC_ENV},
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         capture_output=True, text=True, timeout=900, check=False,
