@@ -35,6 +35,16 @@ def timm_oracle_dir(tmp_path_factory) -> Path:
     return once_per_run(tmp_path_factory.getbasetemp(), "timm_oracle", run_timm_oracle)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _free_keras_state():
+    """After each module, Keras' global state (layer-name counters, traced functions) and
+    the models the module made are let go, so a long run's processes stay small."""
+    yield
+    import keras
+
+    keras.backend.clear_session(free_memory=True)
+
+
 #: Fixtures that make a test slow wherever it uses them (they train or start a subprocess).
 SLOW_FIXTURES = {"trained_classifier_path", "timm_oracle_dir"}
 
