@@ -6,8 +6,9 @@ file lock; the first one builds, the others read). The fixtures of `conftest.py`
 
 - the trained classifier: MobileViTV2-0.5 (logits) fitted on Fashion-MNIST at 32x32
   (`CLASSIFIER_*`: 160 steps of 64 images, Adam with a cosine decay; 80-82 % test accuracy),
-  saved as `.keras`, for every module that needs "a trained model" (post-training
-  quantization, the MediaPipe clients, QAT, validation);
+  saved as `.keras`, for the modules that need a trained MobileViTV2 (post-training
+  quantization, the MediaPipe clients; QAT and validation train smaller models of their
+  own, which costs less than converting this one);
 - the timm oracle: `tests/torch_oracle.py` run once, in a subprocess (torch convolutions
   segfault once TensorFlow is imported), for every module that compares with timm.
 """
