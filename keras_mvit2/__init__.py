@@ -1,7 +1,5 @@
 """keras_mvit2: MobileViTv2 and linear-cost attention for Keras 3, TFLite and CoreML."""
 
-__version__ = "0.2.0"
-
 # `_startup` first: it loads TensorFlow without its C++ start-up INFO lines.
 from keras_mvit2 import (
     _startup,  # noqa: F401
@@ -14,6 +12,7 @@ from keras_mvit2 import (
     tasks,
     visualize,
 )
+from keras_mvit2._version import __version__
 from keras_mvit2.models import (
     MobileViT,
     MobileViTV2,

@@ -36,7 +36,7 @@ def test_version_in_one_place():
     assert re.fullmatch(r"\d+\.\d+\.\d+", mv.__version__), mv.__version__
     setup = configparser.ConfigParser()
     setup.read(os.path.join(ROOT, "setup.cfg"))
-    assert setup["metadata"]["version"] == "attr: keras_mvit2.__version__"
+    assert setup["metadata"]["version"] == "attr: keras_mvit2._version.__version__"
     with open(os.path.join(ROOT, "pyproject.toml")) as f:
         assert not re.search(r"^version\s*=", f.read(), re.M), "a second version in pyproject"
     with open(os.path.join(ROOT, "CHANGELOG.md")) as f:

@@ -4,7 +4,7 @@ import argparse
 import contextlib
 import sys
 
-from keras_mvit2 import __version__
+from keras_mvit2._version import __version__
 from keras_mvit2.cli import (
     bench_android_cmd,
     bench_cmd,

@@ -198,7 +198,7 @@ def to_coreml(
         mlmodel = ct.models.MLModel(spec, weights_dir=mlmodel.weights_dir, skip_model_load=True)
     mlmodel = _compress(ct, mlmodel, weight_compression, palettize_bits, prune_sparsity)
 
-    from keras_mvit2 import __version__
+    from keras_mvit2._version import __version__
     from keras_mvit2.attention import names_in
 
     mlmodel.short_description = f"{model.name} exported by keras_mvit2 {__version__}"

@@ -1127,7 +1127,7 @@ def tflite_metadata(
     convolutions were fused and the ``macs_saved``; ``None`` when fusion was off) and
     ``user``.
     """
-    from keras_mvit2 import __version__
+    from keras_mvit2._version import __version__
     from keras_mvit2.attention import names_in
 
     shape = tuple(model.inputs[0].shape)

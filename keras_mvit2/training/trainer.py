@@ -47,8 +47,8 @@ from keras.src.backend.tensorflow.trainer import (
 )
 from keras.src.losses import loss as loss_module
 
-from keras_mvit2 import __version__
 from keras_mvit2 import data as mvdata
+from keras_mvit2._version import __version__
 from keras_mvit2.attention import names_in as attention_names_in
 from keras_mvit2.models import create_model
 from keras_mvit2.training.config import TrainConfig, load_config

@@ -15,12 +15,12 @@ import sys
 import nbformat
 
 NOTEBOOKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE_INIT = os.path.join(os.path.dirname(NOTEBOOKS), "keras_mvit2", "__init__.py")
+VERSION_FILE = os.path.join(os.path.dirname(NOTEBOOKS), "keras_mvit2", "_version.py")
 
 
 def version():
     """keras_mvit2.__version__, read from the source (importing it would load TensorFlow)."""
-    with open(PACKAGE_INIT) as f:
+    with open(VERSION_FILE) as f:
         return re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 
 
