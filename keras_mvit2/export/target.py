@@ -1,0 +1,165 @@
+"""The export target interface: what every format (TFLite, Core ML, ...) provides.
+
+`mvit2 export`, `keras_mvit2.export.validate`, `mvit2 bench`, the demo and the optimizer
+do not branch on the format: they look the target up (`get_target("tflite")`, or
+`target_for_path("model.mlpackage")`) and call its methods. A target is one sub-package of
+`keras_mvit2.export` with one `ExportTarget` subclass, registered with `register_target`
+when the sub-package is imported (see "Adding a target" in `docs/architecture.md`).
+
+The shared vocabulary, one name per idea for every target:
+
+* `quantization`: the numeric format of the file (`formats` lists a target's values,
+  `default_format` is used when none is given; the calibrated ones need
+  `calibration_data`);
+* `class_names`: the names of the output classes, in class-id order, written into the
+  file's metadata and read back by `ExportTarget.class_names`;
+* `num_ops`: compute ops of the graph, constants and the graph's inputs not counted (one
+  definition for every report).
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "ExportTarget",
+    "available_targets",
+    "get_target",
+    "register_target",
+    "target_for_path",
+]
+
+
+class ExportTarget(abc.ABC):
+    """One export format. Subclasses set the class attributes and implement the methods.
+
+    Attributes:
+        name: the registry name, also `mvit2 export --format`'s value (`"tflite"`).
+        suffixes: file or folder suffixes of the target's files (`(".tflite",)`).
+        formats: the values `quantization` takes, the default first.
+        calibrated_formats: the formats that need `calibration_data` (images).
+        runtime: the runtime apps load the file with, for reports (`"LiteRT"`).
+    """
+
+    name: ClassVar[str]
+    suffixes: ClassVar[tuple[str, ...]]
+    formats: ClassVar[tuple[str, ...]]
+    calibrated_formats: ClassVar[tuple[str, ...]] = ()
+    runtime: ClassVar[str]
+
+    @property
+    def default_format(self) -> str:
+        return self.formats[0]
+
+    def check_format(self, quantization: str | None) -> str:
+        """`quantization`, or the default when None; a clear error for an unknown one."""
+        if quantization is None:
+            return self.default_format
+        if quantization not in self.formats:
+            raise ValueError(
+                f"{self.name} exports take quantization in {list(self.formats)}. "
+                f"Received: quantization={quantization!r}"
+            )
+        return quantization
+
+    def check_class_names(self, class_names: Any, model: Any) -> list[str] | None:
+        """`class_names` as a list, one per output class of `model`, or a clear error
+        (`keras_mvit2.export.class_names.check_class_names`, the same for every target)."""
+        from keras_mvit2.export.class_names import check_class_names
+
+        return check_class_names(class_names, model)
+
+    @abc.abstractmethod
+    def convert(self, model: Any, path: str | os.PathLike, *,
+                quantization: str | None = None,
+                class_names: Sequence[str] | None = None,
+                calibration_data: Any = None,
+                metadata: Mapping[str, Any] | None = None,
+                image_size: int | tuple[int, int] | None = None,
+                **options: Any) -> Any:
+        """Converts a Keras model and writes it to `path` atomically; returns `inspect(path)`.
+
+        `options` are the target's own settings (e.g. TFLite's `io_dtype`, Core ML's
+        `weight_compression`); an unknown one is an error naming the known ones.
+        """
+
+    @abc.abstractmethod
+    def inspect(self, path: str | os.PathLike) -> Any:
+        """The structure of an exported file: a report with `to_dict()`, `size_bytes`,
+        `op_histogram`, `num_ops` and `metadata`."""
+
+    def can_run(self) -> bool:
+        """Whether `run` works on this host (Core ML predictions need macOS)."""
+        return True
+
+    @abc.abstractmethod
+    def run(self, path: str | os.PathLike, images: np.ndarray, *,
+            num_threads: int = 1) -> np.ndarray:
+        """The file's float outputs for float32 `images` `(N, H, W, 3)` in [0, 1]."""
+
+    @abc.abstractmethod
+    def metadata(self, path: str | os.PathLike) -> dict[str, Any]:
+        """What keras_mvit2 wrote into the file: at least `quantization` and `class_names`
+        (None where absent)."""
+
+    def class_names(self, path: str | os.PathLike) -> list[str] | None:
+        """The class names written into the file, or None."""
+        names = self.metadata(path).get("class_names")
+        return list(names) if names else None
+
+    @abc.abstractmethod
+    def report_rows(self, report: Any) -> list[tuple[str, str]]:
+        """(field, value) rows that describe `report` to a person (`mvit2 export` prints them)."""
+
+    def __repr__(self) -> str:
+        return f"<ExportTarget {self.name}: {', '.join(self.formats)}>"
+
+
+_TARGETS: dict[str, ExportTarget] = {}
+
+
+def register_target(target: ExportTarget) -> ExportTarget:
+    """Adds `target` to the registry under `target.name` (a second one of that name is an error)."""
+    if target.name in _TARGETS:
+        raise ValueError(f"An export target named {target.name!r} is already registered.")
+    _TARGETS[target.name] = target
+    return target
+
+
+def _import_builtin_targets() -> None:
+    # Importing a target's sub-package registers it.
+    import keras_mvit2.export.coreml
+    import keras_mvit2.export.tflite  # noqa: F401
+
+
+def available_targets() -> list[str]:
+    """Names of the registered export targets."""
+    _import_builtin_targets()
+    return sorted(_TARGETS)
+
+
+def get_target(name: str) -> ExportTarget:
+    """The target registered as `name` (`"tflite"`, `"coreml"`, ...)."""
+    _import_builtin_targets()
+    if name not in _TARGETS:
+        raise ValueError(f"Unknown export target {name!r}. Available: {available_targets()}.")
+    return _TARGETS[name]
+
+
+def target_for_path(path: str | os.PathLike) -> ExportTarget:
+    """The target whose files end like `path` (`.tflite`, `.mlpackage`, ...)."""
+    _import_builtin_targets()
+    text = os.fspath(path).rstrip("/" + os.sep)
+    for target in _TARGETS.values():
+        if text.endswith(target.suffixes):
+            return target
+    suffixes = sorted(s for t in _TARGETS.values() for s in t.suffixes)
+    raise ValueError(
+        f"Cannot tell the export target from {os.fspath(path)!r}: name it with one of "
+        f"{suffixes} (or pass the target's name, one of {available_targets()})."
+    )
