@@ -39,11 +39,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from keras_mvit2.quantize._worker_common import save_arrays
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = [
     "OUTPUT_PREFIX",
@@ -220,7 +223,7 @@ def integer_labels(y: np.ndarray, num_classes: int, what: str) -> np.ndarray:
 
 
 
-def load_keras_model(model_or_path: Any):
+def load_keras_model(model_or_path: Any) -> keras.Model:
     """A Keras 3 model from a model object or a ``.keras`` path."""
     import keras
 
@@ -395,6 +398,6 @@ def _last_frames(text: str, limit: int = 12) -> str:
     return "\n".join(lines[-limit:])
 
 
-def temporary_workdir(task: str):
+def temporary_workdir(task: str) -> tempfile.TemporaryDirectory[str]:
     """A private temporary folder for one worker run (removed afterwards)."""
     return tempfile.TemporaryDirectory(prefix=f"keras_mvit2_{task}_")
