@@ -18,7 +18,8 @@ from keras_mvit2.tasks import (
     feature_strides,
     mobilevitv2_features,
 )
-from keras_mvit2.tasks.features import PAPER_ROWS, _dilate_depthwise, build_paper_model
+from keras_mvit2.tasks.features import _dilate_depthwise
+from keras_mvit2.tasks.paper_tables import PAPER_ROWS, build_paper_model
 from keras_mvit2.tasks.segmentation import AtrousConv2D
 from keras_mvit2.weights.mobilevitv2_port import TRANSFORMS, model_port_targets
 

@@ -257,7 +257,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from keras_mvit2.tasks.features import paper_comparison
+    from keras_mvit2.tasks.paper_tables import paper_comparison
 
     rows = paper_comparison()
     headers = ("model", "input", "params (ours)", "params (paper)", "diff",

@@ -1,4 +1,8 @@
-"""A `keras_mvit2.MobileViTV2` classifier -> the same model as a KerasHub classifier."""
+"""A `keras_mvit2.MobileViTV2` classifier -> the same model as a KerasHub classifier.
+
+`classifier_from_model` is also how `keras_mvit2.hub.preset_resolver` turns a published
+checkpoint or a timm one into a preset: importing this module registers it there.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from keras_mvit2.hub.mobilevitv2_image_classifier_preprocessor import (
     MobileViTV2ImageClassifierPreprocessor,
 )
 from keras_mvit2.hub.mobilevitv2_image_converter import MobileViTV2ImageConverter
+from keras_mvit2.hub.preset_resolver import register_classifier_factory
 
 
 def classifier_from_model(
@@ -87,3 +92,6 @@ def classifier_from_model(
     classifier.output_dense.kernel.assign(head.kernel)
     classifier.output_dense.bias.assign(head.bias)
     return classifier
+
+
+register_classifier_factory(classifier_from_model)

@@ -104,7 +104,7 @@ class MobileViTV2Backbone(keras_hub.models.Backbone):
         names (`"mobilevitv2_050_imagenet"`, ...) and timm MobileViTv2 checkpoints
         (`"hf://timm/mobilevitv2_050.cvnets_in1k"`); see
         `MobileViTV2ImageClassifier.from_preset`."""
-        from keras_mvit2.hub.mobilevitv2_presets import resolve_preset
+        from keras_mvit2.hub.preset_resolver import resolve_preset
 
         return super().from_preset(resolve_preset(preset), load_weights, **kwargs)
 

@@ -61,6 +61,6 @@ class MobileViTV2ImageClassifier(keras_hub.models.ImageClassifier):
 
     @classmethod
     def from_preset(cls, preset: str, load_weights: bool = True, **kwargs):
-        from keras_mvit2.hub.mobilevitv2_presets import resolve_preset
+        from keras_mvit2.hub.preset_resolver import resolve_preset
 
         return super().from_preset(resolve_preset(preset), load_weights, **kwargs)

@@ -14,7 +14,7 @@ TFLite files:
 Importing this package imports neither TFMOT nor tf_keras.
 """
 
-from keras_mvit2.quantize._worker import QuantizationWorkerError
+from keras_mvit2.quantize._worker_client import QuantizationWorkerError
 from keras_mvit2.quantize.qat import IO_DTYPES, QATResult, qat
 from keras_mvit2.quantize.sparsity import SparsityResult, cluster, exported_kernel_stats, prune
 from keras_mvit2.quantize.tf_keras_twin import TwinError

@@ -65,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from keras_mvit2.quantize import _worker
+from keras_mvit2.quantize import _worker_client, _worker_common, tf_keras_twin
 
 __all__ = ["IO_DTYPES", "QATResult", "qat"]
 
@@ -228,12 +228,12 @@ def qat(
         raise ValueError(f"learning_rate must be >= 0. Received: learning_rate={learning_rate!r}")
     output_path = os.fspath(output_path)
 
-    model = _worker.load_keras_model(model_or_path)
-    input_shape = _worker.image_input_shape(model)
+    model = _worker_client.load_keras_model(model_or_path)
+    input_shape = _worker_client.image_input_shape(model)
     num_classes = int(model.outputs[0].shape[-1])
 
-    with _worker.temporary_workdir("qat") as workdir:
-        x, y, train, steps = _worker.stage_training_data(
+    with _worker_client.temporary_workdir("qat") as workdir:
+        x, y, train, steps = _worker_client.stage_training_data(
             model, train_data, workdir, batch_size=batch_size, steps_per_epoch=steps_per_epoch)
 
         if representative_data is None:
@@ -247,21 +247,21 @@ def qat(
                 representative_data, image_size=tuple(input_shape[1:3]),
                 channels=input_shape[3], num_samples=num_calibration_samples,
             )
-        rep = _worker.save_arrays(os.path.join(workdir, "representative.npz"), rep_images)
+        rep = _worker_common.save_arrays(os.path.join(workdir, "representative.npz"), rep_images)
 
         val = None
         xv = yv = None
         if validation_data is not None:
-            xv, yv, _ = _worker.labelled_arrays(
+            xv, yv, _ = _worker_client.labelled_arrays(
                 validation_data, input_shape=input_shape, what="validation_data",
                 batch_size=batch_size, split="test",
             )
-            yv = _worker.integer_labels(yv, num_classes, "validation_data")
-            val = _worker.save_arrays(os.path.join(workdir, "validation.npz"), xv, yv)
+            yv = _worker_client.integer_labels(yv, num_classes, "validation_data")
+            val = _worker_common.save_arrays(os.path.join(workdir, "validation.npz"), xv, yv)
         del x, y
 
         reference = xv[:8] if xv is not None else rep_images[:8]
-        job = {"model": _worker.write_model_files(model, workdir, reference)}
+        job = {"model": tf_keras_twin.write_model_files(model, workdir, reference)}
         job.update(
             train=train, validation=val, representative=rep, epochs=epochs,
             steps_per_epoch=steps, batch_size=batch_size, learning_rate=float(learning_rate),
@@ -269,7 +269,7 @@ def qat(
             freeze_batch_norm=bool(freeze_batch_norm),
             tflite_path=os.path.join(workdir, "qat_model.tflite"),
         )
-        result = _worker.run_worker("qat", job, workdir, verbose=verbose, timeout=timeout)
+        result = _worker_client.run_worker("qat", job, workdir, verbose=verbose, timeout=timeout)
         with open(result["tflite_path"], "rb") as f:
             flatbuffer = f.read()
 
@@ -307,7 +307,7 @@ def _finish(model, flatbuffer: bytes, output_path: str, *, result, io_dtype, xv,
             if not np.all(np.isfinite(probe)):
                 raise RuntimeError("The QAT TFLite model gives non-finite outputs.")
             if verbose:
-                print(f"{_worker.OUTPUT_PREFIX}evaluating float Keras 3 and int8 TFLite on "
+                print(f"{_worker_client.OUTPUT_PREFIX}evaluating float Keras 3 and int8 TFLite on "
                       f"{len(xv)} validation images", flush=True)
             float_pred = np.argmax(np.asarray(model.predict(xv, batch_size=256, verbose=0)), -1)
             int8_pred = np.argmax(run_tflite(tmp_path, xv), -1)
@@ -416,7 +416,7 @@ class _Quantizer:
                 return last_value(num_bits=8, per_axis=False, symmetric=True, narrow_range=True)
 
             def get_weights_and_quantizers(self, layer):
-                return [(_worker.path_get(layer, a), self._weight_quantizer())
+                return [(_worker_common.path_get(layer, a), self._weight_quantizer())
                         for a in self.weight_attrs]
 
             def get_activations_and_quantizers(self, layer):
@@ -424,9 +424,9 @@ class _Quantizer:
 
             def set_quantize_weights(self, layer, quantize_weights):
                 for attr, weight in zip(self.weight_attrs, quantize_weights, strict=True):
-                    _worker.path_set(layer, attr, weight)
+                    _worker_common.path_set(layer, attr, weight)
                 for alias, attr in self.shared_attrs.items():
-                    _worker.path_set(layer, alias, _worker.path_get(layer, attr))
+                    _worker_common.path_set(layer, alias, _worker_common.path_get(layer, attr))
 
             def set_quantize_activations(self, layer, quantize_activations):
                 pass
@@ -521,7 +521,7 @@ class _Quantizer:
 
     @staticmethod
     def resolve(layer, path: str):
-        return _worker.path_get(layer, path)
+        return _worker_common.path_get(layer, path)
 
     def child_config(self, child, path: str, bn_fed: set[str]):
         """The QuantizeConfig of a sublayer, or None (not wrapped)."""
@@ -734,7 +734,7 @@ def worker_qat(ctx) -> dict[str, Any]:
     if qat_accuracy is not None:
         ctx.log(f"QAT model (fake-quantized) validation accuracy {qat_accuracy:.4f}")
 
-    representative, _, _ = _worker.load_arrays(job["representative"])
+    representative, _, _ = _worker_common.load_arrays(job["representative"])
     ctx.log(f"converting to full-integer TFLite ({job['io_dtype']} I/O, "
             f"{len(representative)} representative images)")
     flatbuffer = quantizer.convert(qat_model, twin.input_shape, representative, job["io_dtype"])

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from keras_mvit2.quantize import _worker
+from keras_mvit2.quantize import _worker_client, _worker_common, tf_keras_twin
 
 __all__ = [
     "SparsityResult",
@@ -228,7 +228,6 @@ def _run(task, model_or_path, train_data, options, *, epochs, steps_per_epoch, l
          timeout) -> SparsityResult:
     import keras
 
-    from keras_mvit2.quantize import tf_keras_twin
     from keras_mvit2.quantize.qat import _positive_int
 
     start = time.monotonic()
@@ -237,12 +236,12 @@ def _run(task, model_or_path, train_data, options, *, epochs, steps_per_epoch, l
     _positive_int("batch_size", batch_size)
     if not isinstance(learning_rate, int | float) or not learning_rate >= 0:
         raise ValueError(f"learning_rate must be >= 0. Received: learning_rate={learning_rate!r}")
-    model = _worker.load_keras_model(model_or_path)
-    input_shape = _worker.image_input_shape(model)
+    model = _worker_client.load_keras_model(model_or_path)
+    input_shape = _worker_client.image_input_shape(model)
     num_classes = int(model.outputs[0].shape[-1])
 
-    with _worker.temporary_workdir(task) as workdir:
-        x, _, train, steps = _worker.stage_training_data(
+    with _worker_client.temporary_workdir(task) as workdir:
+        x, _, train, steps = _worker_client.stage_training_data(
             model, train_data, workdir, batch_size=batch_size, steps_per_epoch=steps_per_epoch)
         if task == "prune" and epochs * steps < 2:
             raise ValueError(
@@ -252,18 +251,18 @@ def _run(task, model_or_path, train_data, options, *, epochs, steps_per_epoch, l
         calibration = x[:200] if representative_data is None else representative_data
         xv = yv = None
         if validation_data is not None:
-            xv, yv, _ = _worker.labelled_arrays(
+            xv, yv, _ = _worker_client.labelled_arrays(
                 validation_data, input_shape=input_shape, what="validation_data",
                 batch_size=batch_size, split="test",
             )
-            yv = _worker.integer_labels(yv, num_classes, "validation_data")
+            yv = _worker_client.integer_labels(yv, num_classes, "validation_data")
         reference = xv[:8] if xv is not None else x[:8]
-        job = {"model": _worker.write_model_files(model, workdir, reference)}
+        job = {"model": tf_keras_twin.write_model_files(model, workdir, reference)}
         job.update(train=train, epochs=epochs, steps_per_epoch=steps, batch_size=batch_size,
                    learning_rate=float(learning_rate), weights_out=os.path.join(
                        workdir, "result_weights.npz"), **options)
-        result = _worker.run_worker(task, job, workdir, verbose=verbose, timeout=timeout)
-        new_weights = _worker.read_weights(result["weights_out"])
+        result = _worker_client.run_worker(task, job, workdir, verbose=verbose, timeout=timeout)
+        new_weights = _worker_common.read_weights(result["weights_out"])
 
     copy = keras.models.clone_model(model)
     copy.set_weights(model.get_weights())
@@ -391,7 +390,7 @@ def _kernel_paths(weight_map: Mapping[str, Any], variables) -> list[str]:
 
 
 def _finish_worker(ctx, model, weight_map, variables, history, epochs, extra):
-    from keras_mvit2.quantize._worker import write_twin_weights
+    from keras_mvit2.quantize._worker_common import write_twin_weights
 
     write_twin_weights(weight_map, ctx.job["weights_out"])
     per_epoch = [{k: float(v[i]) for k, v in history.history.items()} for i in range(epochs)]
@@ -476,10 +475,10 @@ def worker_cluster(ctx) -> dict[str, Any]:
         """ClusterWeights for kernels reached by attribute paths (``"fc1.kernel"``)."""
 
         def get_weight_from_layer(self, weight_name):
-            return _worker.path_get(self.layer, weight_name)
+            return _worker_common.path_get(self.layer, weight_name)
 
         def set_weight_to_layer(self, weight_name, new_weight):
-            _worker.path_set(self.layer, weight_name, new_weight)
+            _worker_common.path_set(self.layer, weight_name, new_weight)
 
         def strip_clustering(self):
             for name, original in self.original_clusterable_weights.items():

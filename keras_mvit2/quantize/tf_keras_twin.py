@@ -49,7 +49,10 @@ import re
 import sys
 import types
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: Attribute set on the shim module, so a second install is a no-op.
 SHIM_MARKER = "__keras_mvit2_tf_keras_shim__"
@@ -734,6 +737,48 @@ def assign_keras3_weights(model, weights: Mapping[str, Any], paths: Iterable[str
 
 
 # --------------------------------------------------------------------------------------
+# Parent side: the model's files for the worker
+
+
+def output_is_probabilities(model) -> bool:
+    """True when the model ends with a softmax (then the loss gets probabilities)."""
+    layer = model.layers[-1]
+    activation = getattr(layer, "activation", None)
+    name = getattr(activation, "__name__", "") or ""
+    return name == "softmax" or type(layer).__name__ == "Softmax"
+
+
+
+def write_model_files(model, workdir: str, reference_images: np.ndarray,
+                      prefix: str = "") -> dict[str, Any]:
+    """spec.json, weights.npz and reference.npz for the worker; returns the job's ``model``."""
+    import json
+
+    import numpy as np
+
+    spec = model_spec(model)
+    weights = keras3_weights(model)
+    paths = list(weights)
+    spec_path = os.path.join(workdir, f"{prefix}spec.json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    weights_path = os.path.join(workdir, f"{prefix}weights.npz")
+    np.savez(weights_path, **{f"w{i}": weights[p] for i, p in enumerate(paths)})
+    ref = np.ascontiguousarray(reference_images[:8], np.float32)
+    outputs = np.asarray(model(ref, training=False))
+    ref_path = os.path.join(workdir, f"{prefix}reference.npz")
+    np.savez(ref_path, x=ref, y=outputs)
+    return {
+        "spec": spec_path,
+        "weights": weights_path,
+        "weight_paths": paths,
+        "reference": ref_path,
+        "probabilities": output_is_probabilities(model),
+        "num_classes": int(model.outputs[0].shape[-1]),
+    }
+
+
+# --------------------------------------------------------------------------------------
 # Parent side: run twins in the worker
 
 
@@ -757,20 +802,20 @@ def twin_outputs(models, images, *, verbose: bool = False,
     """
     import numpy as np
 
-    from keras_mvit2.quantize import _worker
+    from keras_mvit2.quantize import _worker_client, _worker_common
 
     single = not isinstance(models, list | tuple)
     models = [models] if single else list(models)
     images = np.ascontiguousarray(images, np.float32)
-    with _worker.temporary_workdir("twin") as workdir:
+    with _worker_client.temporary_workdir("twin") as workdir:
         job = {
-            "images": _worker.save_arrays(os.path.join(workdir, "images.npz"), images),
+            "images": _worker_common.save_arrays(os.path.join(workdir, "images.npz"), images),
             "models": [
-                _worker.write_model_files(m, workdir, images, prefix=f"m{i}_")
+                write_model_files(m, workdir, images, prefix=f"m{i}_")
                 for i, m in enumerate(models)
             ],
         }
-        result = _worker.run_worker("twin", job, workdir, verbose=verbose, timeout=timeout)
+        result = _worker_client.run_worker("twin", job, workdir, verbose=verbose, timeout=timeout)
         outputs = []
         for entry in result["models"]:
             with np.load(entry["outputs"]) as data:

@@ -7,11 +7,19 @@
   `match_anchors`, `SSDLoss` (hard negative mining), `nms`, `postprocess_detections`,
   `coco_map` (pycocotools);
 - `data`: the offline pasted Fashion-MNIST set and the Table 11 augmentations;
-- `train`: Table 11 optimizer presets, compile / evaluate helpers, trivial baselines.
+- `train`: Table 11 optimizer presets, compile / evaluate helpers, trivial baselines;
+- `paper_tables`: the paper's Table 3 / 4 rows, `paper_comparison` (our sizes and MACs
+  beside the paper's).
 
 The models export with `keras_mvit2.export.to_tflite` (float32 / int8) and `to_coreml`
-like the classifier; detection NMS runs outside the graph (`postprocess_detections`).
-See docs/downstream.md.
+like the classifier. Exported as they are, the detectors output the raw
+``(1, anchors, 4 + classes)`` tensor, decoded and NMS-filtered outside the graph by
+`postprocess_detections`. NMS can also run in the graph, with the settings of
+`postprocess_detections`:
+`keras_mvit2.export.detection_postprocess.with_detection_postprocess` ends the TFLite
+model in the ``TFLite_Detection_PostProcess`` op (MediaPipe's ``ObjectDetector``), and
+`keras_mvit2.export.coreml_detection.to_coreml_detector` writes a Core ML pipeline ending
+in ``NonMaximumSuppression`` (Vision's object detection). See docs/downstream.md.
 """
 
 from keras_mvit2.tasks import data, detection, segmentation, train
@@ -33,8 +41,8 @@ from keras_mvit2.tasks.features import (
     feature_strides,
     load_backbone_weights,
     mobilevitv2_features,
-    paper_comparison,
 )
+from keras_mvit2.tasks.paper_tables import paper_comparison
 from keras_mvit2.tasks.segmentation import (
     DeepLabV3,
     PSPNet,
