@@ -58,7 +58,6 @@ class PartialRunError(AndroidBenchError):
         self.failures = failures
 
 
-
 @dataclass
 class AndroidBenchConfig:
     """What to run: every model x delegate x threads, `repeats` rounds, interleaved."""

@@ -68,7 +68,6 @@ class TrainResult:
     plan: RunPlan | None = None
 
 
-
 def make_run_info(config: TrainConfig, classifier: keras.Model, data: RunData,
                   wanted: SchedulePlan, plan: RunPlan, policy: str) -> dict[str, Any]:
     """The contents of `run.json`: the values the run derived from its config."""

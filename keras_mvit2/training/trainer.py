@@ -185,7 +185,6 @@ def build_trainer(
     return trainer
 
 
-
 def train(
     config: TrainConfig | str | os.PathLike | dict,
     *,
@@ -240,7 +239,6 @@ def train(
     policy = resolve_precision(config.training.precision, strategy)
     with precision_policy(policy):
         return _train(config, strategy, policy, list(callbacks or []), replan, on_plan)
-
 
 
 def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list, replan: bool,
