@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from keras_mvit2.training.trainer import EvalResult
+from keras_mvit2.training.evaluation import EvalResult
 from keras_mvit2.utils.files import atomic_output, write_json
 
 #: Classes up to which every cell of the confusion matrix is annotated with its count.

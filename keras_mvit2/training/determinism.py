@@ -1,0 +1,73 @@
+"""`training.deterministic`: deterministic kernels on one thread, without oneDNN, and the
+environment (`DETERMINISTIC_ENV`) a process needs for bitwise-reproducible runs."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import tensorflow as tf
+
+logger = logging.getLogger("keras_mvit2.training")
+
+
+#: Environment variables TensorFlow reads once, when it loads: one intra-op and one
+#: inter-op thread, and its Eigen kernels instead of oneDNN's. A process started with them
+#: runs `training.deterministic` bitwise reproducibly (`_make_deterministic`).
+DETERMINISTIC_ENV = {
+    "TF_NUM_INTRAOP_THREADS": "1",
+    "TF_NUM_INTEROP_THREADS": "1",
+    "TF_ENABLE_ONEDNN_OPTS": "0",
+}
+
+
+def _onednn_enabled() -> bool:
+    """Whether this process's TensorFlow runs oneDNN kernels (decided when it loaded)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:  # a TensorFlow without the probe: go by the variable
+        return os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "0"
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def _make_deterministic() -> None:
+    """Deterministic kernels on one intra-op and one inter-op thread, without oneDNN.
+
+    `enable_op_determinism` is not enough on a CPU. Measured here (the same 12-step
+    run, three processes at once on two cores):
+    - with several threads, two identical runs differed in the last bit of the third
+      epoch's loss;
+    - with one thread of each kind but oneDNN's kernels (TensorFlow's default on x86),
+      2 runs of 63 (and one CI run) took another path, one of them from the first
+      optimizer step on (weights 1.6e-4 apart after 12 steps). The data pipeline alone
+      and the train step on a fixed batch were bitwise repeatable; which oneDNN kernel
+      varies was not pinned down (its primitives are cached per thread, and which
+      thread runs a kernel depends on timing);
+    - with one thread of each kind and Eigen's kernels, 78 of 78 runs were bitwise equal.
+    Thread counts can still be set here if TensorFlow's runtime has not started; oneDNN
+    is chosen when TensorFlow loads. What cannot be set any more is named in a warning
+    that says how to start the process instead (`DETERMINISTIC_ENV`).
+    """
+    tf.config.experimental.enable_op_determinism()
+    missing = []
+    if _onednn_enabled():
+        missing.append("TensorFlow loaded with oneDNN's kernels, which may run another "
+                       "path depending on which thread runs them")
+    threads_from_env = all(os.environ.get(k) == "1" for k in
+                           ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"))
+    if not threads_from_env:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:
+            if (tf.config.threading.get_intra_op_parallelism_threads(),
+                    tf.config.threading.get_inter_op_parallelism_threads()) != (1, 1):
+                missing.append("TensorFlow already runs with several threads, whose "
+                               "kernels may round differently from run to run under load")
+    if missing:
+        logger.warning(
+            "training.deterministic: %s. For bitwise-reproducible runs start the process "
+            "with %s.",
+            "; ".join(missing),
+            " ".join(f"{k}={v}" for k, v in DETERMINISTIC_ENV.items()),
+        )

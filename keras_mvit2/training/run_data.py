@@ -1,0 +1,148 @@
+"""The data of a run: the `ImageSource`s of `config.data`, the classes, the batch scaled
+for the replicas, the multi-scale batches, and the datasets `train` fits and validates on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from keras_mvit2 import data as mvdata
+from keras_mvit2.training.config import TrainConfig
+from keras_mvit2.training.distribute import Scaling, scale_for_replicas
+
+
+def _limited(source: mvdata.ImageSource, limit: int | None) -> mvdata.ImageSource:
+    if limit is None or limit >= source.num_examples:
+        return source
+    return dataclasses.replace(
+        source,
+        dataset=source.dataset.take(limit),
+        num_examples=limit,
+        make_records=None,
+        decode_record=None,
+        shuffle_records=False,
+    )
+
+
+def make_sources(
+    config: TrainConfig,
+) -> tuple[mvdata.ImageSource, mvdata.ImageSource | None]:
+    """The training and validation `ImageSource`s of `config.data` (validation may be None)."""
+    d = config.data
+    if d.source == "fashion_mnist":
+        train_kw = {} if d.train is None else {"data_dir": d.train}
+        train = mvdata.fashion_mnist(d.train_split, limit=d.train_limit, **train_kw)
+        val = None
+        if d.validation_split is not None:
+            val_dir = d.validation or d.train
+            val_kw = {} if val_dir is None else {"data_dir": val_dir}
+            val = mvdata.fashion_mnist(d.validation_split, limit=d.validation_limit, **val_kw)
+        return train, val
+    if d.source == "image_folder":
+        if d.validation is None and d.validation_fraction > 0:
+            train = mvdata.image_folder(d.train, split="training",
+                                        validation_fraction=d.validation_fraction, seed=d.seed)
+            _check_two_classes(train, d.train)  # before the split's own checks
+            val = mvdata.image_folder(d.train, split="validation",
+                                      validation_fraction=d.validation_fraction, seed=d.seed)
+        else:
+            train = mvdata.image_folder(d.train)
+            val = None if d.validation is None else mvdata.image_folder(d.validation)
+    elif d.source == "tfrecords":
+        train = mvdata.tfrecords(d.train, class_names=d.class_names)
+        val = None if d.validation is None else mvdata.tfrecords(
+            d.validation, class_names=d.class_names)
+    else:  # tfds
+        train = mvdata.tfds_source(d.tfds_name, d.train_split, data_dir=d.train)
+        val = None if d.validation_split is None else mvdata.tfds_source(
+            d.tfds_name, d.validation_split, data_dir=d.validation or d.train)
+    _check_two_classes(train, d.train)
+    return _limited(train, d.train_limit), (
+        None if val is None else _limited(val, d.validation_limit))
+
+
+def _check_two_classes(source: mvdata.ImageSource, where: str | None) -> None:
+    names = list(source.class_names)
+    if len(names) < 2:
+        raise ValueError(
+            f"The training data {where!r} has {len(names)} class ({names}); a classifier "
+            "needs at least two classes. For an image folder, put each class's images in its "
+            "own sub-folder (DIR/<class>/*.jpg) with at least two sub-folders."
+        )
+
+
+@dataclasses.dataclass
+class RunData:
+    """What `train` knows of its data before it builds a model.
+
+    Attributes:
+        config: the run's `TrainConfig`.
+        train_source, val_source: the `ImageSource`s (`val_source` may be None).
+        class_names: in label order, padded with `class_<i>` up to `num_classes`.
+        num_classes: the classifier size (`model.num_classes` or the data's classes).
+        scaling: the global batch and learning-rate factor for the replicas.
+        eval_batch: the global validation batch.
+        pairs: the multi-scale `(size, batch)` pairs, None without multi-scale.
+    """
+
+    config: TrainConfig
+    train_source: mvdata.ImageSource
+    val_source: mvdata.ImageSource | None
+    class_names: list[str]
+    num_classes: int
+    scaling: Scaling
+    eval_batch: int
+    pairs: list[tuple[int, int]] | None
+
+    def train_dataset(self, epoch: int) -> tf.data.Dataset:
+        """Epoch `epoch`'s batches (seed `data.seed + epoch`, repeated)."""
+        config, scaling = self.config, self.scaling
+        size = config.model.image_size
+        seed = config.data.seed + epoch
+        if self.pairs:
+            return mvdata.make_multiscale_train_dataset(
+                self.train_source, base_size=size, base_batch_size=scaling.global_batch,
+                num_classes=self.num_classes, scales=config.multiscale.scales,
+                size_divisor=config.multiscale.size_divisor, batch_multiple=scaling.replicas,
+                augment=config.augment, seed=seed, shuffle_buffer=config.data.shuffle_buffer,
+                repeat=True)
+        return mvdata.make_train_dataset(
+            self.train_source, image_size=size, batch_size=scaling.global_batch,
+            num_classes=self.num_classes, augment=config.augment, seed=seed,
+            shuffle_buffer=config.data.shuffle_buffer, repeat=True)
+
+    def validation_dataset(self) -> tf.data.Dataset | None:
+        """The validation batches at the base size, None without validation data."""
+        if self.val_source is None:
+            return None
+        config = self.config
+        return mvdata.make_eval_dataset(self.val_source, image_size=config.model.image_size,
+                                        batch_size=self.eval_batch,
+                                        num_classes=self.num_classes,
+                                        crop_ratio=config.data.crop_ratio)
+
+
+def build_run_data(config: TrainConfig, replicas: int) -> RunData:
+    """Reads the sources of `config.data` and sizes the classifier and batches for them."""
+    train_source, val_source = make_sources(config)
+    class_names = list(train_source.class_names)
+    num_classes = config.model.num_classes or len(class_names)
+    if num_classes < len(class_names):
+        raise ValueError(
+            f"model.num_classes={num_classes} is smaller than the {len(class_names)} classes "
+            f"of the training data. Received: num_classes={num_classes}"
+        )
+    class_names += [f"class_{i}" for i in range(len(class_names), num_classes)]
+    scaling = scale_for_replicas(config.data.batch_size, replicas,
+                                 config.optimizer.reference_batch_size)
+    eval_batch = (config.data.eval_batch_size or config.data.batch_size) * scaling.replicas
+    pairs = None
+    if config.multiscale.enabled:
+        pairs = mvdata.multiscale_batch_pairs(
+            config.model.image_size, scaling.global_batch, config.multiscale.scales,
+            size_divisor=config.multiscale.size_divisor, batch_multiple=scaling.replicas)
+    return RunData(config=config, train_source=train_source, val_source=val_source,
+                   class_names=class_names, num_classes=num_classes, scaling=scaling,
+                   eval_batch=eval_batch, pairs=pairs)
