@@ -1,6 +1,7 @@
 """Export fingerprint: what every export path writes, to prove a refactor changed nothing.
 
     python benchmarks/export_fingerprint.py [--out DIR] [--compare BASELINE.json] [--no-coreml]
+        [--no-twin] [--models SUBSTRING ...]
 
 Builds a fixed set of models with seeded random weights (MobileViTv2-0.5 with every
 registered attention, MobileViT-XXS, DeiT-Tiny-shaped ViT, SSDLite with and without the
@@ -33,16 +34,94 @@ ATOL = 1e-6
 SIZE = 64
 
 
+def _zip_times_zeroed(data: bytes) -> bytes:
+    """`data` with the modification times of the zip appended to a .tflite zeroed (the
+    packed labels.txt of the standard metadata carries the time of the export)."""
+    import io
+    import zipfile
+
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        return data
+    out = bytearray(data)
+    for info in archive.infolist():  # local headers: time and date at +10
+        out[info.header_offset + 10:info.header_offset + 14] = bytes(4)
+    position = archive.start_dir  # central directory entries: time and date at +12
+    while out[position:position + 4] == b"PK\x01\x02":
+        out[position + 12:position + 16] = bytes(4)
+        lengths = [int.from_bytes(out[position + k:position + k + 2], "little")
+                   for k in (28, 30, 32)]
+        position += 46 + sum(lengths)
+    return bytes(out)
+
+
 def _sha(path: str) -> str:
+    """SHA-256 of an export's content: a .tflite with its zip times zeroed; an .mlpackage's
+    files but Manifest.json (random item identifiers)."""
     digest = hashlib.sha256()
-    paths = [path] if os.path.isfile(path) else sorted(
-        p for p in glob.glob(os.path.join(path, "**"), recursive=True) if os.path.isfile(p))
-    for p in paths:
-        if os.path.isdir(path):
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            digest.update(_zip_times_zeroed(f.read()))
+        return digest.hexdigest()
+    for p in sorted(glob.glob(os.path.join(path, "**"), recursive=True)):
+        if os.path.isfile(p) and os.path.basename(p) != "Manifest.json":
             digest.update(os.path.relpath(p, path).encode())
-        with open(p, "rb") as f:
-            digest.update(f.read())
+            with open(p, "rb") as f:
+                digest.update(f.read())
     return digest.hexdigest()
+
+
+def _pipeline_ops(path: str) -> dict[str, int]:
+    """MIL op histogram of the ML Programs inside a Core ML pipeline, by model index."""
+    import coremltools as ct
+
+    spec = ct.models.MLModel(path, skip_model_load=True).get_spec()
+    histogram: dict[str, int] = {}
+    for index, model in enumerate(spec.pipeline.models):
+        kind = model.WhichOneof("Type")
+        if kind != "mlProgram":
+            histogram[f"{index}:{kind}"] = 1
+            continue
+        for function in model.mlProgram.functions.values():
+            for block in function.block_specializations.values():
+                for op in block.operations:
+                    key = f"{index}:{op.type}"
+                    histogram[key] = histogram.get(key, 0) + 1
+    return dict(sorted(histogram.items()))
+
+
+def _recorded(records: dict, key: str, make, *args, **kwargs) -> bool:
+    """`records[key] = make(*args, **kwargs)`, or the error it raised (recorded, not fatal)."""
+    try:
+        records[key] = make(*args, **kwargs)
+        return True
+    except Exception as err:  # an error is a fingerprint too
+        records[key] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
+        print(f"{key}: {records[key]['error']}", flush=True)
+        return False
+
+
+def _tflite(model, path: str, **options) -> dict:
+    from keras_mvit2 import export
+
+    report = export.to_tflite(model, path, **options)
+    return {"sha256": _sha(path), "ops": report.op_histogram}
+
+
+def _coreml(model, path: str, **options) -> dict:
+    from keras_mvit2 import export
+
+    report = export.to_coreml(model, path, **options)
+    return {"sha256": _sha(path), "ops": report.op_histogram}
+
+
+def _vision(model, path: str, object_names: list[str]) -> dict:
+    # The old path of to_coreml_detector (kept working by the export redesign).
+    from keras_mvit2.export.coreml_detection import to_coreml_detector
+
+    to_coreml_detector(model, path, object_names)
+    return {"sha256": _sha(path), "ops": _pipeline_ops(path)}
 
 
 def _models():
@@ -88,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", default=None)
     parser.add_argument("--no-coreml", action="store_true")
     parser.add_argument("--no-twin", action="store_true")
+    parser.add_argument("--models", nargs="*", metavar="SUBSTRING",
+                        help="only the models whose name contains one of these")
     args = parser.parse_args(argv)
 
     import keras
@@ -96,14 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     from keras_mvit2.export.detection_postprocess import with_detection_postprocess
 
     coreml = not args.no_coreml
-    if coreml:
-        from keras_mvit2.export.coreml_detection import to_coreml_detector
-
     records: dict[str, dict] = {}
     outputs: dict[str, np.ndarray] = {}
     twins: list[tuple[str, keras.Model, np.ndarray]] = []
     with tempfile.TemporaryDirectory(prefix="keras_mvit2_fingerprint_") as tmp:
         for name, (factory, kind) in _models().items():
+            if args.models and not any(part in name for part in args.models):
+                continue
             keras.utils.set_random_seed(0)
             model = _trained_looking(factory())
             shape = tuple(model.input_shape[1:])
@@ -116,35 +196,30 @@ def main(argv: list[str] | None = None) -> int:
                 path = os.path.join(tmp, f"{name}_{fmt}.tflite")
                 rep = calibration if fmt in ("int8", "int16x8") else None
                 names = [f"class_{i}" for i in range(10)] if kind == "classifier" else None
-                report = export.to_tflite(model, path, quantization=fmt,
-                                          representative_data=rep, class_names=names,
-                                          allow_float_ops=True)
                 key = f"tflite/{name}/{fmt}"
-                records[key] = {"sha256": _sha(path), "ops": report.op_histogram}
-                outputs[key] = np.concatenate(
-                    [np.asarray(export.run_tflite(path, x[i:i + 1])).reshape(1, -1)
-                     for i in range(len(x))])
+                if _recorded(records, key, _tflite, model, path, quantization=fmt,
+                             representative_data=rep, class_names=names,
+                             allow_float_ops=True):
+                    outputs[key] = np.concatenate(
+                        [np.asarray(export.run_tflite(path, x[i:i + 1])).reshape(1, -1)
+                         for i in range(len(x))])
             if kind == "detector":
                 path = os.path.join(tmp, f"{name}_postprocess.tflite")
-                report = export.to_tflite(with_detection_postprocess(model), path,
-                                          class_names=[f"object_{i}" for i in range(3)])
-                records[f"tflite/{name}/postprocess"] = {"sha256": _sha(path),
-                                                        "ops": report.op_histogram}
+                _recorded(records, f"tflite/{name}/postprocess", _tflite,
+                          with_detection_postprocess(model), path,
+                          class_names=[f"object_{i}" for i in range(3)])
             if coreml:
                 precisions = ["float16", "float32"] if name == "mobilevitv2_050_separable" \
                     else ["float16"]
                 for precision in precisions:
                     path = os.path.join(tmp, f"{name}_{precision}.mlpackage")
                     labels = [f"class_{i}" for i in range(10)] if kind == "classifier" else None
-                    report = export.to_coreml(model, path, precision=precision,
-                                              class_labels=labels)
-                    records[f"coreml/{name}/{precision}"] = {"sha256": _sha(path),
-                                                            "ops": report.op_histogram}
+                    _recorded(records, f"coreml/{name}/{precision}", _coreml, model, path,
+                              precision=precision, class_labels=labels)
                 if kind == "detector":
                     path = os.path.join(tmp, f"{name}_vision.mlpackage")
-                    to_coreml_detector(model, path, [f"object_{i}" for i in range(3)])
-                    records[f"coreml/{name}/vision"] = {
-                        "sha256": _sha(path), "ops": export.inspect_coreml(path).op_histogram}
+                    _recorded(records, f"coreml/{name}/vision", _vision, model, path,
+                              [f"object_{i}" for i in range(3)])
             if kind == "classifier" and not args.no_twin:
                 twins.append((name, model, x))
             print(f"{name}: done", flush=True)
@@ -181,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
             old = base.get(key)
             if old is None:
                 verdict = "new"
+            elif "error" in old or "error" in rec:
+                same = old.get("error") == rec.get("error")
+                verdict = "same error" if same else "ERROR DIFFERS"
+                failed += not same
             elif old.get("sha256") == rec.get("sha256") and \
                     old.get("output_sha256") == rec.get("output_sha256"):
                 verdict = "identical"
@@ -196,9 +275,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 verdict, failed = "outputs differ", failed + 1
         ops = sum(rec.get("ops", {}).values()) if "ops" in rec else "-"
-        rows.append(f"| {key} | {ops} | {rec.get('sha256', rec.get('output_sha256'))[:12]} "
+        digest = rec.get("sha256") or rec.get("output_sha256") or rec.get("error", "")
+        rows.append(f"| {key} | {ops} | {digest[:12]} "
                     f"| {verdict} |")
-    if base is not None:
+    if base is not None and not args.models:
         for key in sorted(set(base) - set(records)):
             rows.append(f"| {key} | - | - | MISSING |")
             failed += 1
