@@ -47,7 +47,7 @@ from ai_edge_litert import schema_py_generated as tfl_schema
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from keras_mvit2.bench.schema import BenchResult, LatencyStats
-from keras_mvit2.export.flatbuffer import (
+from keras_mvit2.export.tflite.flatbuffer import (
     TENSOR_TYPE_NAMES,
     op_names,
     parse_flatbuffer,
