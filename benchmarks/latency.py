@@ -14,7 +14,7 @@ from this one run.
 
 Our models: MobileViTV2-0.5 converted with `keras_mvit2.export.to_tflite` (float32, and
 full int8 with int8 I/O like the peer), as shipped (back-to-back 1x1 convolutions fused,
-`keras_mvit2.export.pointwise_fusion`) and with ``fuse_pointwise=False`` (``*_unfused``:
+`keras_mvit2.export.tflite.pointwise_fusion`) and with ``fuse_pointwise=False`` (``*_unfused``:
 the converter's graph op for op), so the run shows what the fusion is worth. Weights
 (latency does not depend on them, int8 calibration does): by default the model is
 trained for `--train-steps` steps on Fashion-MNIST at 32x32 (1000-class head, as the

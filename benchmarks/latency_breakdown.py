@@ -35,7 +35,7 @@ RESOLUTIONS = (128, 64, 32, 16)  # the rest: the 8x8 stage and the head
 def cut_points(path: str) -> dict[str, int]:
     """Prefix lengths (operator counts): through the last operator whose output is a
     `(1, s, s, C)` map, for each resolution `s`, then the whole model."""
-    from keras_mvit2.export.flatbuffer import parse_flatbuffer
+    from keras_mvit2.export.tflite.flatbuffer import parse_flatbuffer
 
     graph = parse_flatbuffer(path).subgraphs[0]
     points = {}
@@ -54,7 +54,7 @@ def cut_points(path: str) -> dict[str, int]:
 
 def prefix_model(path: str, num_ops: int) -> bytes:
     """The model's first `num_ops` operators as a model whose output is the last one's."""
-    from keras_mvit2.export.flatbuffer import parse_flatbuffer, serialize_flatbuffer
+    from keras_mvit2.export.tflite.flatbuffer import parse_flatbuffer, serialize_flatbuffer
 
     model = parse_flatbuffer(path)
     graph = model.subgraphs[0]

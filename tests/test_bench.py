@@ -172,7 +172,7 @@ def test_bench_registered_name(tmp_path, capsys):
     keras_profile = profile(create_model("mobilevitv2_050", input_shape=(64, 64, 3)))
     # The record carries the reference-convention MACs (comparable with the paper's tables);
     # the flatbuffer holds the executed graph: the Keras graph's executed MACs, less the
-    # three 1x1 convolutions the export fuses into the next one (export.pointwise_fusion).
+    # three 1x1 convolutions the export fuses into the next one (export.tflite.pointwise_fusion).
     assert result.model["macs"] == keras_profile.macs > 10_000_000
     fused = mobilevitv2_fused_macs(create_model("mobilevitv2_050", input_shape=(64, 64, 3)))
     assert fused > 0

@@ -18,7 +18,7 @@ from coremltools.converters.mil import Builder as mb  # noqa: E402, N813
 from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY  # noqa: E402
 
 from keras_mvit2.export.coreml import to_coreml  # noqa: E402
-from keras_mvit2.export.coreml_pointwise_fusion import PASS_NAME, collect_fusions  # noqa: E402
+from keras_mvit2.export.coreml.pointwise_fusion import PASS_NAME, collect_fusions  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

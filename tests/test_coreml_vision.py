@@ -11,7 +11,7 @@ import pytest
 ct = pytest.importorskip("coremltools")
 
 from keras_mvit2.export import to_coreml  # noqa: E402
-from keras_mvit2.export.coreml_detection import _decoding_model, to_coreml_detector  # noqa: E402
+from keras_mvit2.export.coreml.detection import _decoding_model, to_coreml_detector  # noqa: E402
 from keras_mvit2.tasks import DeepLabV3, SSDLite  # noqa: E402
 from keras_mvit2.tasks.detection import decode_boxes  # noqa: E402
 

@@ -252,7 +252,7 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
 
 def test_detector_with_postprocess_op_detects_in_mediapipe(detector, tmp_path,
                                                            record_property):
-    from keras_mvit2.export.detection_postprocess import with_detection_postprocess
+    from keras_mvit2.export.tflite.detection_postprocess import with_detection_postprocess
     from keras_mvit2.tasks import postprocess_detections
 
     model, images, names = detector

@@ -14,8 +14,8 @@ from model_utils import mobilevitv2_fused_macs, perturb_norms
 
 import keras_mvit2 as mv
 from keras_mvit2.export import to_tflite
-from keras_mvit2.export.flatbuffer import op_names, parse_flatbuffer, tensor_indices
-from keras_mvit2.export.pointwise_fusion import fuse_pointwise_convolutions
+from keras_mvit2.export.tflite.flatbuffer import op_names, parse_flatbuffer, tensor_indices
+from keras_mvit2.export.tflite.pointwise_fusion import fuse_pointwise_convolutions
 
 layers = keras.layers
 SIZE = 8

@@ -301,7 +301,7 @@ def fine_tuned_256(trained, data):
 
 def _with_attention_in_float(model, calibration, tensor_names) -> bytes:
     """The same full-int8 conversion with the attention layers' ops left in float."""
-    from keras_mvit2.export.tflite import _concrete_function, _make_converter
+    from keras_mvit2.export.tflite.convert import _concrete_function, _make_converter
 
     function = _concrete_function(model, (1, *model.input_shape[1:]))
     denylisted = [n for n in tensor_names if re.search(r"/attn(_\d+)?/", n)]

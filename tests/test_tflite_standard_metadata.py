@@ -48,7 +48,7 @@ def test_classifier_file_holds_standard_metadata_and_still_runs(tmp_path):
 
 
 def test_class_names_for_a_detector_count_object_classes(tmp_path):
-    from keras_mvit2.export.detection_postprocess import with_detection_postprocess
+    from keras_mvit2.export.tflite.detection_postprocess import with_detection_postprocess
     from keras_mvit2.tasks import SSDLite
 
     ssd = SSDLite(0.5, input_shape=(64, 64, 3), classes=4)
@@ -58,7 +58,7 @@ def test_class_names_for_a_detector_count_object_classes(tmp_path):
 
 @pytest.mark.slow
 def test_detection_postprocess_op_equals_postprocess_detections(tmp_path):
-    from keras_mvit2.export.detection_postprocess import with_detection_postprocess
+    from keras_mvit2.export.tflite.detection_postprocess import with_detection_postprocess
     from keras_mvit2.tasks import SSDLite, postprocess_detections
 
     keras.utils.set_random_seed(0)

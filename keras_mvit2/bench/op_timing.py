@@ -22,7 +22,7 @@ from keras_mvit2.bench.litert_timing import (
     random_inputs,
 )
 from keras_mvit2.bench.tflite_facts import _op_macs, _shape
-from keras_mvit2.export.flatbuffer import op_names, parse_flatbuffer, serialize_flatbuffer
+from keras_mvit2.export.tflite.flatbuffer import op_names, parse_flatbuffer, serialize_flatbuffer
 
 
 @dataclasses.dataclass

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
 
-from keras_mvit2.export.flatbuffer import TENSOR_TYPE_NAMES, op_names, parse_flatbuffer
+from keras_mvit2.export.tflite.flatbuffer import TENSOR_TYPE_NAMES, op_names, parse_flatbuffer
 
 _MAC_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL")
 

@@ -1,4 +1,8 @@
-"""Export to mobile formats: TFLite / LiteRT (Android) and Core ML (iPhone), and validation."""
+"""Export to mobile formats: TFLite / LiteRT (Android) and Core ML (iPhone), and validation.
+
+`keras_mvit2.export.tflite` and `keras_mvit2.export.coreml` hold one package per target;
+`calibration` (calibration and labelled images) and `validate` serve both.
+"""
 
 from keras_mvit2.export.calibration import (
     LabelledImages,
@@ -11,6 +15,7 @@ from keras_mvit2.export.coreml import (
     inspect_coreml,
     run_coreml,
     to_coreml,
+    to_coreml_detector,
 )
 from keras_mvit2.export.tflite import (
     IO_DTYPES,
@@ -22,6 +27,7 @@ from keras_mvit2.export.tflite import (
     read_tflite_metadata,
     run_tflite,
     to_tflite,
+    with_detection_postprocess,
 )
 from keras_mvit2.export.validate import (
     ValidationReport,
@@ -50,6 +56,8 @@ __all__ = [
     "run_tflite",
     "save_reports",
     "to_coreml",
+    "to_coreml_detector",
     "to_tflite",
     "validate",
+    "with_detection_postprocess",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 
 import keras
 
-from keras_mvit2.export.detection_postprocess import check_object_names
+from keras_mvit2.export.tflite.detection_postprocess import check_object_names
 
 
 def check_class_names(class_names: Any, model: keras.Model) -> list[str] | None:

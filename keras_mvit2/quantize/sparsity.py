@@ -319,7 +319,7 @@ def exported_kernel_stats(path: str | os.PathLike) -> list[dict[str, Any]]:
     output channel: axis 0 for CONV_2D / FULLY_CONNECTED, the last axis for
     DEPTHWISE_CONV_2D). Kernels that are not constant buffers are skipped.
     """
-    from keras_mvit2.export.flatbuffer import (
+    from keras_mvit2.export.tflite.flatbuffer import (
         constant_array,
         decode_name,
         op_names,

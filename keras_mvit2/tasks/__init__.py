@@ -16,9 +16,9 @@ like the classifier. Exported as they are, the detectors output the raw
 ``(1, anchors, 4 + classes)`` tensor, decoded and NMS-filtered outside the graph by
 `postprocess_detections`. NMS can also run in the graph, with the settings of
 `postprocess_detections`:
-`keras_mvit2.export.detection_postprocess.with_detection_postprocess` ends the TFLite
+`keras_mvit2.export.with_detection_postprocess` ends the TFLite
 model in the ``TFLite_Detection_PostProcess`` op (MediaPipe's ``ObjectDetector``), and
-`keras_mvit2.export.coreml_detection.to_coreml_detector` writes a Core ML pipeline ending
+`keras_mvit2.export.to_coreml_detector` writes a Core ML pipeline ending
 in ``NonMaximumSuppression`` (Vision's object detection). See docs/downstream.md.
 """
 

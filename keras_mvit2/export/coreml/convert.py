@@ -1,27 +1,29 @@
-"""Core ML export: an ML Program (`.mlpackage`) for iPhone, with structural checks.
+"""Keras model -> Core ML ML Program (`.mlpackage`) for iPhone: `to_coreml`.
 
-Conversion runs on any OS; predictions need macOS (Core ML's runtime), so
-`inspect_coreml` reads the saved program's structure (op types, ranks, inputs
-and outputs), which is what can be checked on Linux.
+The model's inference call is traced as a ``tf.function`` (MobileViTv2 blocks in Core ML's
+channels-first layout, `keras_mvit2.export.coreml_layout`), converted by ``coremltools``
+with the 1x1 convolution fusion pass (`keras_mvit2.export.coreml.pointwise_fusion`), its
+weights optionally compressed (`keras_mvit2.export.coreml.compress`), tagged with
+keras_mvit2 metadata and saved atomically. Conversion runs on any OS; predictions need
+macOS (see `keras_mvit2.export.coreml.inspect`).
 """
 
 import json
 import os
-import platform
-from collections import Counter
-from dataclasses import asdict, dataclass, field
 
 import keras
-import numpy as np
 import tensorflow as tf
 
+from keras_mvit2.export.coreml.compress import WEIGHT_COMPRESSIONS, compress_weights
+from keras_mvit2.export.coreml.inspect import CoreMLReport, _coremltools, inspect_coreml
 from keras_mvit2.export.coreml_layout import coreml_layout
 from keras_mvit2.layers.separable_self_attention import elementwise_token_pooling
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
 
+__all__ = ["COMPUTE_UNITS_GUIDANCE", "DEPLOYMENT_TARGETS", "PRECISIONS", "to_coreml"]
+
 PRECISIONS = ("float16", "float32")
-WEIGHT_COMPRESSIONS = (None, "int8", "palettize", "prune")
 DEPLOYMENT_TARGETS = ("iOS16", "iOS17", "iOS18", "macOS13", "macOS14", "macOS15")
 #: Written into every package's metadata (``keras_mvit2.compute_units``); the same advice
 #: as tflite/README.md (section 3), whose Swift harness measures each MLComputeUnits value.
@@ -34,33 +36,6 @@ COMPUTE_UNITS_GUIDANCE = (
     "MViT2DeviceBenchmarks XCTest with TEST_RUNNER_MVIT2_COMPUTE_UNITS (iPhone); "
     "see tflite/README.md, section 3."
 )
-
-
-@dataclass
-class CoreMLReport:
-    """Structure of a converted ML Program."""
-
-    path: str
-    size_bytes: int
-    spec_version: int
-    op_histogram: dict[str, int]
-    max_tensor_rank: int
-    inputs: list[dict] = field(default_factory=list)
-    outputs: list[dict] = field(default_factory=list)
-    metadata: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def _coremltools():
-    try:
-        import coremltools as ct
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "Core ML export needs coremltools: pip install 'keras_mvit2[coreml]'"
-        ) from err
-    return ct
 
 
 def _is_probability_output(model: keras.Model) -> bool:
@@ -108,7 +83,7 @@ def to_coreml(
             at (int or `(height, width)`; default: its checkpoint's size or 256), see
             `keras_mvit2.with_input_size`.
         fuse_pointwise: fuse back-to-back 1x1 convolutions into one where that saves
-            multiply-accumulates (exact; `export/coreml_pointwise_fusion.py`), as the
+            multiply-accumulates (exact; `keras_mvit2.export.coreml.pointwise_fusion`), as the
             TFLite export does. The fused pairs are listed in the
             ``keras_mvit2.pointwise_fusions`` metadata (JSON).
 
@@ -117,6 +92,40 @@ def to_coreml(
     """
     ct = _coremltools()
     path = os.fspath(path)
+    model, shape = _checked_arguments(
+        model, path, precision=precision, weight_compression=weight_compression,
+        minimum_deployment_target=minimum_deployment_target, image_size=image_size,
+        image_input=image_input, class_labels=class_labels,
+    )
+    add_softmax = class_labels is not None and not _is_probability_output(model)
+    mlmodel, fusions = _convert(
+        ct, model, shape, add_softmax=add_softmax, image_input=image_input,
+        class_labels=class_labels, precision=precision,
+        minimum_deployment_target=minimum_deployment_target, fuse_pointwise=fuse_pointwise,
+    )
+    if not class_labels:
+        mlmodel = _with_output_name(ct, mlmodel, model)
+    mlmodel = compress_weights(mlmodel, weight_compression, palettize_bits, prune_sparsity)
+    _add_metadata(mlmodel, model, shape, precision, weight_compression, fusions, metadata)
+    with atomic_output(path) as tmp:
+        mlmodel.save(tmp)
+    return inspect_coreml(path)
+
+
+def _checked_arguments(
+    model: keras.Model,
+    path: str,
+    *,
+    precision: str,
+    weight_compression: str | None,
+    minimum_deployment_target: str,
+    image_size: int | tuple[int, int] | None,
+    image_input: bool,
+    class_labels: list[str] | None,
+) -> tuple[keras.Model, tuple[int, ...]]:
+    """Checks `to_coreml`'s arguments (ValueError on the first bad one) and returns the
+    model to convert (at `image_size` for a dynamic-size model) and its input shape
+    ``(height, width, channels)``."""
     if not path.endswith(".mlpackage"):
         raise ValueError(f"A Core ML ML Program is saved as .mlpackage. Received: path={path!r}")
     if precision not in PRECISIONS:
@@ -152,8 +161,13 @@ def to_coreml(
             f"class_labels has {len(class_labels)} entries but the model outputs {output_shape}. "
             "Pass one label per class of a classifier."
         )
+    return model, shape
 
-    add_softmax = class_labels is not None and not _is_probability_output(model)
+
+def _convert(ct, model: keras.Model, shape: tuple[int, ...], *, add_softmax: bool,
+             image_input: bool, class_labels: list[str] | None, precision: str,
+             minimum_deployment_target: str, fuse_pointwise: bool):
+    """The traced model converted by coremltools, and the 1x1 convolution pairs fused."""
 
     @tf.function(input_signature=[tf.TensorSpec((1, *shape), tf.float32, name="image")])
     def serve(image):
@@ -173,7 +187,7 @@ def to_coreml(
     # attentions pool tokens element-wise (Core ML computes in float: no int8 rounding).
     with elementwise_token_pooling(), coreml_layout():
         concrete_function = serve.get_concrete_function()
-    from keras_mvit2.export.coreml_pointwise_fusion import (
+    from keras_mvit2.export.coreml.pointwise_fusion import (
         collect_fusions,
         pipeline_with_pointwise_fusion,
     )
@@ -190,14 +204,24 @@ def to_coreml(
             minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
             pass_pipeline=pipeline_with_pointwise_fusion() if fuse_pointwise else None,
         )
-    if not class_labels:
-        spec = mlmodel.get_spec()
-        old = spec.description.output[0].name
-        new = "probabilities" if _is_probability_output(model) else "output"
-        ct.utils.rename_feature(spec, old, new)
-        mlmodel = ct.models.MLModel(spec, weights_dir=mlmodel.weights_dir, skip_model_load=True)
-    mlmodel = _compress(ct, mlmodel, weight_compression, palettize_bits, prune_sparsity)
+    return mlmodel, fusions
 
+
+def _with_output_name(ct, mlmodel, model: keras.Model):
+    """`mlmodel` with its output named ``"probabilities"`` (softmax models) or
+    ``"output"``."""
+    spec = mlmodel.get_spec()
+    old = spec.description.output[0].name
+    new = "probabilities" if _is_probability_output(model) else "output"
+    ct.utils.rename_feature(spec, old, new)
+    return ct.models.MLModel(spec, weights_dir=mlmodel.weights_dir, skip_model_load=True)
+
+
+def _add_metadata(mlmodel, model: keras.Model, shape: tuple[int, ...], precision: str,
+                  weight_compression: str | None, fusions, metadata: dict[str, str] | None
+                  ) -> None:
+    """Writes the description and the keras_mvit2 metadata (then the user's) into
+    `mlmodel`."""
     from keras_mvit2._version import __version__
     from keras_mvit2.attention import names_in
 
@@ -218,110 +242,3 @@ def to_coreml(
     }
     info.update(metadata or {})
     mlmodel.user_defined_metadata.update(info)
-    with atomic_output(path) as tmp:
-        mlmodel.save(tmp)
-    return inspect_coreml(path)
-
-
-def _compress(ct, mlmodel, method, bits, sparsity):
-    if method is None:
-        return mlmodel
-    from coremltools.optimize import coreml as cto
-
-    # A small threshold so the convolutions of small models are compressed too
-    # (coremltools' default of 2048 elements skips most of them).
-    if method == "int8":
-        op = cto.OpLinearQuantizerConfig(
-            mode="linear_symmetric", dtype="int8", weight_threshold=512
-        )
-        return cto.linear_quantize_weights(mlmodel, cto.OptimizationConfig(global_config=op))
-    if method == "palettize":
-        if bits not in (1, 2, 3, 4, 6, 8):
-            raise ValueError(f"palettize_bits must be 1, 2, 3, 4, 6 or 8. Received: {bits}")
-        op = cto.OpPalettizerConfig(mode="kmeans", nbits=bits, weight_threshold=512)
-        return cto.palettize_weights(mlmodel, cto.OptimizationConfig(global_config=op))
-    if not 0.0 < sparsity < 1.0:
-        raise ValueError(f"prune_sparsity must be in (0, 1). Received: {sparsity}")
-    op = cto.OpMagnitudePrunerConfig(target_sparsity=sparsity, weight_threshold=512)
-    return cto.prune_weights(mlmodel, cto.OptimizationConfig(global_config=op))
-
-
-def _feature(description) -> dict:
-    kind = description.type.WhichOneof("Type")
-    entry = {"name": description.name, "type": kind}
-    if kind == "imageType":
-        image = description.type.imageType
-        entry.update(width=image.width, height=image.height,
-                     color_space=type(image).ColorSpace.Name(image.colorSpace))
-    elif kind == "multiArrayType":
-        array = description.type.multiArrayType
-        entry.update(shape=list(array.shape),
-                     dtype=type(array).ArrayDataType.Name(array.dataType))
-    return entry
-
-
-def _directory_size(path: str) -> int:
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    return sum(
-        os.path.getsize(os.path.join(root, name))
-        for root, _, names in os.walk(path)
-        for name in names
-    )
-
-
-def inspect_coreml(path: str | os.PathLike) -> CoreMLReport:
-    """Reads a saved `.mlpackage` and reports its ops, ranks, inputs and outputs."""
-    ct = _coremltools()
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"Core ML model not found: {path!r}")
-    spec = ct.models.MLModel(path, skip_model_load=True).get_spec()
-    if spec.WhichOneof("Type") != "mlProgram":
-        raise ValueError(f"{path!r} is not an ML Program (found {spec.WhichOneof('Type')}).")
-    histogram: Counter = Counter()
-    max_rank = 0
-    for function in spec.mlProgram.functions.values():
-        for block in function.block_specializations.values():
-            for op in block.operations:
-                histogram[op.type] += 1
-                for output in op.outputs:
-                    if output.type.WhichOneof("type") == "tensorType":
-                        max_rank = max(max_rank, output.type.tensorType.rank)
-    return CoreMLReport(
-        path=path,
-        size_bytes=_directory_size(path),
-        spec_version=spec.specificationVersion,
-        op_histogram=dict(sorted(histogram.items())),
-        max_tensor_rank=max_rank,
-        inputs=[_feature(d) for d in spec.description.input],
-        outputs=[_feature(d) for d in spec.description.output],
-        metadata=dict(spec.description.metadata.userDefined),
-    )
-
-
-def coreml_predictions_available() -> bool:
-    """Core ML predictions run only on macOS."""
-    return platform.system() == "Darwin"
-
-
-def run_coreml(path: str | os.PathLike, images: np.ndarray) -> np.ndarray:
-    """Runs a batch of images (uint8 or float in [0, 255], `(B, H, W, 3)`) on macOS."""
-    if not coreml_predictions_available():
-        raise RuntimeError(
-            "Core ML predictions need macOS (Core ML's runtime); on "
-            f"{platform.system()} use inspect_coreml for structural checks."
-        )
-    ct = _coremltools()
-    from PIL import Image
-
-    mlmodel = ct.models.MLModel(os.fspath(path))
-    outputs = []
-    for image in images:
-        pil = Image.fromarray(np.clip(image, 0, 255).astype("uint8"), "RGB")
-        result = mlmodel.predict({"image": pil})
-        value = next(v for v in result.values() if not isinstance(v, str))
-        if isinstance(value, dict):  # classifier: probabilities keyed by label
-            value = np.array(list(value.values()))
-        outputs.append(np.asarray(value, "float32").reshape(-1))
-    return np.stack(outputs)

@@ -1,0 +1,124 @@
+"""What a Core ML ML Program holds and what it predicts: `CoreMLReport`, `inspect_coreml`,
+`run_coreml`.
+
+`inspect_coreml` reads the saved program's structure (op types, ranks, inputs, outputs and
+metadata), which is what can be checked on any OS; predictions (`run_coreml`) need macOS,
+Core ML's runtime (`coreml_predictions_available`).
+"""
+
+import os
+import platform
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+__all__ = ["CoreMLReport", "coreml_predictions_available", "inspect_coreml", "run_coreml"]
+
+
+@dataclass
+class CoreMLReport:
+    """Structure of a converted ML Program."""
+
+    path: str
+    size_bytes: int
+    spec_version: int
+    op_histogram: dict[str, int]
+    max_tensor_rank: int
+    inputs: list[dict] = field(default_factory=list)
+    outputs: list[dict] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _coremltools():
+    try:
+        import coremltools as ct
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "Core ML export needs coremltools: pip install 'keras_mvit2[coreml]'"
+        ) from err
+    return ct
+
+
+def _feature(description) -> dict:
+    kind = description.type.WhichOneof("Type")
+    entry = {"name": description.name, "type": kind}
+    if kind == "imageType":
+        image = description.type.imageType
+        entry.update(width=image.width, height=image.height,
+                     color_space=type(image).ColorSpace.Name(image.colorSpace))
+    elif kind == "multiArrayType":
+        array = description.type.multiArrayType
+        entry.update(shape=list(array.shape),
+                     dtype=type(array).ArrayDataType.Name(array.dataType))
+    return entry
+
+
+def _directory_size(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(path)
+        for name in names
+    )
+
+
+def inspect_coreml(path: str | os.PathLike) -> CoreMLReport:
+    """Reads a saved `.mlpackage` and reports its ops, ranks, inputs and outputs."""
+    ct = _coremltools()
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Core ML model not found: {path!r}")
+    spec = ct.models.MLModel(path, skip_model_load=True).get_spec()
+    if spec.WhichOneof("Type") != "mlProgram":
+        raise ValueError(f"{path!r} is not an ML Program (found {spec.WhichOneof('Type')}).")
+    histogram: Counter = Counter()
+    max_rank = 0
+    for function in spec.mlProgram.functions.values():
+        for block in function.block_specializations.values():
+            for op in block.operations:
+                histogram[op.type] += 1
+                for output in op.outputs:
+                    if output.type.WhichOneof("type") == "tensorType":
+                        max_rank = max(max_rank, output.type.tensorType.rank)
+    return CoreMLReport(
+        path=path,
+        size_bytes=_directory_size(path),
+        spec_version=spec.specificationVersion,
+        op_histogram=dict(sorted(histogram.items())),
+        max_tensor_rank=max_rank,
+        inputs=[_feature(d) for d in spec.description.input],
+        outputs=[_feature(d) for d in spec.description.output],
+        metadata=dict(spec.description.metadata.userDefined),
+    )
+
+
+def coreml_predictions_available() -> bool:
+    """Core ML predictions run only on macOS."""
+    return platform.system() == "Darwin"
+
+
+def run_coreml(path: str | os.PathLike, images: np.ndarray) -> np.ndarray:
+    """Runs a batch of images (uint8 or float in [0, 255], `(B, H, W, 3)`) on macOS."""
+    if not coreml_predictions_available():
+        raise RuntimeError(
+            "Core ML predictions need macOS (Core ML's runtime); on "
+            f"{platform.system()} use inspect_coreml for structural checks."
+        )
+    ct = _coremltools()
+    from PIL import Image
+
+    mlmodel = ct.models.MLModel(os.fspath(path))
+    outputs = []
+    for image in images:
+        pil = Image.fromarray(np.clip(image, 0, 255).astype("uint8"), "RGB")
+        result = mlmodel.predict({"image": pil})
+        value = next(v for v in result.values() if not isinstance(v, str))
+        if isinstance(value, dict):  # classifier: probabilities keyed by label
+            value = np.array(list(value.values()))
+        outputs.append(np.asarray(value, "float32").reshape(-1))
+    return np.stack(outputs)

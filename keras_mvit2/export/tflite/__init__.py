@@ -1,0 +1,56 @@
+"""TFLite (LiteRT) export: `to_tflite`, builtin ops only, checked at run time, with metadata.
+
+One module per concern:
+
+* `convert`: `to_tflite` and the converter plumbing (tracing, op sets, quantization,
+  calibration, the checked atomic write);
+* `diagnose`: `UnsupportedOpError`, read from the converter's errors;
+* `run`: `run_tflite` and the run-time checks of a converted file;
+* `inspect`: `inspect_tflite` / `TFLiteReport` (ops, ranks, I/O, XNNPACK coverage, float ops);
+* `metadata`: keras_mvit2's JSON metadata (`tflite_metadata`, `read_tflite_metadata`);
+  `standard_metadata`: the standard ``TFLITE_METADATA`` (MediaPipe Tasks, Task Library),
+  through the generated `metadata_schema`;
+* `flatbuffer`: reading and writing flatbuffers; `pointwise_fusion`: the 1x1 convolution
+  fusion; `detection_postprocess`: SSDLite ending in ``TFLite_Detection_PostProcess``.
+"""
+
+from keras_mvit2.export.tflite.convert import CALIBRATED, IO_DTYPES, QUANTIZATIONS, to_tflite
+from keras_mvit2.export.tflite.detection_postprocess import with_detection_postprocess
+from keras_mvit2.export.tflite.diagnose import UnsupportedOpError
+from keras_mvit2.export.tflite.inspect import (
+    TensorDetails,
+    TFLiteReport,
+    inspect_tflite,
+    summarize_flatbuffer,
+)
+from keras_mvit2.export.tflite.metadata import (
+    METADATA_FORMAT,
+    METADATA_NAME,
+    METADATA_VERSION,
+    embed_all_metadata,
+    embed_metadata,
+    read_tflite_metadata,
+    tflite_metadata,
+)
+from keras_mvit2.export.tflite.run import run_tflite
+
+__all__ = [
+    "CALIBRATED",
+    "IO_DTYPES",
+    "METADATA_FORMAT",
+    "METADATA_NAME",
+    "METADATA_VERSION",
+    "QUANTIZATIONS",
+    "TFLiteReport",
+    "TensorDetails",
+    "UnsupportedOpError",
+    "embed_all_metadata",
+    "embed_metadata",
+    "inspect_tflite",
+    "read_tflite_metadata",
+    "run_tflite",
+    "summarize_flatbuffer",
+    "tflite_metadata",
+    "to_tflite",
+    "with_detection_postprocess",
+]

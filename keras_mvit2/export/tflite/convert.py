@@ -1,0 +1,658 @@
+"""Keras 3 model -> TFLite (LiteRT) flatbuffer, builtin ops only, checked at run time.
+
+The conversion path is one that was measured to be correct with Keras 3.15 /
+TF 2.21 (see the project's stack notes):
+
+1. the model's inference call is traced as a ``tf.function`` with a fixed (or
+   explicitly dynamic) batch;
+2. ``tf.lite.TFLiteConverter.from_concrete_functions([fn])`` (no trackable object:
+   the converter then freezes the variables itself) with builtin op sets only
+   (``TFLITE_BUILTINS``, ``TFLITE_BUILTINS_INT8`` or the int16x8 set), so an op
+   without a builtin kernel is an error (`UnsupportedOpError`) instead of a
+   silent Flex (SELECT_TF_OPS) dependency; float16, dynamic-range int8, full
+   int8 and int16x8 quantization are converter settings (`QUANTIZATIONS`);
+3. a JSON metadata entry (preprocessing, class names, quantization) is added to
+   the flatbuffer's ``metadata`` list;
+4. the flatbuffer is run once in ``ai_edge_litert`` before it is moved onto the
+   target path (the converter does not catch run-time failures such as
+   ``BROADCAST_TO ... failed to prepare``).
+
+Not used on purpose: ``from_concrete_functions([fn], keras_model)`` (leaves the
+variables unfrozen and gives NaN), ``model.export(format="litert")`` (enables
+Flex ops by default), and ``model.export(format="tf_saved_model")`` +
+``from_saved_model`` (correct too, but 3-5x slower: the export traces and saves the
+model, and the converter loads and traces it again).
+
+Notes (measured with Keras 3.15, TF 2.21 and LiteRT 2.3):
+
+* ``"int16x8"`` is more accurate than ``"int8"`` (MobileViTV2-0.5 top-1 agreement with
+  Keras 0.99 vs 0.975) but runs on the reference kernels, not XNNPACK; SPACE_TO_DEPTH,
+  DEPTH_TO_SPACE and DIV have no int16 kernel and stay float.
+* ``"dynamic_int8"``: XNNPACK does not take the hybrid convolutions.
+* The 1x1 convolution fusion (``fuse_pointwise``) fuses three pairs in MobileViTV2-0.5:
+  56 M multiply-accumulates less, about 7 % of the float32 latency.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import keras
+import numpy as np
+
+from keras_mvit2.export.tflite.detection_postprocess import (
+    append_detection_postprocess,
+    check_object_names,
+)
+from keras_mvit2.export.tflite.diagnose import (
+    _converter_error,
+    _int16x8_hazard_error,
+    _not_quantizable_error,
+)
+from keras_mvit2.export.tflite.flatbuffer import (
+    decode_name,
+    op_names,
+    parse_flatbuffer,
+    tensor_indices,
+)
+from keras_mvit2.export.tflite.inspect import (
+    TFLiteReport,
+    _format_histogram,
+    _read_flatbuffer,
+    inspect_tflite,
+    summarize_flatbuffer,
+)
+from keras_mvit2.export.tflite.metadata import embed_all_metadata, tflite_metadata
+from keras_mvit2.export.tflite.pointwise_fusion import (
+    PointwiseFusion,
+    fuse_pointwise_convolutions,
+)
+from keras_mvit2.export.tflite.run import _check_runs, _sanity_check
+from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
+from keras_mvit2.utils.files import atomic_output
+
+__all__ = ["CALIBRATED", "IO_DTYPES", "QUANTIZATIONS", "to_tflite"]
+
+#: Conversion modes of `to_tflite`.
+QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8", "int16x8")
+#: Allowed `io_dtype` per quantization (the first is the default).
+IO_DTYPES = {
+    "float32": ("float32",),
+    "float16": ("float32",),
+    "dynamic_int8": ("float32",),
+    "int8": ("float32", "int8", "uint8"),
+    "int16x8": ("float32", "int16"),
+}
+#: Quantizations calibrated on a representative dataset.
+CALIBRATED = ("int8", "int16x8")
+
+
+def to_tflite(
+    model: keras.Model,
+    path: str | os.PathLike,
+    *,
+    quantization: str = "float32",
+    representative_data: Any = None,
+    num_calibration_samples: int = 200,
+    io_dtype: str = "float32",
+    batch_size: int | str | None = 1,
+    class_names: Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    sidecar: bool = False,
+    allow_float_ops: bool = False,
+    calibration_seed: int = 0,
+    fuse_pointwise: bool = True,
+    image_size: int | tuple[int, int] | None = None,
+) -> TFLiteReport:
+    """Converts a Keras 3 model to a TFLite file with builtin ops only, optionally quantized.
+
+    The model is traced with a fixed (or dynamic) batch, converted with
+    ``TFLiteConverter.from_concrete_functions([fn])`` with builtin op sets only (no
+    Flex), tagged with JSON metadata, run once in ``ai_edge_litert`` and only then
+    moved onto `path` (atomically: on any error an existing file at `path` is left as
+    it was and nothing new is written).
+
+    Quantization modes:
+
+    * ``"float32"``: no quantization.
+    * ``"float16"``: float16 weights (half the size), dequantized to float32 at load
+      time on CPU; GPU delegates can run them in float16.
+    * ``"dynamic_int8"``: int8 weights, float activations (dynamic-range
+      quantization); no data needed.
+    * ``"int8"``: full integer (``TFLITE_BUILTINS_INT8``): int8 weights and
+      activations, calibrated on `representative_data`. With ``io_dtype="float32"``
+      the model quantizes its input and dequantizes its output itself; with
+      ``"int8"``/``"uint8"`` the app feeds quantized pixels (the scale and zero point
+      are in the metadata and the tensor details).
+    * ``"int16x8"``: int16 activations and int8 weights, calibrated like int8: more
+      accurate than int8, but run by the reference kernels (not XNNPACK); ops without
+      an int16 kernel stay float.
+
+    Graph optimization: with ``fuse_pointwise=True`` (the default) each pair of
+    back-to-back 1x1 convolutions with nothing non-linear between them is fused into
+    one (`keras_mvit2.export.tflite.pointwise_fusion`): the same function with fewer
+    multiply-accumulates. For int8/int16x8 the float graph is fused before calibration.
+
+    Metadata: a JSON document (see `tflite_metadata`) is stored in the flatbuffer's
+    ``metadata`` list under the name ``"keras_mvit2"``: preprocessing (RGB, scale
+    1/255, input size, NHWC), class names, quantization and the I/O quantization
+    parameters. An RGB image model also gets the standard TFLite Model Metadata
+    (``TFLITE_METADATA``: image input, normalization mean 0 / std 255, output ranges and
+    the class names as a packed ``labels.txt``) that MediaPipe Tasks, the TFLite Task
+    Library and Android Studio's ML binding read, so those clients load the file as it
+    is (see `keras_mvit2.export.tflite.standard_metadata`). Read both back with
+    `read_tflite_metadata`. With ``sidecar=True`` what `read_tflite_metadata` returns
+    (both) is also written (atomically, after the model) to ``<path>.json``, for apps
+    that would rather not parse the flatbuffer.
+
+    Measurements behind these choices are in the notes of
+    `keras_mvit2.export.tflite.convert` (the module docstring).
+
+    Args:
+        model: a built Keras model with one input ``(batch, height, width,
+            channels)`` (any rank works as long as all non-batch dimensions are
+            static). A model built with ``input_shape=(None, None, 3)`` is exported
+            at `image_size` (see `keras_mvit2.with_input_size`): the same graph as
+            a model built for that size, with the same weights.
+        path: the `.tflite` file to write.
+        quantization: one of `QUANTIZATIONS`.
+        representative_data: calibration images for ``"int8"``/``"int16x8"`` (see
+            `keras_mvit2.export.calibration_images`): a `tf.data.Dataset` of images
+            or ``(images, labels)`` (e.g. the training or evaluation pipeline), a
+            numpy array ``(N, H, W, 3)`` (float in [0, 1] or uint8), a folder of
+            class sub-folders of images, or ``"fashion_mnist"``. Use real images
+            of the deployment distribution: random inputs calibrate badly.
+        num_calibration_samples: images used for calibration (default 200).
+        io_dtype: input/output type, see `IO_DTYPES`: ``"float32"`` for every
+            mode; ``"int8"``/``"uint8"`` for int8; ``"int16"`` for int16x8.
+        batch_size: the fixed batch of the exported graph (default 1, the mobile
+            case, with the fewest ops). ``None`` (or ``"dynamic"``) exports a dynamic
+            batch; the file is then run with batches 2 and 1 and an error is raised
+            if it does not run (some graphs, e.g. tf_keras GroupNormalization, fail
+            with a dynamic batch).
+        class_names: one name per output class (a classifier's or a segmenter's last axis;
+            written into both metadata, the standard one as a packed `labels.txt`).
+        metadata: extra JSON-serializable entries for the metadata's ``"user"`` field.
+        sidecar: also write the metadata to ``<path>.json``.
+        allow_float_ops: for ``"int8"``, accept a model in which some ops were left
+            in float (default: such a model is an error listing those ops).
+        calibration_seed: seed of the calibration subset.
+        fuse_pointwise: fuse back-to-back 1x1 convolutions (see above). ``False``
+            keeps the converter's graph op for op.
+        image_size: the input size to export at, an int or ``(height, width)``: for a
+            dynamic-size model, defaults to its checkpoint's size (384 for the
+            ``_384`` weights) or 256; for a fixed-size model it must be that size.
+
+    Returns:
+        The `TFLiteReport` of the written file (with `float_ops` and `metadata`).
+
+    Raises:
+        UnsupportedOpError: an op has no TFLite builtin (or no quantized kernel in
+            the requested op set); the message names the TensorFlow op(s), the Keras
+            layer(s) that contain them and the fix.
+        RuntimeError: the converted model fails to run in ``ai_edge_litert``, gives
+            non-finite outputs, still holds variables, or (int8) has float ops left.
+        ValueError: invalid `model` input shape, `batch_size`, `quantization`,
+            `io_dtype`, `class_names`, or missing/invalid `representative_data`.
+    """
+    path = os.fspath(path)
+    if batch_size == "dynamic":
+        batch_size = None
+    model, input_shape, class_names = _checked_arguments(
+        model,
+        quantization=quantization,
+        io_dtype=io_dtype,
+        representative_data=representative_data,
+        image_size=image_size,
+        batch_size=batch_size,
+        class_names=class_names,
+        num_calibration_samples=num_calibration_samples,
+        metadata=metadata,
+    )
+    calibration, calibration_info = _calibration_data(
+        representative_data, quantization, input_shape, num_calibration_samples,
+        calibration_seed,
+    )
+    flatbuffer, fusions = _convert_model(
+        model, input_shape, quantization, io_dtype, calibration, fuse_pointwise
+    )
+    flatbuffer = _with_postprocess_and_metadata(
+        flatbuffer,
+        model,
+        quantization=quantization,
+        batch_size=batch_size,
+        class_names=class_names,
+        calibration_info=calibration_info,
+        user=dict(metadata) if metadata is not None else None,
+        fusions=fusions if fuse_pointwise else None,
+    )
+    _write_checked(
+        path,
+        flatbuffer,
+        model,
+        quantization=quantization,
+        calibration=calibration,
+        dynamic_batch=batch_size is None,
+        allow_float_ops=allow_float_ops,
+    )
+    report = inspect_tflite(path)
+    if sidecar:  # what read_tflite_metadata returns: our JSON and the standard metadata
+        with atomic_output(path + ".json") as tmp_json, open(tmp_json, "w") as f:
+            json.dump(report.metadata, f, indent=2)
+    return report
+
+
+# --------------------------------------------------------------------------------------
+# Step 1: the arguments
+
+
+def _checked_arguments(
+    model: keras.Model,
+    *,
+    quantization: Any,
+    io_dtype: Any,
+    representative_data: Any,
+    image_size: Any,
+    batch_size: Any,
+    class_names: Any,
+    num_calibration_samples: Any,
+    metadata: Mapping[str, Any] | None,
+) -> tuple[keras.Model, tuple[int | None, ...], list[str] | None]:
+    """Checks `to_tflite`'s arguments (ValueError on the first bad one) and returns the
+    model to convert (at `image_size` for a dynamic-size model), its export input shape and
+    the checked class names."""
+    _check_quantization_options(quantization, io_dtype, representative_data)
+    if getattr(model, "inputs", None) and (image_size is not None or has_dynamic_size(model)):
+        model = with_input_size(model, image_size)
+    input_shape = _export_input_shape(model, batch_size)
+    class_names = _check_class_names(class_names, model)
+    if isinstance(num_calibration_samples, bool) or not isinstance(
+        num_calibration_samples, int
+    ) or num_calibration_samples < 1:
+        raise ValueError(
+            "num_calibration_samples must be a positive int. "
+            f"Received: num_calibration_samples={num_calibration_samples!r}"
+        )
+    if metadata is not None:
+        try:
+            json.dumps(dict(metadata))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"metadata must be JSON-serializable: {err}") from err
+    return model, input_shape, class_names
+
+
+def _check_quantization_options(quantization: Any, io_dtype: Any, representative_data: Any):
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(
+            f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}"
+        )
+    allowed = IO_DTYPES[quantization]
+    if io_dtype not in allowed:
+        hint = (
+            " Quantized inputs/outputs need a fully quantized model: use quantization='int8' "
+            "(int8/uint8 I/O) or 'int16x8' (int16 I/O)."
+            if quantization not in CALIBRATED else ""
+        )
+        raise ValueError(
+            f"io_dtype for quantization={quantization!r} must be one of {allowed}. "
+            f"Received: io_dtype={io_dtype!r}.{hint}"
+        )
+    if quantization in CALIBRATED and representative_data is None:
+        raise ValueError(
+            f"quantization={quantization!r} needs representative_data to calibrate the "
+            "activation ranges: a tf.data.Dataset of images (e.g. your training or evaluation "
+            "pipeline), a numpy array (N, H, W, 3) in [0, 1], a folder of images, or "
+            "'fashion_mnist'. A few hundred real images of the deployment distribution are "
+            "enough. Without data, use quantization='dynamic_int8' (int8 weights only)."
+        )
+    if quantization not in CALIBRATED and representative_data is not None:
+        raise ValueError(
+            f"representative_data is only used by the calibrated quantizations {CALIBRATED}; "
+            f"quantization={quantization!r} does not calibrate. Drop representative_data or "
+            "use quantization='int8'."
+        )
+
+
+def _check_class_names(class_names: Any, model: keras.Model) -> list[str] | None:
+    if class_names is None:
+        return None
+    if isinstance(class_names, (str, bytes)) or not isinstance(class_names, Sequence):
+        raise ValueError(
+            "class_names must be a list of strings, one per output class. "
+            f"Received: {type(class_names).__name__}"
+        )
+    names = [str(c) for c in class_names]
+    postprocess = getattr(model, "detection_postprocess", None)  # with_detection_postprocess
+    if postprocess is not None:
+        return check_object_names(names, postprocess.num_classes)
+    output_shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else ()
+    if len(model.outputs or []) != 1 or len(output_shape) not in (2, 4):
+        raise ValueError(
+            "class_names needs a classifier with one output of shape (batch, classes) or a "
+            "segmenter with one output (batch, height, width, classes). "
+            f"Received: output shapes {[tuple(o.shape) for o in model.outputs or []]}"
+        )
+    if output_shape[-1] != len(names):
+        raise ValueError(
+            f"class_names has {len(names)} entries but the model outputs {output_shape[-1]} "
+            "classes. Pass one name per class, in output order."
+        )
+    return names
+
+
+def _export_input_shape(model: keras.Model, batch_size: int | None) -> tuple[int | None, ...]:
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
+        raise ValueError(
+            "batch_size must be a positive int, None or 'dynamic'. "
+            f"Received: batch_size={batch_size!r}"
+        )
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        raise ValueError(
+            "to_tflite needs a model with a defined input (Functional, or Sequential starting "
+            f"with keras.Input). Received: model={model.name!r} without inputs"
+        )
+    if len(inputs) != 1:
+        raise ValueError(
+            f"to_tflite supports models with one input. Received: {len(inputs)} inputs"
+        )
+    shape = tuple(inputs[0].shape)
+    if any(d is None for d in shape[1:]):
+        raise ValueError(
+            "to_tflite needs a static input shape apart from the batch (build the model with a "
+            f"fixed input_shape, e.g. (256, 256, 3)). Received: input shape={shape}"
+        )
+    return (batch_size, *shape[1:])
+
+
+# --------------------------------------------------------------------------------------
+# Step 2: the calibration images (int8 / int16x8)
+
+
+def _calibration_data(
+    representative_data: Any,
+    quantization: str,
+    input_shape: tuple[int | None, ...],
+    num_samples: int,
+    seed: int,
+) -> tuple[np.ndarray | None, dict[str, Any] | None]:
+    """The calibration images and their description for the metadata (``None, None`` for
+    the quantizations that do not calibrate)."""
+    if quantization not in CALIBRATED:
+        return None, None
+    from keras_mvit2.export.calibration import calibration_images, describe_source
+
+    if len(input_shape) != 4:
+        raise ValueError(
+            f"quantization={quantization!r} calibrates on images and needs an image "
+            f"input (batch, height, width, channels). Received: input shape {input_shape}"
+        )
+    calibration = calibration_images(
+        representative_data,
+        image_size=tuple(input_shape[1:3]),
+        channels=input_shape[3],
+        num_samples=num_samples,
+        seed=seed,
+    )
+    calibration_info = {
+        "source": describe_source(representative_data),
+        "num_samples": len(calibration),
+    }
+    return calibration, calibration_info
+
+
+def _representative_dataset(images: np.ndarray, batch: int) -> Callable[[], Iterator]:
+    """The converter's generator: batches of `batch` images (the model's fixed batch).
+
+    One pixel of the first image is set to 0 and one to 1, so the calibrated input range is
+    exactly [0, 1]: an int8/uint8 input then gets scale 1/255 (zero point -128 / 0), i.e. an
+    app can feed raw uint8 pixels (minus 128 for int8) without rescaling. Two pixels move
+    the other activation ranges by a negligible amount.
+    """
+    images = np.array(images, dtype=np.float32, copy=True)
+    if images.ndim == 4 and len(images):
+        images[0, 0, 0, :] = 0.0
+        images[0, -1, -1, :] = 1.0
+    if len(images) < batch:
+        raise ValueError(
+            f"Calibration needs at least one full batch of {batch} images for a model with a "
+            f"fixed batch of {batch}. Received: {len(images)} images"
+        )
+
+    def generate() -> Iterator[list[np.ndarray]]:
+        for start in range(0, len(images) - batch + 1, batch):
+            yield [np.ascontiguousarray(images[start : start + batch], dtype=np.float32)]
+
+    return generate
+
+
+# --------------------------------------------------------------------------------------
+# Step 3: the conversion (with the 1x1 convolution fusion and the int16x8 hazard check)
+
+
+def _convert_model(
+    model: keras.Model,
+    input_shape: tuple[int | None, ...],
+    quantization: str,
+    io_dtype: str,
+    calibration: np.ndarray | None,
+    fuse_pointwise: bool = True,
+) -> tuple[bytes, list[PointwiseFusion]]:
+    """The converted flatbuffer and the 1x1 convolution pairs fused in it."""
+    from tensorflow.lite.python.convert_phase import ConverterError
+
+    concrete_function = _concrete_function(model, input_shape)
+    if quantization == "int16x8":
+        _check_int16x8_hazards(concrete_function, model)
+    converter = _make_converter(
+        concrete_function, quantization, io_dtype, calibration, batch=input_shape[0] or 1
+    )
+    fusions: list[PointwiseFusion] = []
+    if fuse_pointwise and quantization in CALIBRATED:
+        _fuse_before_calibration(converter, fusions)
+    try:
+        with warnings.catch_warnings():
+            # "Statistics for quantized inputs were expected, but not specified" (harmless).
+            warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
+            flatbuffer = converter.convert()
+        if fuse_pointwise and quantization not in CALIBRATED:
+            # float32 and float16 weights are fused here; quantized weights are skipped.
+            flatbuffer, fusions = fuse_pointwise_convolutions(flatbuffer)
+        return flatbuffer, fusions
+    except ConverterError as err:
+        error = _converter_error(err, concrete_function, model, quantization)
+        if error is None:
+            raise
+        raise error from err
+    except RuntimeError as err:
+        error = _not_quantizable_error(err, model, quantization)
+        if error is None:
+            raise
+        raise error from err
+
+
+def _concrete_function(model: keras.Model, input_shape: tuple[int | None, ...]):
+    """The model's inference call traced for `input_shape` (training=False)."""
+    import tensorflow as tf
+
+    dtype = model.inputs[0].dtype
+    spec = tf.TensorSpec(input_shape, dtype, name="input")
+    serve = tf.function(lambda x: model(x, training=False), input_signature=[spec])
+    return serve.get_concrete_function()
+
+
+def _make_converter(
+    concrete_function,
+    quantization: str = "float32",
+    io_dtype: str = "float32",
+    calibration: np.ndarray | None = None,
+    batch: int = 1,
+):
+    """The converter: builtin op sets only (never SELECT_TF_OPS), plus the quantization."""
+    import tensorflow as tf
+
+    # Without a trackable object the converter freezes the variables itself. (Passing
+    # the Keras 3 model as trackable_obj leaves them un-frozen and gives NaN.) TF logs a
+    # deprecation warning for that through absl; it does not apply here, so it is muted.
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete_function])
+    finally:
+        absl_logger.setLevel(level)
+    ops_set = tf.lite.OpsSet
+    converter.target_spec.supported_ops = [ops_set.TFLITE_BUILTINS]
+    if quantization == "float16":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantization == "dynamic_int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif quantization in CALIBRATED:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = _representative_dataset(calibration, batch)
+        if quantization == "int8":
+            converter.target_spec.supported_ops = [ops_set.TFLITE_BUILTINS_INT8]
+        else:
+            # Ops without an int16x8 kernel (SPACE_TO_DEPTH, DEPTH_TO_SPACE and DIV in
+            # TF 2.21) stay float between DEQUANTIZE/QUANTIZE: still builtins.
+            converter.target_spec.supported_ops = [
+                ops_set.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8,
+                ops_set.TFLITE_BUILTINS,
+            ]
+        io_type = getattr(tf, io_dtype)
+        converter.inference_input_type = io_type
+        converter.inference_output_type = io_type
+    return converter
+
+
+def _fuse_before_calibration(converter, fusions: list[PointwiseFusion]) -> None:
+    """Makes `converter` fuse 1x1 convolutions in its float graph before calibrating it.
+
+    TF 2.21's converter calibrates and quantizes the converted float flatbuffer in
+    ``TFLiteConverter._quantize(float_model, ...)``; fusing there means the calibration
+    sees (and the quantizer quantizes) the fused graph. The fused pairs are appended
+    to `fusions`. A TensorFlow without that hook gets an unfused quantized model.
+    """
+    quantize = getattr(converter, "_quantize", None)
+    if quantize is None:
+        return
+
+    def fuse_then_quantize(float_model, *args, **kwargs):
+        fused, found = fuse_pointwise_convolutions(bytes(float_model))
+        fusions.extend(found)
+        return quantize(fused, *args, **kwargs)
+
+    converter._quantize = fuse_then_quantize
+
+
+def _check_int16x8_hazards(concrete_function, model: keras.Model) -> None:
+    """Refuses graphs that make TF 2.21's int16x8 quantizer abort the whole process.
+
+    The int16x8 quantizer hits a fatal check (SIGABRT, no Python exception) on a SUB
+    whose constant operand is all zeros, e.g. ``beta - mean * scale`` in a GroupNorm1
+    whose beta is still at its zero initialization. The float graph is converted first
+    and searched for such ops, so the user gets an error instead of a dead interpreter.
+    """
+    converter = _make_converter(concrete_function)
+    summary_model = parse_flatbuffer(converter.convert())
+    names = op_names(summary_model)
+    hazards: list[str] = []
+    for subgraph in summary_model.subgraphs or []:
+        tensors = subgraph.tensors or []
+        for op in subgraph.operators or []:
+            if names[op.opcodeIndex] != "SUB":
+                continue
+            for i in tensor_indices(op.inputs):
+                buffer = summary_model.buffers[tensors[i].buffer] if i >= 0 else None
+                data = None if buffer is None else buffer.data
+                if data is not None and len(data) and not np.any(np.asarray(data)):
+                    out = tensors[tensor_indices(op.outputs)[0]]
+                    hazards.append(decode_name(out.name))
+                    break
+    if hazards:
+        raise _int16x8_hazard_error(hazards, model)
+
+
+# --------------------------------------------------------------------------------------
+# Step 4: the detection post-processing op and the metadata
+
+
+def _with_postprocess_and_metadata(
+    flatbuffer: bytes,
+    model: keras.Model,
+    *,
+    quantization: str,
+    batch_size: int | None,
+    class_names: list[str] | None,
+    calibration_info: dict[str, Any] | None,
+    user: dict[str, Any] | None,
+    fusions: Sequence[PointwiseFusion] | None,
+) -> bytes:
+    """`flatbuffer` ending in ``TFLite_Detection_PostProcess`` for a model wrapped by
+    `with_detection_postprocess`, with our JSON metadata and the standard metadata."""
+    postprocess = getattr(model, "detection_postprocess", None)  # with_detection_postprocess
+    if postprocess is not None:
+        flatbuffer = append_detection_postprocess(flatbuffer, model.anchors_yxhw, postprocess)
+    summary = summarize_flatbuffer(bytes(flatbuffer))
+    info = tflite_metadata(
+        model,
+        inputs=summary.inputs,
+        outputs=summary.outputs,
+        quantization=quantization,
+        batch_size=batch_size,
+        class_names=class_names,
+        calibration=calibration_info,
+        user=user,
+        fused_pointwise=fusions,
+    )
+    return embed_all_metadata(flatbuffer, info, summary.outputs)
+
+
+# --------------------------------------------------------------------------------------
+# Step 5: the checked, atomic write
+
+
+def _write_checked(
+    path: str,
+    flatbuffer: bytes,
+    model: keras.Model,
+    *,
+    quantization: str,
+    calibration: np.ndarray | None,
+    dynamic_batch: bool,
+    allow_float_ops: bool,
+) -> None:
+    """Writes `flatbuffer` to `path` only if it runs in ``ai_edge_litert`` (and, for int8,
+    has no float ops left unless allowed); on any error `path` is left as it was."""
+    with atomic_output(path) as tmp_path:
+        with open(tmp_path, "wb") as f:
+            f.write(flatbuffer)
+        _check_runs(tmp_path, dynamic_batch=dynamic_batch)
+        if calibration is not None:
+            _sanity_check(model, tmp_path, calibration, quantization)
+        if quantization == "int8" and not allow_float_ops:
+            _check_no_float_ops(tmp_path)
+
+
+def _check_no_float_ops(path: str) -> None:
+    """RuntimeError when the full-integer model at `path` still computes ops in float."""
+    left = _read_flatbuffer(path).float_ops
+    if left:
+        raise RuntimeError(
+            "The full-integer (int8) model still computes these ops in float: "
+            f"{_format_histogram(left)} (besides the input QUANTIZE / output "
+            "DEQUANTIZE). They run as float islands between DEQUANTIZE/QUANTIZE "
+            "pairs, which integer-only accelerators cannot run. Fix: rewrite the "
+            "layer with int8-quantizable ops (e.g. x * x instead of SQUARE, no NEG), "
+            "or pass allow_float_ops=True to accept a mixed model."
+        )

@@ -1,0 +1,181 @@
+"""keras_mvit2's JSON metadata in a `.tflite` file: what `to_tflite` writes and reads back.
+
+A JSON document (`tflite_metadata`: preprocessing, class names, quantization, the I/O
+quantization parameters, ...) is stored in the flatbuffer's ``metadata`` list under the name
+``"keras_mvit2"`` (`embed_metadata`); `embed_all_metadata` adds it together with the
+standard TFLite Model Metadata (`keras_mvit2.export.tflite.standard_metadata`), and
+`read_tflite_metadata` reads both back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import keras
+import numpy as np
+from ai_edge_litert import schema_py_generated as tfl_schema
+
+from keras_mvit2.export.tflite.flatbuffer import decode_name, parse_flatbuffer, serialize_flatbuffer
+from keras_mvit2.export.tflite.pointwise_fusion import PointwiseFusion
+from keras_mvit2.export.tflite.standard_metadata import (
+    add_standard_metadata,
+    standard_metadata_of,
+)
+
+if TYPE_CHECKING:
+    from keras_mvit2.export.tflite.inspect import TensorDetails
+
+__all__ = [
+    "METADATA_FORMAT",
+    "METADATA_NAME",
+    "METADATA_VERSION",
+    "embed_all_metadata",
+    "embed_metadata",
+    "read_tflite_metadata",
+    "tflite_metadata",
+]
+
+#: Name of the JSON entry that `to_tflite` writes into the flatbuffer's `metadata`.
+METADATA_NAME = "keras_mvit2"
+METADATA_FORMAT = "keras_mvit2.tflite_metadata"
+METADATA_VERSION = 1
+
+
+def tflite_metadata(
+    model: keras.Model,
+    *,
+    inputs: Sequence[TensorDetails],
+    outputs: Sequence[TensorDetails],
+    quantization: str,
+    batch_size: int | None,
+    class_names: list[str] | None = None,
+    calibration: dict[str, Any] | None = None,
+    user: dict[str, Any] | None = None,
+    fused_pointwise: Sequence[PointwiseFusion] | None = None,
+) -> dict[str, Any]:
+    """The JSON document that `to_tflite` stores in the file (and the sidecar).
+
+    Keys: ``format``/``version`` (``"keras_mvit2.tflite_metadata"``, 1), ``model`` (Keras
+    model name), ``attention`` (the attention layers inside, e.g. ``["separable"]``:
+    `keras_mvit2.attention.names_in`), ``keras_mvit2_version``, ``quantization``,
+    ``batch_size`` (``None``: dynamic), ``preprocessing`` (``color_space`` ``"RGB"``,
+    ``layout`` ``"NHWC"``, ``input_size`` ``[height, width]``, ``scale`` 1/255 and
+    ``offset`` 0: the model input is ``pixel * scale + offset``, i.e. RGB in [0, 1]),
+    ``input``/``output`` (name, shape, dtype and quantization ``scale`` / ``zero_point`` of
+    the model's I/O tensors: for int8/uint8 I/O an app computes ``q = round(x / scale) +
+    zero_point`` from the [0, 1] input ``x``, and ``y = (q - zero_point) * scale`` for the
+    output), ``output_kind`` (``"probabilities"`` or ``"logits"``), ``class_names`` (or
+    ``None``), ``calibration`` (source and number of images, for int8/int16x8),
+    ``graph_optimizations`` (``fused_pointwise_convolutions``: how many pairs of 1x1
+    convolutions were fused and the ``macs_saved``; ``None`` when fusion was off) and
+    ``user``.
+    """
+    from keras_mvit2._version import __version__
+    from keras_mvit2.attention import names_in
+
+    shape = tuple(model.inputs[0].shape)
+    input_size = [int(d) for d in shape[1:3]] if len(shape) == 4 else None
+    activation = getattr(getattr(model.layers[-1], "activation", None), "__name__", "")
+    output_kind = "probabilities" if activation == "softmax" else "logits"
+
+    def tensor(t: TensorDetails) -> dict[str, Any]:
+        scale, zero_point = t.quantization
+        return {
+            "name": t.name,
+            "shape": list(t.shape_signature),
+            "dtype": t.dtype,
+            "quantized": bool(scale),
+            "scale": scale,
+            "zero_point": zero_point,
+        }
+
+    return {
+        "format": METADATA_FORMAT,
+        "version": METADATA_VERSION,
+        "model": model.name,
+        "attention": names_in(model),
+        "keras_mvit2_version": __version__,
+        "quantization": quantization,
+        "batch_size": batch_size,
+        "preprocessing": {
+            "color_space": "RGB",
+            "layout": "NHWC",
+            "input_size": input_size,
+            "scale": 1.0 / 255.0,
+            "offset": 0.0,
+            "description": "RGB pixels in [0, 255] times 1/255 (no mean/std): [0, 1]",
+        },
+        "input": tensor(inputs[0]) if inputs else None,
+        "output": tensor(outputs[0]) if outputs else None,
+        "output_kind": output_kind,
+        "class_names": class_names,
+        "calibration": calibration,
+        "graph_optimizations": None if fused_pointwise is None else {
+            "fused_pointwise_convolutions": len(fused_pointwise),
+            "macs_saved": int(sum(f.macs_saved for f in fused_pointwise)),
+        },
+        "user": user,
+    }
+
+
+def embed_metadata(flatbuffer: bytes, info: Mapping[str, Any]) -> bytes:
+    """Adds (or replaces) the ``"keras_mvit2"`` metadata entry: a buffer holding the JSON."""
+    model = parse_flatbuffer(flatbuffer)
+    data = json.dumps(info, sort_keys=False).encode("utf-8")
+    buffer = tfl_schema.BufferT()
+    buffer.data = np.frombuffer(data, dtype=np.uint8)
+    model.buffers = list(model.buffers or [])
+    model.buffers.append(buffer)
+    entry = tfl_schema.MetadataT()
+    entry.name = METADATA_NAME
+    entry.buffer = len(model.buffers) - 1
+    kept = [m for m in (model.metadata or []) if decode_name(m.name) != METADATA_NAME]
+    model.metadata = [*kept, entry]
+    return serialize_flatbuffer(model, len(flatbuffer) + len(data) + 4096)
+
+
+def embed_all_metadata(flatbuffer: bytes, info: Mapping[str, Any],
+                       outputs: Sequence[TensorDetails]) -> bytes:
+    """`flatbuffer` with our JSON entry `info` (`tflite_metadata`) and, for an RGB image
+    model, the standard TFLite Model Metadata built from it (`outputs`: the file's output
+    tensors, e.g. `summarize_flatbuffer(flatbuffer).outputs`)."""
+    return add_standard_metadata(  # last: it appends the labels archive
+        embed_metadata(flatbuffer, info), info,
+        [t.shape_signature for t in outputs], [t.name for t in outputs],
+    )
+
+
+def _metadata_entry(model, buf: bytes) -> dict[str, Any] | None:
+    """The keras_mvit2 JSON entry of `model` (parsed from `buf`), with the standard
+    metadata under ``"tflite_metadata"``."""
+    for entry in model.metadata or []:
+        if decode_name(entry.name) != METADATA_NAME:
+            continue
+        buffer = model.buffers[entry.buffer]
+        if buffer.data is None:
+            return None
+        try:
+            info = json.loads(bytes(np.asarray(buffer.data, dtype=np.uint8)).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        info["tflite_metadata"] = standard_metadata_of(model, buf)
+        return info
+    return None
+
+
+def read_tflite_metadata(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The ``"keras_mvit2"`` metadata that `to_tflite` wrote into a `.tflite` file, with
+    the standard TFLite Model Metadata under ``"tflite_metadata"``.
+
+    ``"tflite_metadata"`` is the ``TFLITE_METADATA`` entry that MediaPipe Tasks and the
+    TFLite Task Library read, as plain data with the packed files' contents (see
+    `keras_mvit2.export.tflite.standard_metadata.read_standard_metadata`), or ``None``.
+    Returns ``None`` for a file without the keras_mvit2 entry (e.g. converted by other
+    tools).
+    """
+    from keras_mvit2.export.tflite.inspect import _read_flatbuffer  # inspect imports this module
+
+    return _read_flatbuffer(os.fspath(path)).metadata
