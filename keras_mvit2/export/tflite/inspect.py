@@ -14,7 +14,6 @@ import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
 from ai_edge_litert.interpreter import Interpreter
 
@@ -27,6 +26,7 @@ from keras_mvit2.export.tflite.flatbuffer import (
     tensor_indices,
 )
 from keras_mvit2.export.tflite.metadata import _metadata_entry
+from keras_mvit2.export.tflite.tensors import TensorDetails
 
 __all__ = ["TFLiteReport", "TensorDetails", "inspect_tflite", "summarize_flatbuffer"]
 
@@ -35,46 +35,6 @@ _FLOAT_TENSOR_TYPES = frozenset(
     for name in ("FLOAT32", "FLOAT16", "FLOAT64", "BFLOAT16")
     if hasattr(tfl_schema.TensorType, name)
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorDetails:
-    """One input or output of a TFLite model.
-
-    Attributes:
-        name: tensor name in the flatbuffer.
-        shape: shape the interpreter allocates by default (a dynamic batch shows as 1).
-        shape_signature: shape with ``-1`` for dynamic dimensions.
-        dtype: numpy dtype name, e.g. ``"float32"`` or ``"int8"``.
-        quantization: ``(scale, zero_point)``; ``(0.0, 0)`` for float tensors.
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    shape_signature: tuple[int, ...]
-    dtype: str
-    quantization: tuple[float, int]
-
-    @classmethod
-    def from_interpreter(cls, details: dict[str, Any]) -> TensorDetails:
-        signature = details.get("shape_signature", details["shape"])
-        scale, zero_point = details["quantization"]
-        return cls(
-            name=details["name"],
-            shape=tuple(int(d) for d in details["shape"]),
-            shape_signature=tuple(int(d) for d in signature),
-            dtype=np.dtype(details["dtype"]).name,
-            quantization=(float(scale), int(zero_point)),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "shape": list(self.shape),
-            "shape_signature": list(self.shape_signature),
-            "dtype": self.dtype,
-            "quantization": {"scale": self.quantization[0], "zero_point": self.quantization[1]},
-        }
 
 
 @dataclasses.dataclass

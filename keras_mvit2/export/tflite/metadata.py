@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import keras
 import numpy as np
@@ -24,9 +24,7 @@ from keras_mvit2.export.tflite.standard_metadata import (
     add_standard_metadata,
     standard_metadata_of,
 )
-
-if TYPE_CHECKING:
-    from keras_mvit2.export.tflite.inspect import TensorDetails
+from keras_mvit2.export.tflite.tensors import TensorDetails
 
 __all__ = [
     "METADATA_FORMAT",
@@ -176,6 +174,6 @@ def read_tflite_metadata(path: str | os.PathLike) -> dict[str, Any] | None:
     Returns ``None`` for a file without the keras_mvit2 entry (e.g. converted by other
     tools).
     """
-    from keras_mvit2.export.tflite.inspect import _read_flatbuffer  # inspect imports this module
-
-    return _read_flatbuffer(os.fspath(path)).metadata
+    with open(os.fspath(path), "rb") as f:
+        buf = f.read()
+    return _metadata_entry(parse_flatbuffer(buf), buf)
