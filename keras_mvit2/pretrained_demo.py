@@ -125,7 +125,7 @@ def run_pretrained_demo(
     if coreml and importlib.util.find_spec("coremltools") is not None:
         log("exporting Core ML")
         paths["coreml"] = os.path.join(out, "model.mlpackage")
-        coreml_size = to_coreml(net, paths["coreml"], class_labels=names).size_bytes
+        coreml_size = to_coreml(net, paths["coreml"], class_names=names).size_bytes
 
     log("classifying the photos with Keras and with the int8 file")
     keras_probs = net.predict(images, verbose=0)

@@ -1,7 +1,10 @@
 """Export to mobile formats: TFLite / LiteRT (Android) and Core ML (iPhone), and validation.
 
-`keras_mvit2.export.tflite` and `keras_mvit2.export.coreml` hold one package per target;
-`calibration` (calibration and labelled images) and `validate` serve both.
+`keras_mvit2.export.tflite` and `keras_mvit2.export.coreml` hold one package per target,
+each registered as an `ExportTarget` (`keras_mvit2.export.target`: `get_target("tflite")`,
+`target_for_path(path)`), the interface `validate`, `mvit2 export`, `mvit2 bench` and the
+demo dispatch through; `calibration` (calibration and labelled images), `class_names` and
+`validate` serve every target.
 """
 
 from keras_mvit2.export.calibration import (
@@ -16,6 +19,13 @@ from keras_mvit2.export.coreml import (
     run_coreml,
     to_coreml,
     to_coreml_detector,
+)
+from keras_mvit2.export.target import (
+    ExportTarget,
+    available_targets,
+    get_target,
+    register_target,
+    target_for_path,
 )
 from keras_mvit2.export.tflite import (
     IO_DTYPES,
@@ -40,21 +50,26 @@ __all__ = [
     "IO_DTYPES",
     "QUANTIZATIONS",
     "CoreMLReport",
+    "ExportTarget",
     "LabelledImages",
     "TFLiteReport",
     "TensorDetails",
     "UnsupportedOpError",
     "ValidationReport",
+    "available_targets",
     "calibration_images",
     "coreml_predictions_available",
+    "get_target",
     "inspect_coreml",
     "inspect_tflite",
     "load_labelled_images",
     "print_reports",
     "read_tflite_metadata",
+    "register_target",
     "run_coreml",
     "run_tflite",
     "save_reports",
+    "target_for_path",
     "to_coreml",
     "to_coreml_detector",
     "to_tflite",

@@ -20,6 +20,7 @@ The shared vocabulary, one name per idea for every target:
 from __future__ import annotations
 
 import abc
+import inspect
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -35,11 +36,20 @@ __all__ = [
 ]
 
 
+#: The arguments every target's `convert` takes under the same names.
+_SHARED_ARGUMENTS = frozenset(
+    {"quantization", "class_names", "calibration_data", "metadata", "image_size"})
+#: Converter arguments that are not options: what a shared argument maps onto
+#: (`to_tflite`'s `representative_data`) and old names kept for one release.
+_NOT_OPTIONS = frozenset({"representative_data", "precision", "class_labels"})
+
+
 class ExportTarget(abc.ABC):
     """One export format. Subclasses set the class attributes and implement the methods.
 
     Attributes:
         name: the registry name, also `mvit2 export --format`'s value (`"tflite"`).
+        display_name: the name people know it by (`"TFLite"`), for reports.
         suffixes: file or folder suffixes of the target's files (`(".tflite",)`).
         formats: the values `quantization` takes, the default first.
         calibrated_formats: the formats that need `calibration_data` (images).
@@ -47,6 +57,7 @@ class ExportTarget(abc.ABC):
     """
 
     name: ClassVar[str]
+    display_name: ClassVar[str]
     suffixes: ClassVar[tuple[str, ...]]
     formats: ClassVar[tuple[str, ...]]
     calibrated_formats: ClassVar[tuple[str, ...]] = ()
@@ -66,6 +77,19 @@ class ExportTarget(abc.ABC):
                 f"Received: quantization={quantization!r}"
             )
         return quantization
+
+    def check_options(self, options: Mapping[str, Any], converter: Any) -> None:
+        """A TypeError naming the known options when `options` holds one `converter` (the
+        target's conversion function) does not take."""
+        known = [name for name, p in inspect.signature(converter).parameters.items()
+                 if p.kind is p.KEYWORD_ONLY and name not in _SHARED_ARGUMENTS
+                 and name not in _NOT_OPTIONS]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise TypeError(
+                f"{self.name} exports take no option {unknown}; its own options are "
+                f"{sorted(known)} (besides {sorted(_SHARED_ARGUMENTS)})."
+            )
 
     def check_class_names(self, class_names: Any, model: Any) -> list[str] | None:
         """`class_names` as a list, one per output class of `model`, or a clear error
@@ -120,6 +144,8 @@ class ExportTarget(abc.ABC):
         return f"<ExportTarget {self.name}: {', '.join(self.formats)}>"
 
 
+#: The registered targets. The built-in ones register when their sub-packages are imported,
+#: which `keras_mvit2.export` (this module's package) does before anything here runs.
 _TARGETS: dict[str, ExportTarget] = {}
 
 
@@ -131,21 +157,13 @@ def register_target(target: ExportTarget) -> ExportTarget:
     return target
 
 
-def _import_builtin_targets() -> None:
-    # Importing a target's sub-package registers it.
-    import keras_mvit2.export.coreml
-    import keras_mvit2.export.tflite  # noqa: F401
-
-
 def available_targets() -> list[str]:
     """Names of the registered export targets."""
-    _import_builtin_targets()
     return sorted(_TARGETS)
 
 
 def get_target(name: str) -> ExportTarget:
     """The target registered as `name` (`"tflite"`, `"coreml"`, ...)."""
-    _import_builtin_targets()
     if name not in _TARGETS:
         raise ValueError(f"Unknown export target {name!r}. Available: {available_targets()}.")
     return _TARGETS[name]
@@ -153,7 +171,6 @@ def get_target(name: str) -> ExportTarget:
 
 def target_for_path(path: str | os.PathLike) -> ExportTarget:
     """The target whose files end like `path` (`.tflite`, `.mlpackage`, ...)."""
-    _import_builtin_targets()
     text = os.fspath(path).rstrip("/" + os.sep)
     for target in _TARGETS.values():
         if text.endswith(target.suffixes):

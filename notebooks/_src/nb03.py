@@ -134,7 +134,7 @@ below reports its structure only.
 ("code", """
 from keras_mvit2.export import to_coreml
 
-coreml = to_coreml(model, f"{OUT}/model.mlpackage", class_labels=test.class_names)
+coreml = to_coreml(model, f"{OUT}/model.mlpackage", class_names=test.class_names)
 exports["coreml"] = coreml.path
 print(f"{coreml.size_bytes / 1e6:.2f} MB, {sum(coreml.op_histogram.values())} ops, "
       f"inputs {coreml.inputs}")

@@ -27,13 +27,16 @@ from keras_mvit2.export.coreml.inspect import (
     inspect_coreml,
     run_coreml,
 )
+from keras_mvit2.export.coreml.target import COREML, CoreMLTarget
 
 __all__ = [
     "COMPUTE_UNITS_GUIDANCE",
+    "COREML",
     "DEPLOYMENT_TARGETS",
     "PRECISIONS",
     "WEIGHT_COMPRESSIONS",
     "CoreMLReport",
+    "CoreMLTarget",
     "coreml_predictions_available",
     "inspect_coreml",
     "run_coreml",

@@ -10,15 +10,18 @@ macOS (see `keras_mvit2.export.coreml.inspect`).
 
 import json
 import os
+from collections.abc import Sequence
 
 import keras
 import tensorflow as tf
 
+from keras_mvit2.export.class_names import check_class_names
 from keras_mvit2.export.coreml.compress import WEIGHT_COMPRESSIONS, compress_weights
 from keras_mvit2.export.coreml.inspect import CoreMLReport, _coremltools, inspect_coreml
 from keras_mvit2.export.coreml_layout import coreml_layout
 from keras_mvit2.layers.separable_self_attention import elementwise_token_pooling
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
+from keras_mvit2.utils.deprecation import renamed_argument
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = ["COMPUTE_UNITS_GUIDANCE", "DEPLOYMENT_TARGETS", "PRECISIONS", "to_coreml"]
@@ -47,9 +50,9 @@ def to_coreml(
     model: keras.Model,
     path: str | os.PathLike,
     *,
-    precision: str = "float16",
+    quantization: str | None = None,
     image_input: bool = True,
-    class_labels: list[str] | None = None,
+    class_names: Sequence[str] | None = None,
     minimum_deployment_target: str = "iOS16",
     weight_compression: str | None = None,
     palettize_bits: int = 4,
@@ -57,17 +60,20 @@ def to_coreml(
     metadata: dict[str, str] | None = None,
     image_size: int | tuple[int, int] | None = None,
     fuse_pointwise: bool = True,
+    precision: str | None = None,
+    class_labels: Sequence[str] | None = None,
 ) -> CoreMLReport:
     """Converts `model` to a Core ML ML Program and saves it atomically.
 
     Args:
         model: a Keras model with a fixed input shape `(H, W, 3)`.
         path: destination, ending in `.mlpackage`.
-        precision: `"float16"` (default, what the Neural Engine runs) or `"float32"`.
+        quantization: the numeric format, one of `PRECISIONS`: `"float16"` (default,
+            what the Neural Engine runs) or `"float32"` (the compute precision).
         image_input: declare the input as an RGB image with scale 1/255 (the
             model's `preprocess_input`), so an app passes a `CVPixelBuffer`;
             `False` keeps a float tensor input `(1, H, W, 3)` in [0, 1].
-        class_labels: for classifiers, the label of each output class: the
+        class_names: for classifiers, the name of each output class: the
             model becomes a Core ML classifier (outputs `classLabel` and
             `classLabel_probs`). A logits model gets a softmax appended.
         minimum_deployment_target: one of `DEPLOYMENT_TARGETS`.
@@ -79,6 +85,8 @@ def to_coreml(
             ``keras_mvit2.model``, ``keras_mvit2.preprocessing``, ``keras_mvit2.precision``,
             ``keras_mvit2.weight_compression``, ``keras_mvit2.pointwise_fusions`` and
             ``keras_mvit2.compute_units``, which are always written).
+        precision: deprecated name of `quantization` (removed in 0.4.0).
+        class_labels: deprecated name of `class_names` (removed in 0.4.0).
         image_size: the size to export a model built with `input_shape=(None, None, 3)`
             at (int or `(height, width)`; default: its checkpoint's size or 256), see
             `keras_mvit2.with_input_size`.
@@ -90,12 +98,17 @@ def to_coreml(
     Returns:
         A `CoreMLReport` of the saved program.
     """
+    precision, precision_argument = renamed_argument(
+        "to_coreml", "precision", precision, "quantization", quantization, default="float16")
+    class_labels, labels_argument = renamed_argument(
+        "to_coreml", "class_labels", class_labels, "class_names", class_names)
     ct = _coremltools()
     path = os.fspath(path)
-    model, shape = _checked_arguments(
+    model, shape, class_labels = _checked_arguments(
         model, path, precision=precision, weight_compression=weight_compression,
         minimum_deployment_target=minimum_deployment_target, image_size=image_size,
         image_input=image_input, class_labels=class_labels,
+        arguments=(precision_argument, labels_argument),
     )
     add_softmax = class_labels is not None and not _is_probability_output(model)
     mlmodel, fusions = _convert(
@@ -121,16 +134,20 @@ def _checked_arguments(
     minimum_deployment_target: str,
     image_size: int | tuple[int, int] | None,
     image_input: bool,
-    class_labels: list[str] | None,
-) -> tuple[keras.Model, tuple[int, ...]]:
+    class_labels: Sequence[str] | None,
+    arguments: tuple[str, str] = ("quantization", "class_names"),
+) -> tuple[keras.Model, tuple[int, ...], list[str] | None]:
     """Checks `to_coreml`'s arguments (ValueError on the first bad one) and returns the
-    model to convert (at `image_size` for a dynamic-size model) and its input shape
-    ``(height, width, channels)``."""
+    model to convert (at `image_size` for a dynamic-size model), its input shape
+    ``(height, width, channels)`` and the class names. `arguments` are the names the
+    caller used for the numeric format and the class names (messages name them)."""
+    precision_argument, labels_argument = arguments
     if not path.endswith(".mlpackage"):
         raise ValueError(f"A Core ML ML Program is saved as .mlpackage. Received: path={path!r}")
     if precision not in PRECISIONS:
         raise ValueError(
-            f"precision must be one of {PRECISIONS}. Received: precision={precision!r}"
+            f"{precision_argument} must be one of {PRECISIONS}. "
+            f"Received: {precision_argument}={precision!r}"
         )
     if weight_compression not in WEIGHT_COMPRESSIONS:
         raise ValueError(
@@ -154,14 +171,14 @@ def _checked_arguments(
             f"image_input=True needs 3 RGB channels. Received: input shape {shape}; "
             "pass image_input=False for other inputs."
         )
+    class_labels = check_class_names(class_labels, model, argument=labels_argument)
     output_shape = tuple(model.output_shape)
-    n_labels = None if class_labels is None else len(class_labels)
-    if n_labels is not None and (len(output_shape) != 2 or output_shape[1] != n_labels):
+    if class_labels is not None and len(output_shape) != 2:
         raise ValueError(
-            f"class_labels has {len(class_labels)} entries but the model outputs {output_shape}. "
-            "Pass one label per class of a classifier."
+            f"{labels_argument} makes a Core ML classifier, which needs a model with one output "
+            f"of shape (batch, classes). Received: output shape {output_shape}"
         )
-    return model, shape
+    return model, shape, class_labels
 
 
 def _convert(ct, model: keras.Model, shape: tuple[int, ...], *, add_softmax: bool,

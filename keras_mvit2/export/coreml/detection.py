@@ -19,9 +19,11 @@ from typing import Any
 
 import keras
 
+from keras_mvit2.export.class_names import check_object_names
 from keras_mvit2.export.coreml.convert import to_coreml
-from keras_mvit2.export.tflite.detection_postprocess import check_object_names, ssd_settings
+from keras_mvit2.export.tflite.detection_postprocess import ssd_settings
 from keras_mvit2.tasks.detection import decode_boxes
+from keras_mvit2.utils.deprecation import renamed_argument
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = ["to_coreml_detector"]
@@ -78,8 +80,9 @@ def to_coreml_detector(
     *,
     iou_threshold: float = 0.5,
     confidence_threshold: float = 0.01,
-    precision: str = "float32",
+    quantization: str | None = None,
     minimum_deployment_target: str = "iOS16",
+    precision: str | None = None,
 ) -> Any:
     """Saves an SSDLite model as a Vision-ready Core ML pipeline (see the module).
 
@@ -89,10 +92,11 @@ def to_coreml_detector(
         class_names: the object classes, background excluded, in class-id order.
         iou_threshold: the NMS model's default IoU threshold.
         confidence_threshold: the NMS model's default confidence threshold.
-        precision: as in `keras_mvit2.export.to_coreml`; the default float32 keeps the
+        quantization: as in `keras_mvit2.export.to_coreml`; the default float32 keeps the
             decoder's outputs float32, the type the ``NonMaximumSuppression`` model takes
             (with float16 they are float16 arrays).
         minimum_deployment_target: as in `keras_mvit2.export.to_coreml`.
+        precision: deprecated name of `quantization` (removed in 0.4.0).
 
     Returns:
         The pipeline's ``coremltools.models.MLModel`` (predictions need macOS).
@@ -103,13 +107,15 @@ def to_coreml_detector(
     """
     import coremltools as ct
 
+    quantization, _ = renamed_argument("to_coreml_detector", "precision", precision,
+                                       "quantization", quantization, default="float32")
     path = os.fspath(path)
     if not path.endswith(".mlpackage"):
         raise ValueError(f"A Core ML pipeline is saved as .mlpackage. Received: path={path!r}")
     class_names = check_object_names(class_names, ssd_settings(model)[2])
     with tempfile.TemporaryDirectory() as tmp:
         decoder_path = os.path.join(tmp, "decoder.mlpackage")
-        to_coreml(_decoding_model(model), decoder_path, precision=precision,
+        to_coreml(_decoding_model(model), decoder_path, quantization=quantization,
                   minimum_deployment_target=minimum_deployment_target)
         decoder = ct.models.MLModel(decoder_path, skip_model_load=True)
         spec = decoder.get_spec()

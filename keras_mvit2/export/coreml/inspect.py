@@ -13,7 +13,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-__all__ = ["CoreMLReport", "coreml_predictions_available", "inspect_coreml", "run_coreml"]
+__all__ = [
+    "CoreMLReport",
+    "coreml_class_names",
+    "coreml_predictions_available",
+    "inspect_coreml",
+    "run_coreml",
+]
 
 
 @dataclass
@@ -28,6 +34,12 @@ class CoreMLReport:
     inputs: list[dict] = field(default_factory=list)
     outputs: list[dict] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def num_ops(self) -> int:
+        """Compute ops of the program: every op but ``const`` (the constants), the same
+        definition as `TFLiteReport.num_ops` (a flatbuffer holds constants as tensors)."""
+        return sum(n for op, n in self.op_histogram.items() if op != "const")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,6 +107,20 @@ def inspect_coreml(path: str | os.PathLike) -> CoreMLReport:
         outputs=[_feature(d) for d in spec.description.output],
         metadata=dict(spec.description.metadata.userDefined),
     )
+
+
+def coreml_class_names(path: str | os.PathLike) -> list[str] | None:
+    """The class names of a Core ML classifier (its ``classify`` op's classes), or None."""
+    ct = _coremltools()
+    spec = ct.models.MLModel(os.fspath(path), skip_model_load=True).get_spec()
+    for function in spec.mlProgram.functions.values():
+        for block in function.block_specializations.values():
+            for op in block.operations:
+                if op.type == "classify" and "classes" in op.inputs:
+                    classes = op.inputs["classes"].arguments[0].value.immediateValue.list
+                    return [str(v.immediateValue.tensor.strings.values[0])
+                            for v in classes.values]
+    return None
 
 
 def coreml_predictions_available() -> bool:

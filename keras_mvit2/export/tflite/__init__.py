@@ -33,6 +33,7 @@ from keras_mvit2.export.tflite.metadata import (
     tflite_metadata,
 )
 from keras_mvit2.export.tflite.run import run_tflite
+from keras_mvit2.export.tflite.target import TFLITE, TFLiteTarget
 
 __all__ = [
     "CALIBRATED",
@@ -41,7 +42,9 @@ __all__ = [
     "METADATA_NAME",
     "METADATA_VERSION",
     "QUANTIZATIONS",
+    "TFLITE",
     "TFLiteReport",
+    "TFLiteTarget",
     "TensorDetails",
     "UnsupportedOpError",
     "embed_all_metadata",

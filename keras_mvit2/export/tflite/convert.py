@@ -45,10 +45,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from keras_mvit2.export.tflite.detection_postprocess import (
-    append_detection_postprocess,
-    check_object_names,
-)
+from keras_mvit2.export.class_names import check_class_names
+from keras_mvit2.export.tflite.detection_postprocess import append_detection_postprocess
 from keras_mvit2.export.tflite.diagnose import (
     _converter_error,
     _int16x8_hazard_error,
@@ -270,7 +268,7 @@ def _checked_arguments(
     if getattr(model, "inputs", None) and (image_size is not None or has_dynamic_size(model)):
         model = with_input_size(model, image_size)
     input_shape = _export_input_shape(model, batch_size)
-    class_names = _check_class_names(class_names, model)
+    class_names = check_class_names(class_names, model)
     if isinstance(num_calibration_samples, bool) or not isinstance(
         num_calibration_samples, int
     ) or num_calibration_samples < 1:
@@ -316,33 +314,6 @@ def _check_quantization_options(quantization: Any, io_dtype: Any, representative
             f"quantization={quantization!r} does not calibrate. Drop representative_data or "
             "use quantization='int8'."
         )
-
-
-def _check_class_names(class_names: Any, model: keras.Model) -> list[str] | None:
-    if class_names is None:
-        return None
-    if isinstance(class_names, (str, bytes)) or not isinstance(class_names, Sequence):
-        raise ValueError(
-            "class_names must be a list of strings, one per output class. "
-            f"Received: {type(class_names).__name__}"
-        )
-    names = [str(c) for c in class_names]
-    postprocess = getattr(model, "detection_postprocess", None)  # with_detection_postprocess
-    if postprocess is not None:
-        return check_object_names(names, postprocess.num_classes)
-    output_shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else ()
-    if len(model.outputs or []) != 1 or len(output_shape) not in (2, 4):
-        raise ValueError(
-            "class_names needs a classifier with one output of shape (batch, classes) or a "
-            "segmenter with one output (batch, height, width, classes). "
-            f"Received: output shapes {[tuple(o.shape) for o in model.outputs or []]}"
-        )
-    if output_shape[-1] != len(names):
-        raise ValueError(
-            f"class_names has {len(names)} entries but the model outputs {output_shape[-1]} "
-            "classes. Pass one name per class, in output order."
-        )
-    return names
 
 
 def _export_input_shape(model: keras.Model, batch_size: int | None) -> tuple[int | None, ...]:

@@ -26,6 +26,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
 from flatbuffers import flexbuffers
 
+from keras_mvit2.export.class_names import check_object_names
 from keras_mvit2.export.tflite.flatbuffer import (
     parse_flatbuffer,
     serialize_flatbuffer,
@@ -86,19 +87,6 @@ def ssd_settings(model: keras.Model) -> tuple[np.ndarray, AnchorConfig, int]:
         anchors = anchors_for_model(model)
     config = getattr(model, "anchor_config", None) or AnchorConfig()
     return np.asarray(anchors, np.float32), config, int(model.output_shape[-1]) - 5
-
-
-def check_object_names(class_names, num_classes: int) -> list[str]:
-    """`class_names` as strings, one per object class (background excluded), or a
-    ValueError that says how many the detector has."""
-    names = [str(n) for n in class_names]
-    if len(names) != num_classes:
-        raise ValueError(
-            f"class_names has {len(names)} entries but the detector has {num_classes} "
-            "object classes. Pass one name per object class (background excluded), in "
-            "class-id order."
-        )
-    return names
 
 
 def with_detection_postprocess(

@@ -1,0 +1,89 @@
+"""The TFLite (LiteRT) export target: `to_tflite` and friends behind `ExportTarget`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from keras_mvit2.export.target import ExportTarget, register_target
+from keras_mvit2.export.tflite.convert import CALIBRATED, QUANTIZATIONS, to_tflite
+from keras_mvit2.export.tflite.inspect import TFLiteReport, inspect_tflite
+from keras_mvit2.export.tflite.metadata import read_tflite_metadata
+from keras_mvit2.export.tflite.run import run_tflite
+
+
+class TFLiteTarget(ExportTarget):
+    """`.tflite` files for LiteRT (Android, MediaPipe Tasks), builtin ops only.
+
+    Options of `convert` besides the shared ones: those of `to_tflite` (`io_dtype`,
+    `batch_size`, `num_calibration_samples`, `sidecar`, `allow_float_ops`,
+    `calibration_seed`, `fuse_pointwise`).
+    """
+
+    name = "tflite"
+    display_name = "TFLite"
+    suffixes = (".tflite",)
+    formats = QUANTIZATIONS
+    calibrated_formats = CALIBRATED
+    runtime = "LiteRT"
+
+    def convert(self, model: Any, path: str | os.PathLike, *,
+                quantization: str | None = None,
+                class_names: Sequence[str] | None = None,
+                calibration_data: Any = None,
+                metadata: Mapping[str, Any] | None = None,
+                image_size: int | tuple[int, int] | None = None,
+                **options: Any) -> TFLiteReport:
+        self.check_options(options, to_tflite)
+        return to_tflite(model, path, quantization=self.check_format(quantization),
+                         representative_data=calibration_data, class_names=class_names,
+                         metadata=metadata, image_size=image_size, **options)
+
+    def inspect(self, path: str | os.PathLike) -> TFLiteReport:
+        return inspect_tflite(path)
+
+    def run(self, path: str | os.PathLike, images: np.ndarray, *,
+            num_threads: int = 1) -> np.ndarray:
+        return run_tflite(path, images, num_threads=num_threads)
+
+    def metadata(self, path: str | os.PathLike) -> dict[str, Any]:
+        info = dict(read_tflite_metadata(path) or {})
+        info.setdefault("quantization", None)
+        info.setdefault("class_names", None)
+        return info
+
+    def report_rows(self, report: TFLiteReport) -> list[tuple[str, str]]:
+        meta = report.metadata or {}
+        quant = meta.get("quantization", "?")
+        rows = [("quantization", str(quant))]
+        for what, tensors in (("input", report.inputs), ("output", report.outputs)):
+            for t in tensors:
+                q = f", scale {t.quantization[0]:.6g}, zero point {t.quantization[1]}" if (
+                    t.quantization[0]) else ""
+                rows.append((what, f"{t.name} {list(t.shape_signature)} {t.dtype}{q}"))
+        rows.append(("size", f"{report.size_bytes / 1e6:.2f} MB"))
+        rows.append(("ops", f"{report.num_ops}: " + ", ".join(
+            f"{k} {v}" for k, v in report.op_histogram.items())))
+        if quant in CALIBRATED:
+            left = ", ".join(f"{k} {v}" for k, v in report.float_ops.items()) or "none"
+            rows.append(("float ops left", left))
+        rows.append(("XNNPACK partitions", str(report.num_xnnpack_partitions)))
+        outside = report.ops_outside_xnnpack or {}
+        rows.append(("ops outside XNNPACK", f"{report.num_ops_outside_xnnpack}" + (
+            ": " + ", ".join(f"{k} {v}" for k, v in outside.items()) if outside else "")))
+        fused = meta.get("graph_optimizations")
+        rows.append(("fused 1x1 conv pairs", "off (--no-fuse-pointwise)" if fused is None else (
+            f"{fused['fused_pointwise_convolutions']} "
+            f"({fused['macs_saved'] / 1e6:.1f} M MACs saved)")))
+        rows.append(("max tensor rank", str(report.max_tensor_rank)))
+        rows.append(("flex / custom ops", str(report.flex_ops + report.custom_ops or "none")))
+        names = meta.get("class_names")
+        rows.append(("class names", f"{len(names)}: {', '.join(names[:5])}..." if names else "-"))
+        rows.append(("metadata", "embedded ('keras_mvit2' entry)" if meta else "none"))
+        return rows
+
+
+TFLITE = register_target(TFLiteTarget())
