@@ -9,9 +9,6 @@ import sys
 
 from keras_mvit2.utils.files import atomic_output
 
-_QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8", "int16x8")
-_IO_DTYPES = ("float32", "int8", "uint8", "int16")
-
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -23,42 +20,23 @@ def register(sub) -> None:
             "and print the report."
         ),
     )
+    from keras_mvit2.export import available_targets, get_target
+
+    targets = [get_target(name) for name in available_targets()]
     p.add_argument("model", help="a .keras file, or a registered model name (see `mvit2 list`)")
     p.add_argument("-o", "--output", required=True,
-                   help="output path (.tflite, or .mlpackage for Core ML)")
-    p.add_argument("--format", choices=("tflite", "coreml"),
-                   help="default: from the output suffix (.tflite / .mlpackage)")
+                   help="output path (" + ", ".join(
+                       f"{'/'.join(t.suffixes)} for {t.display_name}" for t in targets) + ")")
+    p.add_argument("--format", metavar="|".join(t.name for t in targets),
+                   help="the export target (default: from the output suffix)")
+    p.add_argument("--quantization", metavar="FORMAT",
+                   help="the numeric format; " + "; ".join(
+                       f"{t.display_name}: {', '.join(t.formats)} (default {t.default_format}"
+                       + (f"; {'/'.join(t.calibrated_formats)} need --calibration-data"
+                          if t.calibrated_formats else "") + ")" for t in targets))
     _model_args(p)
-    g = p.add_argument_group("TFLite")
-    g.add_argument("--quantization", choices=_QUANTIZATIONS, default="float32",
-                   help="float32 (default), float16, dynamic_int8 (int8 weights), int8 "
-                        "(full integer, needs --calibration-data) or int16x8")
-    g.add_argument("--calibration-data", metavar="DIR|fashion_mnist",
-                   help="images for int8/int16x8 calibration: a folder of class sub-folders, "
-                        "or fashion_mnist")
-    g.add_argument("--num-calibration-samples", type=int, default=200, metavar="N",
-                   help="calibration images (default 200)")
-    g.add_argument("--io-dtype", choices=_IO_DTYPES, default="float32",
-                   help="input/output type: float32 (default); int8/uint8 for int8; int16 for "
-                        "int16x8")
-    g.add_argument("--batch-size", default="1", metavar="N|dynamic",
-                   help="fixed batch of the graph (default 1) or 'dynamic'")
-    g.add_argument("--sidecar", action="store_true",
-                   help="also write the metadata JSON next to the model (<output>.json)")
-    g.add_argument("--allow-float-ops", action="store_true",
-                   help="int8: accept ops left in float instead of failing")
-    g.add_argument("--no-fuse-pointwise", dest="fuse_pointwise", action="store_false",
-                   help="keep back-to-back 1x1 convolutions apart (by default each such "
-                        "pair is fused into one: same function, fewer MACs)")
-    g = p.add_argument_group("Core ML")
-    g.add_argument("--precision", choices=("float16", "float32"), default="float16",
-                   help="compute precision (default float16)")
-    g.add_argument("--weight-compression", choices=("int8", "palettize", "prune"),
-                   help="coremltools.optimize weight compression (default none)")
-    g.add_argument("--deployment-target", default="iOS16",
-                   help="minimum deployment target (default iOS16)")
-    g.add_argument("--tensor-input", action="store_true",
-                   help="float tensor input in [0, 1] instead of an RGB image input")
+    for target in targets:
+        target.add_cli_arguments(p.add_argument_group(target.display_name))
     p.add_argument("--class-names", metavar="FILE",
                    help="class names, one per line (or a JSON list), written into the model")
     p.add_argument("--json", dest="json_path",
@@ -165,142 +143,56 @@ def read_class_names(path: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def _batch_size(value: str) -> int | None:
-    if value == "dynamic":
-        return None
+def _export_target(args: argparse.Namespace):
+    """The target `--format` names, or the one whose files end like `--output`."""
+    from keras_mvit2.export import available_targets, get_target, target_for_path
+
+    if args.format is not None:
+        return get_target(args.format)
     try:
-        batch = int(value)
+        return target_for_path(args.output)
     except ValueError:
-        batch = 0
-    if batch < 1:
-        raise ValueError(f"--batch-size must be a positive int or 'dynamic'. Received: {value!r}")
-    return batch
+        raise ValueError(
+            f"Cannot tell the format from the output name; pass --format "
+            f"{'|'.join(available_targets())} (or name it "
+            f"{' / '.join(s for n in available_targets() for s in get_target(n).suffixes)}). "
+            f"Received: -o {args.output!r}"
+        ) from None
 
 
 def _export(args: argparse.Namespace) -> int:
     from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 
-    fmt = args.format
-    if fmt is None:
-        if args.output.endswith(".tflite"):
-            fmt = "tflite"
-        elif args.output.rstrip("/").endswith(".mlpackage"):
-            fmt = "coreml"
-        else:
-            raise ValueError(
-                "Cannot tell the format from the output name; pass --format tflite|coreml "
-                f"(or name it .tflite / .mlpackage). Received: -o {args.output!r}"
-            )
-    if fmt == "tflite" and args.calibration_data and args.quantization not in ("int8", "int16x8"):
-        raise ValueError(
-            f"--calibration-data is only used by --quantization int8/int16x8. Received: "
-            f"--quantization {args.quantization}"
-        )
-    if fmt == "tflite" and args.quantization in ("int8", "int16x8") and not args.calibration_data:
-        raise ValueError(
-            f"--quantization {args.quantization} needs --calibration-data DIR|fashion_mnist: a "
-            "few hundred real images to calibrate the activation ranges (or use "
-            "--quantization dynamic_int8, which needs no data)."
-        )
-    batch_size = _batch_size(args.batch_size)
+    target = _export_target(args)
+    arguments = target.cli_arguments(args)  # checked before the model is loaded
     class_names = read_class_names(args.class_names) if args.class_names else None
     model = load_model(args.model, args)
     if args.input_size is not None or has_dynamic_size(model):
         # A model built for any size (input_shape=(None, None, 3)) is exported at one.
         size = _input_shape(args.input_size)[:2] if args.input_size is not None else None
         model = with_input_size(model, size)
-
-    if fmt == "tflite":
-        from keras_mvit2.export import to_tflite
-
-        report = to_tflite(
-            model,
-            args.output,
-            quantization=args.quantization,
-            representative_data=args.calibration_data,
-            num_calibration_samples=args.num_calibration_samples,
-            io_dtype=args.io_dtype,
-            batch_size=batch_size,
-            class_names=class_names,
-            sidecar=args.sidecar,
-            allow_float_ops=args.allow_float_ops,
-            fuse_pointwise=args.fuse_pointwise,
-        )
-        _print_tflite(report)
-    else:
-        from keras_mvit2.export import to_coreml
-
-        report = to_coreml(
-            model,
-            args.output,
-            precision=args.precision,
-            image_input=not args.tensor_input,
-            class_labels=class_names,
-            minimum_deployment_target=args.deployment_target,
-            weight_compression=args.weight_compression,
-        )
-        _print_coreml(report)
+    report = target.convert(model, args.output, class_names=class_names, **arguments)
+    print_report(target, report)
     if args.json_path:
         with atomic_output(args.json_path) as tmp, open(tmp, "w") as f:
             json.dump(report.to_dict(), f, indent=2)
     return 0
 
 
-def _print_tflite(report) -> None:
+def print_report(target, report) -> None:
+    """The export report as a table (the target's rows), and the target's note for this host."""
     from rich.console import Console
     from rich.table import Table
 
-    meta = report.metadata or {}
-    table = Table(title=f"TFLite export: {report.path}", show_header=False)
+    table = Table(title=f"{target.display_name} export: {report.path}", show_header=False)
     table.add_column("field")
     table.add_column("value")
-    quant = meta.get("quantization", "?")
-    table.add_row("quantization", str(quant))
-    for what, tensors in (("input", report.inputs), ("output", report.outputs)):
-        for t in tensors:
-            q = f", scale {t.quantization[0]:.6g}, zero point {t.quantization[1]}" if (
-                t.quantization[0]) else ""
-            table.add_row(what, f"{t.name} {list(t.shape_signature)} {t.dtype}{q}")
-    table.add_row("size", f"{report.size_bytes / 1e6:.2f} MB")
-    table.add_row("ops", f"{report.num_ops}: " + ", ".join(
-        f"{k} {v}" for k, v in report.op_histogram.items()))
-    if quant in ("int8", "int16x8"):
-        left = ", ".join(f"{k} {v}" for k, v in report.float_ops.items()) or "none"
-        table.add_row("float ops left", left)
-    table.add_row("XNNPACK partitions", str(report.num_xnnpack_partitions))
-    outside = report.ops_outside_xnnpack or {}
-    table.add_row("ops outside XNNPACK", f"{report.num_ops_outside_xnnpack}" + (
-        ": " + ", ".join(f"{k} {v}" for k, v in outside.items()) if outside else ""))
-    fused = meta.get("graph_optimizations")
-    table.add_row("fused 1x1 conv pairs", "off (--no-fuse-pointwise)" if fused is None else (
-        f"{fused['fused_pointwise_convolutions']} "
-        f"({fused['macs_saved'] / 1e6:.1f} M MACs saved)"))
-    table.add_row("max tensor rank", str(report.max_tensor_rank))
-    table.add_row("flex / custom ops", str(report.flex_ops + report.custom_ops or "none"))
-    names = meta.get("class_names")
-    table.add_row("class names", f"{len(names)}: {', '.join(names[:5])}..." if names else "-")
-    table.add_row("metadata", "embedded ('keras_mvit2' entry)" if meta else "none")
+    for field, value in target.report_rows(report):
+        table.add_row(field, value)
     Console().print(table)
-
-
-def _print_coreml(report) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"Core ML export: {report.path}", show_header=False)
-    table.add_column("field")
-    table.add_column("value")
-    table.add_row("spec version", str(report.spec_version))
-    table.add_row("size", f"{report.size_bytes / 1e6:.2f} MB")
-    table.add_row("ops", ", ".join(f"{k} {v}" for k, v in report.op_histogram.items()))
-    table.add_row("max tensor rank", str(report.max_tensor_rank))
-    table.add_row("inputs", json.dumps(report.inputs))
-    table.add_row("outputs", json.dumps(report.outputs))
-    Console().print(table)
-    print(
-        "note: Core ML predictions need macOS; on Linux only the structure is checked.",
-        file=sys.stderr,
-    )
+    note = target.host_note()
+    if note:
+        print(f"note: {note}", file=sys.stderr)
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -136,6 +136,20 @@ class ExportTarget(abc.ABC):
         names = self.metadata(path).get("class_names")
         return list(names) if names else None
 
+    def host_note(self) -> str | None:
+        """What a report should add where `run` cannot work on this host, else None."""
+        return None
+
+    def add_cli_arguments(self, group: Any) -> None:
+        """Adds the target's own `mvit2 export` options to an argparse argument group
+        (none by default)."""
+        return None
+
+    def cli_arguments(self, args: Any) -> dict[str, Any]:
+        """`convert`'s keyword arguments (but `class_names`) from `mvit2 export`'s parsed
+        arguments: `quantization` from ``--quantization`` and the target's own options."""
+        return {"quantization": self.check_format(args.quantization)}
+
     @abc.abstractmethod
     def report_rows(self, report: Any) -> list[tuple[str, str]]:
         """(field, value) rows that describe `report` to a person (`mvit2 export` prints them)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,6 +55,38 @@ class CoreMLTarget(ExportTarget):
                          class_names=class_names,
                          metadata=None if metadata is None else dict(metadata),
                          image_size=image_size, **options)
+
+    def add_cli_arguments(self, group: Any) -> None:
+        group.add_argument("--precision", choices=PRECISIONS, default=None,
+                           help="deprecated: --quantization float16|float32 (compute "
+                                "precision, default float16)")
+        group.add_argument("--weight-compression", choices=("int8", "palettize", "prune"),
+                           help="coremltools.optimize weight compression (default none)")
+        group.add_argument("--deployment-target", default="iOS16",
+                           help="minimum deployment target (default iOS16)")
+        group.add_argument("--tensor-input", action="store_true",
+                           help="float tensor input in [0, 1] instead of an RGB image input")
+
+    def cli_arguments(self, args: Any) -> dict[str, Any]:
+        quantization = args.quantization
+        if args.precision is not None:
+            if quantization is not None and quantization != args.precision:
+                raise ValueError(
+                    f"--precision {args.precision} and --quantization {quantization} disagree; "
+                    "pass --quantization only (--precision is its deprecated name)."
+                )
+            print("mvit2 export: --precision is deprecated; use --quantization "
+                  f"{args.precision}.", file=sys.stderr)
+            quantization = args.precision
+        return {
+            "quantization": self.check_format(quantization),
+            "image_input": not args.tensor_input,
+            "minimum_deployment_target": args.deployment_target,
+            "weight_compression": args.weight_compression,
+        }
+
+    def host_note(self) -> str | None:
+        return None if self.can_run() else PREDICTIONS_NOTE
 
     def inspect(self, path: str | os.PathLike) -> CoreMLReport:
         return inspect_coreml(path)

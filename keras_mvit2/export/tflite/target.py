@@ -14,6 +14,22 @@ from keras_mvit2.export.tflite.inspect import TFLiteReport, inspect_tflite
 from keras_mvit2.export.tflite.metadata import read_tflite_metadata
 from keras_mvit2.export.tflite.run import run_tflite
 
+#: ``--io-dtype`` values: every I/O type some quantization takes.
+IO_DTYPE_CHOICES = ("float32", "int8", "uint8", "int16")
+
+
+def _batch_size(value: str) -> int | None:
+    """``--batch-size``: a positive int, or None for 'dynamic'."""
+    if value == "dynamic":
+        return None
+    try:
+        batch = int(value)
+    except ValueError:
+        batch = 0
+    if batch < 1:
+        raise ValueError(f"--batch-size must be a positive int or 'dynamic'. Received: {value!r}")
+    return batch
+
 
 class TFLiteTarget(ExportTarget):
     """`.tflite` files for LiteRT (Android, MediaPipe Tasks), builtin ops only.
@@ -41,6 +57,50 @@ class TFLiteTarget(ExportTarget):
         return to_tflite(model, path, quantization=self.check_format(quantization),
                          representative_data=calibration_data, class_names=class_names,
                          metadata=metadata, image_size=image_size, **options)
+
+    def add_cli_arguments(self, group: Any) -> None:
+        group.add_argument("--calibration-data", metavar="DIR|fashion_mnist",
+                           help="images for int8/int16x8 calibration: a folder of class "
+                                "sub-folders, or fashion_mnist")
+        group.add_argument("--num-calibration-samples", type=int, default=200, metavar="N",
+                           help="calibration images (default 200)")
+        group.add_argument("--io-dtype", choices=IO_DTYPE_CHOICES, default="float32",
+                           help="input/output type: float32 (default); int8/uint8 for int8; "
+                                "int16 for int16x8")
+        group.add_argument("--batch-size", default="1", metavar="N|dynamic",
+                           help="fixed batch of the graph (default 1) or 'dynamic'")
+        group.add_argument("--sidecar", action="store_true",
+                           help="also write the metadata JSON next to the model "
+                                "(<output>.json)")
+        group.add_argument("--allow-float-ops", action="store_true",
+                           help="int8: accept ops left in float instead of failing")
+        group.add_argument("--no-fuse-pointwise", dest="fuse_pointwise", action="store_false",
+                           help="keep back-to-back 1x1 convolutions apart (by default each "
+                                "such pair is fused into one: same function, fewer MACs)")
+
+    def cli_arguments(self, args: Any) -> dict[str, Any]:
+        quantization = self.check_format(args.quantization)
+        if args.calibration_data and quantization not in CALIBRATED:
+            raise ValueError(
+                "--calibration-data is only used by --quantization int8/int16x8. Received: "
+                f"--quantization {quantization}"
+            )
+        if quantization in CALIBRATED and not args.calibration_data:
+            raise ValueError(
+                f"--quantization {quantization} needs --calibration-data DIR|fashion_mnist: a "
+                "few hundred real images to calibrate the activation ranges (or use "
+                "--quantization dynamic_int8, which needs no data)."
+            )
+        return {
+            "quantization": quantization,
+            "calibration_data": args.calibration_data,
+            "num_calibration_samples": args.num_calibration_samples,
+            "io_dtype": args.io_dtype,
+            "batch_size": _batch_size(args.batch_size),
+            "sidecar": args.sidecar,
+            "allow_float_ops": args.allow_float_ops,
+            "fuse_pointwise": args.fuse_pointwise,
+        }
 
     def inspect(self, path: str | os.PathLike) -> TFLiteReport:
         return inspect_tflite(path)
