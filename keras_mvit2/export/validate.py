@@ -22,6 +22,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_mvit2.export.coreml.target import PREDICTIONS_NOTE
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = [
@@ -33,10 +34,8 @@ __all__ = [
     "validate",
 ]
 
-COREML_LINUX_NOTE = (
-    "Core ML numeric validation needs macOS (Core ML's runtime); on this platform only the "
-    "structure of the ML Program is reported."
-)
+#: What a Core ML report says off macOS (the Core ML target's `host_note`).
+COREML_LINUX_NOTE = PREDICTIONS_NOTE
 
 
 @dataclasses.dataclass
@@ -221,15 +220,11 @@ def validate(
     weights = int(sum(int(np.prod(v.shape)) for v in reference_model.weights))
     notes: list[str] = []
 
-    if path.endswith(".mlpackage") or os.path.isdir(path):
-        return _validate_coreml(
-            path, reference_model, x, y, ref, keras_top1, class_names, num_classes, weights, notes
-        )
+    from keras_mvit2.export.target import target_for_path
 
-    from keras_mvit2.export.tflite import inspect_tflite, run_tflite
-
-    report = inspect_tflite(path)
-    metadata = report.metadata or {}
+    target = target_for_path(path)
+    report = target.inspect(path)
+    metadata = target.metadata(path)
     exported_names = metadata.get("class_names")
     if class_names is not None and exported_names is not None:
         if list(exported_names) != list(class_names):
@@ -239,109 +234,43 @@ def validate(
             )
     if class_names is None and exported_names is not None:
         class_names = exported_names
-    got = run_tflite(path, x, num_threads=num_threads)
-    if got.shape != ref.shape:
-        raise ValueError(
-            f"The exported model outputs {got.shape[1:]} per image but the Keras model "
-            f"{ref.shape[1:]}; is it an export of this model?"
-        )
-    diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
-    top1 = np.argmax(got, axis=-1)
-    accuracy = _accuracy(top1, y)
     reference_accuracy = _accuracy(keras_top1, y)
-    if report.float_ops and metadata.get("quantization") in ("int8",):
-        notes.append(f"Float ops left in the int8 model: {report.float_ops}")
-    return ValidationReport(
-        exported_path=path,
-        format="tflite",
-        reference=reference_model.name,
-        num_images=len(x),
-        size_bytes=report.size_bytes,
-        reference_size_bytes=4 * weights,
-        quantization=metadata.get("quantization"),
-        input_dtype=report.inputs[0].dtype if report.inputs else None,
-        output_dtype=report.outputs[0].dtype if report.outputs else None,
-        numeric=True,
-        max_abs_diff=float(diff.max()) if diff.size else 0.0,
-        mean_abs_diff=float(diff.mean()) if diff.size else 0.0,
-        max_abs_reference=float(np.abs(ref).max()) if ref.size else 0.0,
-        top1_agreement=_accuracy(top1, keras_top1),
-        accuracy=accuracy,
-        reference_accuracy=reference_accuracy,
-        accuracy_drop=reference_accuracy - accuracy,
-        per_class_accuracy=_per_class(top1, keras_top1, y, class_names, num_classes),
-        op_histogram=report.op_histogram,
-        float_ops=report.float_ops,
-        num_ops=report.num_ops,
-        num_xnnpack_partitions=report.num_xnnpack_partitions,
-        num_ops_in_xnnpack=report.num_ops_in_xnnpack,
-        num_ops_outside_xnnpack=report.num_ops_outside_xnnpack,
-        ops_outside_xnnpack=report.ops_outside_xnnpack,
-        notes=notes,
-    )
-
-
-def _ref_outputs(model: keras.Model, x: np.ndarray) -> np.ndarray:
-    return reference_outputs(model, x)
-
-
-def _coreml_quantization(metadata: dict[str, str]) -> str | None:
-    precision = metadata.get("keras_mvit2.precision")
-    compression = metadata.get("keras_mvit2.weight_compression")
-    if precision and compression and compression != "None":
-        return f"{precision}, {compression} weights"
-    return precision
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _validate_coreml(
-    path: str,
-    model: keras.Model,
-    x: np.ndarray,
-    y: np.ndarray,
-    ref: np.ndarray,
-    keras_top1: np.ndarray,
-    class_names: Sequence[str] | None,
-    num_classes: int,
-    weights: int,
-    notes: list[str],
-) -> ValidationReport:
-    from keras_mvit2.export.coreml import coreml_predictions_available, inspect_coreml, run_coreml
-
-    report = inspect_coreml(path)
-    reference_accuracy = _accuracy(keras_top1, y)
-    numeric = coreml_predictions_available()
+    numeric = target.can_run()
     max_diff = mean_diff = agreement = accuracy = drop = None
     top1 = None
-    if numeric:  # pragma: no cover - needs macOS
-        got = run_coreml(path, x * 255.0)
-        is_classifier = any(o.get("name") == "classLabel" for o in report.outputs)
-        target = ref
-        if is_classifier and not np.allclose(ref.sum(axis=-1), 1.0, atol=1e-3):
-            target = _softmax(ref)
+    if numeric:
+        got = target.run(path, x, num_threads=num_threads)
+        if got.shape != ref.shape:
+            raise ValueError(
+                f"The exported model outputs {got.shape[1:]} per image but the Keras model "
+                f"{ref.shape[1:]}; is it an export of this model?"
+            )
+        expected = ref
+        if _sums_to_one(got) and not _sums_to_one(ref):  # a classifier export of logits
+            expected = _softmax(ref)
             notes.append("Compared probabilities (softmax of the Keras logits).")
-        diff = np.abs(got.astype(np.float64) - target.astype(np.float64))
-        max_diff, mean_diff = float(diff.max()), float(diff.mean())
+        diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+        max_diff = float(diff.max()) if diff.size else 0.0
+        mean_diff = float(diff.mean()) if diff.size else 0.0
         top1 = np.argmax(got, axis=-1)
         agreement = _accuracy(top1, keras_top1)
         accuracy = _accuracy(top1, y)
         drop = reference_accuracy - accuracy
     else:
-        notes.append(COREML_LINUX_NOTE)
+        notes.append(target.host_note())
+    float_ops = dict(getattr(report, "float_ops", None) or {})
+    if float_ops and metadata.get("quantization") in ("int8",):
+        notes.append(f"Float ops left in the int8 model: {float_ops}")
     return ValidationReport(
         exported_path=path,
-        format="coreml",
-        reference=model.name,
+        format=target.name,
+        reference=reference_model.name,
         num_images=len(x),
         size_bytes=report.size_bytes,
         reference_size_bytes=4 * weights,
-        quantization=_coreml_quantization(report.metadata),
-        input_dtype=str(report.inputs[0].get("type")) if report.inputs else None,
-        output_dtype=str(report.outputs[0].get("type")) if report.outputs else None,
+        quantization=metadata.get("quantization"),
+        input_dtype=report.input_dtype,
+        output_dtype=report.output_dtype,
         numeric=numeric,
         max_abs_diff=max_diff,
         mean_abs_diff=mean_diff,
@@ -352,14 +281,27 @@ def _validate_coreml(
         accuracy_drop=drop,
         per_class_accuracy=_per_class(top1, keras_top1, y, class_names, num_classes),
         op_histogram=report.op_histogram,
-        float_ops={},
-        num_ops=sum(report.op_histogram.values()),
-        num_xnnpack_partitions=None,
-        num_ops_in_xnnpack=None,
-        num_ops_outside_xnnpack=None,
-        ops_outside_xnnpack=None,
+        float_ops=float_ops,
+        num_ops=report.num_ops,
+        num_xnnpack_partitions=getattr(report, "num_xnnpack_partitions", None),
+        num_ops_in_xnnpack=getattr(report, "num_ops_in_xnnpack", None),
+        num_ops_outside_xnnpack=getattr(report, "num_ops_outside_xnnpack", None),
+        ops_outside_xnnpack=getattr(report, "ops_outside_xnnpack", None),
         notes=notes,
     )
+
+
+def _ref_outputs(model: keras.Model, x: np.ndarray) -> np.ndarray:
+    return reference_outputs(model, x)
+
+
+def _sums_to_one(z: np.ndarray) -> bool:
+    return z.ndim == 2 and bool(np.all(z >= 0)) and np.allclose(z.sum(axis=-1), 1.0, atol=1e-3)
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 # --------------------------------------------------------------------------------------

@@ -41,6 +41,16 @@ class CoreMLReport:
         definition as `TFLiteReport.num_ops` (a flatbuffer holds constants as tensors)."""
         return sum(n for op, n in self.op_histogram.items() if op != "const")
 
+    @property
+    def input_dtype(self) -> str | None:
+        """The first input's feature type (``"imageType"``, ``"multiArrayType"``)."""
+        return str(self.inputs[0].get("type")) if self.inputs else None
+
+    @property
+    def output_dtype(self) -> str | None:
+        """The first output's feature type."""
+        return str(self.outputs[0].get("type")) if self.outputs else None
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -21,7 +21,10 @@ from keras_mvit2.export.coreml.inspect import (
 from keras_mvit2.export.target import ExportTarget, register_target
 
 #: The note a report carries where Core ML cannot run (anything but macOS).
-PREDICTIONS_NOTE = "Core ML predictions need macOS; on Linux only the structure is checked."
+PREDICTIONS_NOTE = (
+    "Core ML predictions need macOS (Core ML's runtime); on this platform only the "
+    "structure of the ML Program is checked."
+)
 
 
 class CoreMLTarget(ExportTarget):

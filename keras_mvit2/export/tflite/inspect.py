@@ -88,6 +88,16 @@ class TFLiteReport:
         return sum(self.op_histogram.values())
 
     @property
+    def input_dtype(self) -> str | None:
+        """The first input's type (``"float32"``, ``"int8"``, ...)."""
+        return self.inputs[0].dtype if self.inputs else None
+
+    @property
+    def output_dtype(self) -> str | None:
+        """The first output's type."""
+        return self.outputs[0].dtype if self.outputs else None
+
+    @property
     def num_ops_in_xnnpack(self) -> int | None:
         """Ops that XNNPACK took (``num_ops - num_ops_outside_xnnpack``)."""
         if self.num_ops_outside_xnnpack is None:
