@@ -22,6 +22,7 @@ the layers traced before it existed, in the same order (exported files are uncha
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Sequence
 
 from keras import ops
@@ -185,6 +186,13 @@ def softmax_over_tokens(x, *, axis: int = 1):
     return e / total
 
 
+def _softmax(x, axis: int):
+    """`keras.ops.softmax`, without its warning for an axis of size 1 (a map of one patch)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="You are using a softmax over axis")
+        return ops.softmax(x, axis=axis)
+
+
 def _matmul_pool(x, weights):
     """`sum_N(weights * x)` of `(B, N, P, d)` tokens as one BATCH_MATMUL per sample."""
     positions, dim = x.shape[2], x.shape[3]
@@ -272,7 +280,7 @@ def separable_attention(x, qkv_kernel, qkv_bias, out_projection: Callable, *,
     axis = layout.token_axis
     query = pointwise_conv(x, qkv_kernel, qkv_bias, layout=layout, outputs=(0, 1))
     if forms.token_normaliser == "softmax":
-        weights, total = ops.softmax(query, axis=axis), None
+        weights, total = _softmax(query, axis), None
     else:
         weights, total = exp_over_tokens(query, axis=axis)
     if dropout is not None:

@@ -1,5 +1,7 @@
 """Separable self-attention (MobileViTv2, Mehta & Rastegari 2023, eq. 3)."""
 
+from typing import ClassVar
+
 import keras
 from keras import ops
 
@@ -94,6 +96,9 @@ class SeparableSelfAttention(keras.layers.Layer):
         Mehta & Rastegari, "Separable Self-attention for Mobile Vision
         Transformers", TMLR 2023, eq. (3).
     """
+
+    #: Full-int8 TFLite: every op integer (the export contract).
+    int8_float_ops: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,
