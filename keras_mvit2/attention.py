@@ -86,6 +86,17 @@ def get(identifier="separable", **kwargs) -> keras.layers.Layer:
     )
 
 
+def int8_float_ops(name: str) -> frozenset[str]:
+    """TFLite ops a full-int8 conversion of the attention `name` may leave in float.
+
+    The layer class declares them (`int8_float_ops`, a class attribute; none when it
+    does not): ops without an int8 kernel in LiteRT and the QUANTIZE / DEQUANTIZE that
+    enter and leave them. `keras_mvit2.export.to_tflite(..., quantization="int8")` then
+    needs `allow_float_ops=True` for a model using it.
+    """
+    return frozenset(getattr(get_class(name), "int8_float_ops", frozenset()))
+
+
 def names_in(model: keras.Layer) -> list[str]:
     """Canonical names of the registered attention layers inside `model`, sorted.
 

@@ -9,6 +9,16 @@ import sys
 import keras
 import numpy as np
 
+# Per-mechanism settings of every registered attention that fit both test hosts,
+# MobileViTV2-0.5 and DeiT-Tiny (Linformer projects the tokens to p < N).
+ATTENTION_CONFIGS = {
+    "separable": "separable",
+    "mha": {"name": "mha", "num_heads": 4},
+    "linformer": {"name": "linformer", "num_heads": 4, "projected_tokens": 8},
+    "rfa": {"name": "rfa", "num_heads": 4},
+    "mobile_attention": {"name": "mobile_attention", "num_heads": 4},
+}
+
 
 def perturb_norms(model: keras.Model, seed: int = 0) -> None:
     """Random BN statistics and affine parameters, so norms are really exercised."""

@@ -5,19 +5,11 @@ have no N x N tensor in the converted graph."""
 import keras
 import numpy as np
 import pytest
-from model_utils import perturb_norms
+from model_utils import ATTENTION_CONFIGS, perturb_norms
 
 import keras_mvit2 as mv
 from keras_mvit2.export import run_tflite, to_tflite
 
-# Per-mechanism settings that fit both hosts (Linformer projects the tokens to p < N).
-ATTENTION_CONFIGS = {
-    "separable": "separable",
-    "mha": {"name": "mha", "num_heads": 4},
-    "linformer": {"name": "linformer", "num_heads": 4, "projected_tokens": 8},
-    "rfa": {"name": "rfa", "num_heads": 4},
-    "mobile_attention": {"name": "mobile_attention", "num_heads": 4},
-}
 LINEAR = ("separable", "linformer", "rfa", "mobile_attention")
 DEIT_TOKENS = 37  # 96x96 input, 16x16 patches: 36 patches + the class token
 

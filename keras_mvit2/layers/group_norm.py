@@ -1,9 +1,10 @@
 """Group normalization with one group (GN1), the "layer_norm_2d" of ml-cvnets."""
 
 import keras
-from keras import ops
 
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers import export_forms
+from keras_mvit2.layers.functional import CHANNELS_LAST, group_norm1
 
 
 @serializable
@@ -21,7 +22,8 @@ class GroupNorm1(keras.layers.Layer):
     that are fully int8-quantizable. Under a mixed-precision policy the
     statistics are computed in float32. The variance is taken in one pass
     (E[x^2] - E[x]^2): it loses precision only when |mean| is hundreds of times
-    the standard deviation, which normalized activations are not.
+    the standard deviation, which normalized activations are not. The math is
+    `keras_mvit2.layers.functional.group_norm1` (its form: `export_forms`).
 
     Args:
         epsilon: float. Added to the variance. Defaults to `1e-5` (the reference).
@@ -68,21 +70,10 @@ class GroupNorm1(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        axes = tuple(range(1, len(inputs.shape)))
-        x = inputs
-        if self.compute_dtype in ("float16", "bfloat16"):
-            x = ops.cast(x, "float32")
-        # One pass for the statistics, and the affine folded into a per-channel
-        # scale and shift: y = x * s + (beta - mean * s), s = gamma * rsqrt(var + eps).
-        # Two full-tensor element-wise ops instead of five (about 5 % of the whole
-        # MobileViTV2-0.5 TFLite latency). x * x (MUL), not SQUARE: SQUARE stays float
-        # in int8 TFLite.
-        mean = ops.mean(x, axis=axes, keepdims=True)                 # (B, 1, ..., 1)
-        variance = ops.mean(x * x, axis=axes, keepdims=True) - mean * mean
-        variance = ops.maximum(variance, 0.0)  # rounding can make it slightly negative
-        scale = ops.rsqrt(variance + self.epsilon) * ops.cast(self.gamma, x.dtype)
-        shift = ops.cast(self.beta, x.dtype) - mean * scale          # (B, 1, ..., C)
-        return ops.cast(x * scale + shift, self.compute_dtype)
+        return group_norm1(
+            inputs, self.gamma, self.beta, self.epsilon, layout=CHANNELS_LAST,
+            variance=export_forms.current().variance, compute_dtype=self.compute_dtype,
+        )
 
     def compute_output_shape(self, input_shape):
         return input_shape

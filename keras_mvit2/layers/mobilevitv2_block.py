@@ -1,9 +1,7 @@
 """The MobileViTv2 block: local convolution, separable-attention transformer, projection."""
 
-import contextlib
-import contextvars
+import functools
 import math
-from collections.abc import Callable
 
 import keras
 import tensorflow as tf
@@ -11,39 +9,22 @@ from keras import ops
 
 from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers import export_forms, functional
+
+# Importable from here, as before (keras_mvit2.export.coreml_layout imports it).
+from keras_mvit2.layers.export_forms import export_call
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import batch_norm
 from keras_mvit2.layers.patching import (
-    fold,
     resize_if_needed,
     round_up_to_patch,
     size_argument,
     spatial_size,
-    unfold,
 )
 from keras_mvit2.layers.transformer_layer import TransformerLayer
 
-_EXPORT_CALL: contextvars.ContextVar = contextvars.ContextVar(
-    "mobilevitv2_block_export_call", default=None
-)
-
-
-@contextlib.contextmanager
-def export_call(function: Callable):
-    """Trace every `MobileViTV2Block` inference call as `function(block, inputs)`.
-
-    For exporters that write the same function in another form (Core ML: the
-    transformer in channels-first layout, `keras_mvit2.export.coreml_layout`).
-    `function` returns the block's output, or `None` to keep the usual `call`.
-    Training calls are never redirected.
-    """
-    token = _EXPORT_CALL.set(function)
-    try:
-        yield
-    finally:
-        _EXPORT_CALL.reset(token)
-
+__all__ = ["MobileViTV2Block", "export_call"]
 
 def _resize_align_corners(x, size):
     """Bilinear resize with `align_corners=True` (ml-cvnets / timm), to ints or tensors."""
@@ -226,33 +207,41 @@ class MobileViTV2Block(keras.layers.Layer):
         size = round_up_to_patch(spatial_size(x), self.patch_size)
         return resize_if_needed(x, size, _resize_align_corners)
 
-    def _local_tokens(self, x, training=None):
-        """Local representation of the (already resized) map, unfolded."""
+    def local_features(self, x, training=None):
+        """The local representation of the (already resized) map `x`: `(B, H', W', d)`."""
         x = ops.silu(self.local_bn(self.local_conv(x), training=training))
-        return unfold(self.local_proj(x), self.patch_size)
+        return self.local_proj(x)
+
+    def project(self, x, training=None):
+        """The final projection of the folded map `(B, H', W', d)` -> `(B, H', W', C)`."""
+        return self.proj_bn(self.conv_proj(x), training=training)
 
     def patch_tokens(self, inputs, training=None):
         """The tokens fed to the first transformer layer, `(batch, N, P, attention_dim)`."""
-        return self._local_tokens(self.resize_input(inputs), training=training)
+        x = self.local_features(self.resize_input(inputs), training=training)
+        return functional.unfold(x, self.patch_size, layout=functional.CHANNELS_LAST,
+                                 form=export_forms.current().unfold)
 
-    def _patch_grid(self, x):
+    def patch_grid(self, x):
         """`(rows, cols)` of patches of the resized map `x`: ints, or scalar tensors."""
         return tuple(side // self.patch_size for side in spatial_size(x))
 
     def call(self, inputs, training=None):
-        override = _EXPORT_CALL.get()
+        override = export_forms.block_call_override()
         if override is not None and not training:
             outputs = override(self, inputs)
             if outputs is not None:
                 return outputs
         x = self.resize_input(inputs)                                # (B, H', W', C)
-        grid = self._patch_grid(x)
-        tokens = self._local_tokens(x, training=training)            # (B, N, P, d)
-        for layer in self.transformer:
-            tokens = layer(tokens, training=training)
-        tokens = self.norm(tokens)
-        x = fold(tokens, grid, self.patch_size)                      # (B, H', W', d)
-        return self.proj_bn(self.conv_proj(x), training=training)    # (B, H', W', C)
+        grid = self.patch_grid(x)
+        x = functional.transform_patches(
+            self.local_features(x, training=training),               # (B, H', W', d)
+            grid, self.patch_size,
+            [functools.partial(layer, training=training) for layer in self.transformer],
+            self.norm, layout=functional.CHANNELS_LAST,
+            unfold_form=export_forms.current().unfold,
+        )                                                            # (B, H', W', d)
+        return self.project(x, training=training)                    # (B, H', W', C)
 
     def compute_output_shape(self, input_shape):
         batch, height, width, channels = input_shape

@@ -17,25 +17,17 @@ a reshape whose patch count is computed from the tensor's runtime shape.
 
 import tensorflow as tf
 
+from keras_mvit2.layers import functional
+
 
 def unfold(x, patch_size: int = 2):
     """`(batch, H, W, C)` -> `(batch, (H/p) * (W/p), p * p, C)`.
 
-    H and W must be divisible by `patch_size` (checked when they are static).
+    H and W must be divisible by `patch_size` (checked when they are static). The
+    space_to_depth form of `keras_mvit2.layers.functional.unfold`.
     """
-    height, width, channels = x.shape[1], x.shape[2], x.shape[3]
-    if (height is not None and height % patch_size) or (
-        width is not None and width % patch_size
-    ):
-        raise ValueError(
-            f"unfold needs a height and width divisible by patch_size={patch_size}. "
-            f"Received: shape={tuple(x.shape)}"
-        )
-    x = tf.nn.space_to_depth(x, patch_size)
-    if height is None or width is None:
-        return tf.reshape(x, [tf.shape(x)[0], -1, patch_size * patch_size, channels])
-    num_patches = (height // patch_size) * (width // patch_size)
-    return tf.reshape(x, [-1, num_patches, patch_size * patch_size, channels])
+    return functional.unfold(x, patch_size, layout=functional.CHANNELS_LAST,
+                             form="space_to_depth")
 
 
 def fold(x, grid_size, patch_size: int = 2):
@@ -43,10 +35,7 @@ def fold(x, grid_size, patch_size: int = 2):
 
     `grid_size` is `(nh, nw)`: ints, or scalar int tensors for a dynamic grid.
     """
-    rows, cols = grid_size
-    channels = x.shape[-1]
-    x = tf.reshape(x, [-1, rows, cols, patch_size * patch_size * channels])
-    return tf.nn.depth_to_space(x, patch_size)
+    return functional.fold(x, grid_size, patch_size, layout=functional.CHANNELS_LAST)
 
 
 def spatial_size(x) -> tuple:

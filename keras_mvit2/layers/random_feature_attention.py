@@ -1,6 +1,7 @@
 """Random Feature Attention (RFA, Peng et al., ICLR 2021), non-causal, causal and gated."""
 
 import math
+from typing import ClassVar
 
 import keras
 import numpy as np
@@ -188,6 +189,12 @@ class RandomFeatureAttention(TokenMixer):
         the authors' code `Noahs-ARK/RFA` (`random_feature_attention/utils.py`,
         `causal_attention.py`, `cross_attention.py`).
     """
+
+    #: No int8 kernel in LiteRT for the feature map's SIN / COS, the SQUARE of the
+    #: token norm and the CONCATENATION of [sin, cos] in float: a float island each,
+    #: entered and left by QUANTIZE / DEQUANTIZE.
+    int8_float_ops: ClassVar[frozenset[str]] = frozenset(
+        {"CONCATENATION", "COS", "DEQUANTIZE", "QUANTIZE", "SIN", "SQUARE"})
 
     def __init__(
         self,

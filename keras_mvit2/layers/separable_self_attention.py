@@ -1,95 +1,44 @@
 """Separable self-attention (MobileViTv2, Mehta & Rastegari 2023, eq. 3)."""
 
-import contextlib
-import contextvars
+from typing import ClassVar
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_mvit2 import attention
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers import export_forms, functional
+
+# Importable from here, as before (keras_mvit2.export.coreml imports it).
+from keras_mvit2.layers.export_forms import elementwise_token_pooling
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 
-
-def _num_tokens(x):
-    n = x.shape[1]
-    return float(n) if n is not None else ops.cast(ops.shape(x)[1], x.dtype)
+__all__ = [
+    "SeparableSelfAttention",
+    "elementwise_token_pooling",
+    "exp_over_tokens",
+    "pool_tokens",
+    "softmax_over_tokens",
+]
 
 
 def exp_over_tokens(x):
-    """Softmax along axis 1, unnormalised: `(exp(x - max), sum of it)` over the tokens.
-
-    TFLite's SOFTMAX only works on the last axis; max / exp / mean keeps the token
-    axis where it is, so the converted graph has no TRANSPOSE. The normaliser
-    sum(e) is computed as mean(N * e): LiteRT's int16 SUM kernel is wrong and its
-    MEAN is not (int16x8 models), and, unlike N * mean(e), the quantized tensor
-    that int8 models divide by stays >= 1 (never rounds to zero).
-
-    Returns:
-        `e` with the shape of `x`, and its sum over axis 1 (kept, size 1).
-    """
-    e = ops.exp(x - ops.max(x, axis=1, keepdims=True))
-    return e, ops.mean(e * _num_tokens(x), axis=1, keepdims=True)
+    """`(exp(x - max), its sum)` over axis 1 (`keras_mvit2.layers.functional.exp_over_tokens`)."""
+    return functional.exp_over_tokens(x, axis=1)
 
 
 def softmax_over_tokens(x):
     """Softmax along axis 1, without a TRANSPOSE in TFLite (see `exp_over_tokens`)."""
-    e, total = exp_over_tokens(x)
-    return e / total
-
-
-_ELEMENTWISE_POOLING = contextvars.ContextVar("elementwise_token_pooling", default=False)
-
-
-@contextlib.contextmanager
-def elementwise_token_pooling():
-    """Trace `pool_tokens` as a product and a mean instead of a matrix product.
-
-    The same function; for exports whose runtime computes in float (Core ML: fp16 or
-    fp32), where the matrix product only adds ops (9 `matmul` and 27 `reshape` in
-    MobileViTV2-0.5) and the int8 rounding it avoids does not happen.
-    """
-    token = _ELEMENTWISE_POOLING.set(True)
-    try:
-        yield
-    finally:
-        _ELEMENTWISE_POOLING.reset(token)
+    return functional.softmax_over_tokens(x, axis=1)
 
 
 def pool_tokens(x, scores):
-    """`sum_N(scores * x)`: the weighted sum over the tokens of each pixel position.
+    """`sum_N(scores * x)` of `(B, N, P, d)` tokens and `(B, N, P, 1)` scores -> `(B, 1, P, d)`.
 
-    Written as one matrix product over the token axis, `scores^T x` per sample, not an
-    element-wise product and a mean: in full-int8 TFLite the product `scores * x` is
-    requantized to 8 bits before the sum, and at hundreds of tokens (256x256 input)
-    its typical values (about |x| / N) fall under one quantization step, so most
-    terms round to zero. A BATCH_MATMUL accumulates its int8 products in int32
-    and rounds once. For P pixel positions the product computes all P x P
-    (position, position) pairs and keeps the diagonal with a 0/1 mask, which needs
-    no TRANSPOSE and costs P times the (small) multiply-accumulates of the sum.
-
-    Args:
-        x: `(batch, num_tokens, P, d)`.
-        scores: `(batch, num_tokens, P, 1)`.
-
-    Returns:
-        `(batch, 1, P, d)`.
+    The form is `export_forms.current().token_pooling` (see
+    `keras_mvit2.layers.functional.pool_tokens`).
     """
-    if _ELEMENTWISE_POOLING.get():
-        return ops.mean(x * scores, axis=1, keepdims=True) * _num_tokens(x)
-    positions, dim = x.shape[2], x.shape[3]
-    tokens = ops.shape(x)[1]
-    flat = ops.reshape(x, (-1, tokens, positions * dim))               # (B, N, P*d)
-    pairs = tf.linalg.matmul(
-        ops.reshape(scores, (-1, tokens, positions)), flat, adjoint_a=True
-    )                                                                   # (B, P, P*d)
-    if positions == 1:
-        return ops.reshape(pairs, (-1, 1, 1, dim))
-    pairs = ops.reshape(pairs, (-1, positions, positions, dim))       # (B, P, P, d)
-    diagonal = ops.cast(ops.eye(positions)[:, :, None], pairs.dtype)   # (P, P, 1)
-    # Mean of one non-zero term and P - 1 zeros, times P (see exp_over_tokens).
-    return ops.mean(pairs * diagonal, axis=1, keepdims=True) * float(positions)
+    return functional.pool_tokens(x, scores, layout=functional.CHANNELS_LAST)
 
 
 @attention.register("separable", "separable_self_attention", "linear")
@@ -147,6 +96,9 @@ class SeparableSelfAttention(keras.layers.Layer):
         Mehta & Rastegari, "Separable Self-attention for Mobile Vision
         Transformers", TMLR 2023, eq. (3).
     """
+
+    #: Full-int8 TFLite: every op integer (the export contract).
+    int8_float_ops: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,
@@ -208,23 +160,14 @@ class SeparableSelfAttention(keras.layers.Layer):
     def _projection(self, part: str, x):
         """`W x + b` with the query, key or value slice of the reference's `qkv_proj`."""
         d = self.dim
-        start, stop = {"query": (0, 1), "key": (1, 1 + d), "value": (1 + d, 1 + 2 * d)}[part]
-        y = ops.conv(x, ops.cast(self.qkv_proj.kernel[..., start:stop], x.dtype))
-        if self.use_bias:
-            y = y + ops.cast(self.qkv_proj.bias[start:stop], x.dtype)
-        return y
+        outputs = {"query": (0, 1), "key": (1, 1 + d), "value": (1 + d, 1 + 2 * d)}[part]
+        return functional.pointwise_conv(
+            x, self.qkv_proj.kernel, self.qkv_proj.bias if self.use_bias else None,
+            outputs=outputs,
+        )
 
     def _query(self, x):
         return self._projection("query", x)                  # (B, N, P, 1)
-
-    def _value(self, x):
-        """ReLU(W_v x + b_v) as its own 1x1 conv, so converters fuse the ReLU into it.
-
-        Slicing the value out of one [query | value] conv instead leaves a strided
-        slice of the (B, N, P, d) tensor and a separate RELU, which int8 TFLite runs
-        outside XNNPACK (MobileViTV2-0.5 int8: 6.1 -> 3.9 ms on one thread).
-        """
-        return ops.relu(self._projection("value", x))        # (B, N, P, d)
 
     def _as_4d(self, inputs):
         if not self.built:
@@ -238,19 +181,14 @@ class SeparableSelfAttention(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         x = self._as_4d(inputs)                              # (B, N, P, d)
-        # c_s = e / total. The weighted sum is taken with e and divided once by the
-        # total, on the pooled (B, 1, P, d) tensor: in int8 TFLite the scores e / total
-        # (about 1 / N each) would be rounded to 8 bits per token first.
-        e, total = exp_over_tokens(self._query(x))          # (B, N, P, 1), (B, 1, P, 1)
-        e = self.score_dropout(e, training=training)
-        weighted = pool_tokens(x, e) / total                 # (B, 1, P, d)
-        context = self._projection("key", weighted)          # (B, 1, P, d)
-        if self.use_bias and training and self.attn_dropout > 0:
-            # Dropped scores no longer sum to 1: scale the key bias by their sum.
-            key_bias = ops.cast(self.qkv_proj.bias[1 : 1 + self.dim], x.dtype)
-            kept = ops.sum(e, axis=1, keepdims=True) / total
-            context = context + key_bias * (kept - 1.0)
-        out = self.out_proj(self._value(x) * context)       # (B, N, P, d)
+        # The math: keras_mvit2.layers.functional.separable_attention; its forms (the
+        # token pooling and the score normaliser) are export_forms.current().
+        out = functional.separable_attention(
+            x, self.qkv_proj.kernel, self.qkv_proj.bias if self.use_bias else None,
+            self.out_proj, layout=functional.CHANNELS_LAST, forms=export_forms.current(),
+            dropout=lambda e: self.score_dropout(e, training=training),
+            key_bias_correction=bool(self.use_bias and training and self.attn_dropout > 0),
+        )                                                    # (B, N, P, d)
         return out if len(inputs.shape) == 4 else ops.squeeze(out, 2)
 
     def compute_output_shape(self, input_shape):

@@ -1,5 +1,7 @@
 """Base class of the attention layers: one interface for every token mixer."""
 
+from typing import ClassVar
+
 import keras
 from keras import ops
 
@@ -18,7 +20,12 @@ class TokenMixer(keras.layers.Layer):
     pixel axis of the MobileViT layout into the batch (one transpose and reshape
     each way, rank stays 4) so the subclass never sees it. Layers that handle
     the 4-D layout natively (the separable attention) override `call`.
+
+    `int8_float_ops` declares the TFLite ops a full-int8 conversion may leave in
+    float (the export contract, `keras_mvit2.attention.int8_float_ops`); empty: none.
     """
+
+    int8_float_ops: ClassVar[frozenset[str]] = frozenset()
 
     def build(self, input_shape):
         if len(input_shape) not in (3, 4) or input_shape[-1] is None:

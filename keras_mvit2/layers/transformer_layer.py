@@ -1,10 +1,10 @@
 """The pre-norm transformer layer of MobileViTv2 (ml-cvnets' `LinearAttnFFN`)."""
 
 import keras
-from keras import ops
 
 from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers.functional import transformer_layer
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 from keras_mvit2.layers.stochastic_depth import StochasticDepth
@@ -115,14 +115,22 @@ class TransformerLayer(keras.layers.Layer):
         self.fc2.build(tuple(input_shape[:-1]) + (hidden,))
 
     def call(self, inputs, training=None):
-        x = inputs
-        y = self.attn(self.norm1(x), training=training)             # (B, N, P, d)
-        y = self.out_drop(y, training=training)
-        x = x + self.attn_drop_path(y, training=training)
-        y = ops.silu(self.fc1(self.norm2(x)))                         # (B, N, P, ffn)
-        y = self.fc2(self.ffn_drop(y, training=training))             # (B, N, P, d)
-        y = self.out_drop(y, training=training)
-        return x + self.ffn_drop_path(y, training=training)
+        def dropped(drop_path):
+            def wrap(y):                                              # (B, N, P, d)
+                return drop_path(self.out_drop(y, training=training), training=training)
+            return wrap
+
+        return transformer_layer(
+            inputs,
+            norm1=self.norm1,
+            attention=lambda t: self.attn(t, training=training),
+            norm2=self.norm2,
+            fc1=self.fc1,                                             # (B, N, P, ffn)
+            fc2=self.fc2,
+            attention_output=dropped(self.attn_drop_path),
+            hidden=lambda y: self.ffn_drop(y, training=training),
+            ffn_output=dropped(self.ffn_drop_path),
+        )
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -1,0 +1,175 @@
+"""The contract every registered attention meets to export (docs/architecture.md).
+
+Checked per `keras_mvit2.attention.available()` name, inside MobileViTV2-0.5 at 64x64:
+
+* TFLite: builtin ops only, no tensor of rank > 4 (float32: in test_attention_export.py,
+  `test_tflite_builtin_only_and_equal_to_keras`; here the int8 file);
+* int8: full-integer conversion; float ops only those the layer class declares
+  (`int8_float_ops`, read by `keras_mvit2.attention.int8_float_ops`);
+* twin: the tf_keras twin that quantization-aware training builds gives the Keras
+  outputs (one worker process for all attentions);
+* Core ML: converts; the separable attention is traced channels-first
+  (`keras_mvit2.export.coreml_layout`), any other attention by its usual call.
+
+Also here: the export forms (`keras_mvit2.layers.export_forms`) are forms of one function
+(`keras_mvit2.layers.functional`), in both token layouts.
+"""
+
+import itertools
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from model_utils import ATTENTION_CONFIGS, float_ops_from_interpreter, perturb_norms
+
+import keras_mvit2 as mv
+from keras_mvit2 import attention
+from keras_mvit2.layers import functional
+from keras_mvit2.layers.functional import CHANNELS_FIRST, CHANNELS_LAST
+
+SIZE = 64
+NAMES = sorted(ATTENTION_CONFIGS)
+
+
+def _host(name: str) -> keras.Model:
+    keras.utils.set_random_seed(0)
+    model = mv.MobileViTV2(0.5, input_shape=(SIZE, SIZE, 3), classes=10,
+                           classifier_activation=None, attention=ATTENTION_CONFIGS[name])
+    perturb_norms(model, seed=1)
+    return model
+
+
+def _images(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(size=(n, SIZE, SIZE, 3)).astype("float32")
+
+
+def test_every_attention_declares_its_int8_float_ops():
+    assert NAMES == attention.available()
+    for name in NAMES:
+        allowed = attention.int8_float_ops(name)
+        assert isinstance(allowed, frozenset)
+        assert all(op.isupper() for op in allowed), allowed
+        # A float island is entered and left by QUANTIZE / DEQUANTIZE, declared with it.
+        assert not allowed or {"QUANTIZE", "DEQUANTIZE"} <= allowed, (name, allowed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_int8_full_integer_within_the_declared_float_ops(name, tmp_path):
+    from keras_mvit2.export import run_tflite, to_tflite
+
+    allowed = attention.int8_float_ops(name)
+    # Without a declaration the strict default (no float op) must convert it.
+    report = to_tflite(_host(name), tmp_path / "m.tflite", quantization="int8",
+                       representative_data=_images(16, seed=1),
+                       allow_float_ops=bool(allowed))
+    assert report.flex_ops == [] and report.custom_ops == []
+    assert report.max_tensor_rank <= 4
+    assert set(report.float_ops) <= allowed, (name, report.float_ops)
+    assert report.float_ops == float_ops_from_interpreter(report.path)
+    assert np.all(np.isfinite(run_tflite(report.path, _images(2))))
+
+
+@pytest.mark.slow
+def test_tf_keras_twin_gives_the_keras_outputs():
+    from keras_mvit2.quantize.tf_keras_twin import twin_outputs
+
+    models = [_host(name) for name in NAMES]
+    x = _images(4)
+    twins = twin_outputs(models, x)  # one worker process for every attention
+    for name, model, twin in zip(NAMES, models, twins, strict=True):
+        expected = np.asarray(model.predict(x, verbose=0))
+        assert twin.shape == expected.shape, name
+        assert np.abs(expected).max() > 1e-2, name  # a real signal
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(twin, expected, rtol=0, atol=1e-5 * scale, err_msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_coreml_converts_in_the_attentions_layout(name, tmp_path):
+    pytest.importorskip("coremltools")
+    from keras_mvit2.export import to_coreml
+
+    report = to_coreml(_host(name), tmp_path / "m.mlpackage", precision="float32",
+                       image_input=False)
+    ops = report.op_histogram
+    assert report.max_tensor_rank <= 5 and report.outputs[0]["shape"] == [1, 10]
+    assert ops.get("depth_to_space", 0) == 3  # one fold per MobileViTV2 block
+    if name == "separable":
+        # Channels-first: unfold by a depthwise 0/1 convolution, no space_to_depth.
+        assert "space_to_depth" not in ops, ops
+    else:
+        assert ops.get("space_to_depth", 0) == 3, ops  # the usual channels-last unfold
+
+
+# --------------------------------------------------------------------------------------
+# The export forms: one function in two layouts
+
+
+def _to_first(tokens):
+    """`(B, N, P, d)` -> `(B, d, P, N)`."""
+    return np.transpose(tokens, (0, 3, 2, 1))
+
+
+@pytest.mark.parametrize("variance", ["one_pass", "centred"])
+@pytest.mark.parametrize("layout", ["channels_last", "channels_first"])
+def test_group_norm_forms_agree(variance, layout, rng):
+    x = rng.normal(0.3, 2.0, (2, 16, 4, 8)).astype("float32")
+    tokens = tf.constant(x if layout == "channels_last" else _to_first(x))
+    gamma = rng.uniform(0.5, 1.5, 8).astype("float32")
+    beta = rng.normal(0.0, 0.2, 8).astype("float32")
+    mean = x.mean(axis=(1, 2, 3), keepdims=True)
+    want = (x - mean) / np.sqrt(x.var(axis=(1, 2, 3), keepdims=True) + 1e-5) * gamma + beta
+    if layout == "channels_last":
+        got = functional.group_norm1(tokens, gamma, beta, 1e-5, layout=CHANNELS_LAST,
+                                     variance=variance)
+    else:
+        got = functional.group_norm1(tokens, gamma, beta, 1e-5, layout=CHANNELS_FIRST,
+                                     variance=variance)
+    got = keras.ops.convert_to_numpy(got)
+    got = got if layout == "channels_last" else _to_first(got)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    "pooling, normaliser, layout",
+    [(p, n, "channels_last") for p, n in itertools.product(
+        ["matmul", "product_mean", "product_sum"], ["exp_mean", "softmax"])]
+    + [(p, n, "channels_first") for p, n in itertools.product(
+        ["product_mean", "product_sum"], ["exp_mean", "softmax"])],
+)
+def test_separable_attention_forms_agree(pooling, normaliser, layout, rng):
+    from keras_mvit2.layers.export_forms import ExportForms
+
+    layer = mv.layers.SeparableSelfAttention()
+    x = rng.normal(size=(2, 16, 4, 8)).astype("float32")
+    layer.build(x.shape)
+    layer.qkv_proj.bias.assign(rng.normal(0, 0.1, layer.qkv_proj.bias.shape).astype("float32"))
+    want = keras.ops.convert_to_numpy(layer(x))
+    forms = ExportForms(token_pooling=pooling, token_normaliser=normaliser)
+    if layout == "channels_last":
+        got = functional.separable_attention(
+            tf.constant(x), layer.qkv_proj.kernel, layer.qkv_proj.bias, layer.out_proj,
+            layout=CHANNELS_LAST, forms=forms)
+    else:
+        out = layer.out_proj
+        got = _to_first(functional.separable_attention(
+            tf.constant(_to_first(x)), layer.qkv_proj.kernel, layer.qkv_proj.bias,
+            lambda t: functional.pointwise_conv(t, out.kernel, out.bias, layout=CHANNELS_FIRST),
+            layout=CHANNELS_FIRST, forms=forms))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(got), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["space_to_depth", "depthwise_conv"])
+@pytest.mark.parametrize("layout", ["channels_last", "channels_first"])
+def test_unfold_forms_agree_and_fold_inverts(form, layout, rng):
+    x = tf.constant(rng.normal(size=(2, 8, 12, 5)).astype("float32"))
+    want = keras.ops.convert_to_numpy(mv.layers.unfold(x, 2))             # (2, 24, 4, 5)
+    chosen = CHANNELS_LAST if layout == "channels_last" else CHANNELS_FIRST
+    tokens = functional.unfold(x, 2, layout=chosen, form=form)
+    got = keras.ops.convert_to_numpy(tokens)
+    np.testing.assert_array_equal(got if layout == "channels_last" else _to_first(got), want)
+    folded = functional.fold(tokens, (4, 6), 2, layout=chosen)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(folded), x.numpy())
