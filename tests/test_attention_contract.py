@@ -9,7 +9,7 @@ Checked per `keras_mvit2.attention.available()` name, inside MobileViTV2-0.5 at 
 * twin: the tf_keras twin that quantization-aware training builds gives the Keras
   outputs (one worker process for all attentions);
 * Core ML: converts; the separable attention is traced channels-first
-  (`keras_mvit2.export.coreml_layout`), any other attention by its usual call.
+  (`keras_mvit2.export.coreml.layout`), any other attention by its usual call.
 
 Also here: the export forms (`keras_mvit2.layers.export_forms`) are forms of one function
 (`keras_mvit2.layers.functional`), in both token layouts.

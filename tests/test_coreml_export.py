@@ -42,7 +42,7 @@ def test_ml_program_structure(fp16_package, capsys):
     assert "einsum" not in report.op_histogram
     assert report.op_histogram["conv"] >= 50
     # One fold per MobileViTv2 block; the unfolds are depthwise 0/1 convolutions
-    # (export/coreml_layout.py), and the only layout changes are the folds' and the
+    # (export/coreml/layout.py), and the only layout changes are the folds' and the
     # one before the global pooling.
     assert report.op_histogram["depth_to_space"] == 3
     assert "space_to_depth" not in report.op_histogram

@@ -1,4 +1,4 @@
-"""Core ML layout (export/coreml_layout.py): the same function, a leaner program than Apple's path.
+"""Core ML layout (export/coreml/layout.py): the same function, a leaner program than Apple's path.
 
 Core ML cannot run on Linux, so the function is checked where it runs: the channels-first
 trace that `to_coreml` converts against the Keras model in TensorFlow (1e-5), and the
@@ -19,7 +19,7 @@ import tensorflow as tf
 from model_utils import TORCH_READY, perturb_norms
 
 import keras_mvit2 as mv
-from keras_mvit2.export.coreml_layout import coreml_layout
+from keras_mvit2.export.coreml.layout import coreml_layout
 from keras_mvit2.tasks.detection import AnchorConfig, SSDLite
 from keras_mvit2.tasks.segmentation import DeepLabV3
 

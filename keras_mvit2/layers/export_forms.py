@@ -33,7 +33,7 @@ Presets: `KERAS` (the default, everything the first row), `COREML_CHANNELS_LAST`
 with `keras_mvit2.layers.functional.CHANNELS_FIRST`).
 
 The other context switch here, `export_call`, redirects every `MobileViTV2Block` inference
-call to an exporter's function (Core ML: `keras_mvit2.export.coreml_layout`).
+call to an exporter's function (Core ML: `keras_mvit2.export.coreml.layout`).
 
 This module imports neither Keras nor TensorFlow (the tf_keras twin imports it too).
 """
@@ -139,7 +139,7 @@ def export_call(function: Callable) -> Iterator[None]:
     """Trace every `MobileViTV2Block` inference call as `function(block, inputs)`.
 
     For exporters that write the same function in another form (Core ML: the
-    transformer in channels-first layout, `keras_mvit2.export.coreml_layout`).
+    transformer in channels-first layout, `keras_mvit2.export.coreml.layout`).
     `function` returns the block's output, or `None` to keep the usual `call`.
     Training calls are never redirected.
     """

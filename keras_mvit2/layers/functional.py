@@ -2,7 +2,7 @@
 
 The Keras layers (`GroupNorm1`, `SeparableSelfAttention`, `TransformerLayer`,
 `MobileViTV2Block`, `unfold` / `fold`) call these functions with `CHANNELS_LAST`; the
-Core ML export (`keras_mvit2.export.coreml_layout`) calls them with `CHANNELS_FIRST` and
+Core ML export (`keras_mvit2.export.coreml.layout`) calls them with `CHANNELS_FIRST` and
 the weights of the same layers. Where a step has two forms that compute the same
 function but convert to different programs, the form is an argument, chosen by
 `keras_mvit2.layers.export_forms` (the table there says which target gets which).

@@ -11,7 +11,7 @@ from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import export_forms, functional
 
-# Importable from here, as before (keras_mvit2.export.coreml_layout imports it).
+# Importable from here, as before (keras_mvit2.export.coreml.layout imports it).
 from keras_mvit2.layers.export_forms import export_call
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer

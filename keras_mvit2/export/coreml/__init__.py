@@ -10,7 +10,7 @@ One module per concern:
 * `pointwise_fusion`: the 1x1 convolution fusion as a coremltools graph pass (imported on
   use: it needs coremltools).
 
-The channels-first tracing of MobileViTv2 blocks is `keras_mvit2.export.coreml_layout`.
+The channels-first tracing of MobileViTv2 blocks is `keras_mvit2.export.coreml.layout`.
 """
 
 from keras_mvit2.export.coreml.compress import WEIGHT_COMPRESSIONS

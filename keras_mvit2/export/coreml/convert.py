@@ -1,7 +1,7 @@
 """Keras model -> Core ML ML Program (`.mlpackage`) for iPhone: `to_coreml`.
 
 The model's inference call is traced as a ``tf.function`` (MobileViTv2 blocks in Core ML's
-channels-first layout, `keras_mvit2.export.coreml_layout`), converted by ``coremltools``
+channels-first layout, `keras_mvit2.export.coreml.layout`), converted by ``coremltools``
 with the 1x1 convolution fusion pass (`keras_mvit2.export.coreml.pointwise_fusion`), its
 weights optionally compressed (`keras_mvit2.export.coreml.compress`), tagged with
 keras_mvit2 metadata and saved atomically. Conversion runs on any OS; predictions need
@@ -18,7 +18,7 @@ import tensorflow as tf
 from keras_mvit2.export.class_names import check_class_names
 from keras_mvit2.export.coreml.compress import WEIGHT_COMPRESSIONS, compress_weights
 from keras_mvit2.export.coreml.inspect import CoreMLReport, _coremltools, inspect_coreml
-from keras_mvit2.export.coreml_layout import coreml_layout
+from keras_mvit2.export.coreml.layout import coreml_layout
 from keras_mvit2.layers.separable_self_attention import elementwise_token_pooling
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.deprecation import renamed_argument
