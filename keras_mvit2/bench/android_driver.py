@@ -158,7 +158,7 @@ def _model_info(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     and MACs, so `mvit2 bench-report` puts phone and host results in one row) and the
     file's op histogram."""
     from keras_mvit2.bench.host import tflite_model_entry
-    from keras_mvit2.export.tflite import inspect_tflite
+    from keras_mvit2.export.tflite.inspect import inspect_tflite
 
     return tflite_model_entry(path), dict(inspect_tflite(path).op_histogram)
 

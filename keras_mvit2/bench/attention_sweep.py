@@ -214,7 +214,7 @@ def run_attention_sweep(
         log: progress messages.
     """
     from keras_mvit2 import attention
-    from keras_mvit2.export.tflite import to_tflite
+    from keras_mvit2.export.tflite.convert import to_tflite
     from keras_mvit2.profiling import profile
 
     names = list(mechanisms) if mechanisms else attention.available()

@@ -30,7 +30,7 @@ def bench_coreml(
         RuntimeError: not on macOS (Core ML's runtime exists only there).
         ValueError: unknown `compute_units`.
     """
-    from keras_mvit2.export.coreml import coreml_predictions_available
+    from keras_mvit2.export.coreml.inspect import coreml_predictions_available
 
     path = os.fspath(path)
     if not coreml_predictions_available():
@@ -50,7 +50,7 @@ def bench_coreml(
         raise FileNotFoundError(f"Core ML model not found: {path!r}")
     import coremltools as ct
 
-    from keras_mvit2.export.coreml import inspect_coreml
+    from keras_mvit2.export.coreml.inspect import inspect_coreml
 
     report = inspect_coreml(path)
     model = ct.models.MLModel(path, compute_units=getattr(ct.ComputeUnit,

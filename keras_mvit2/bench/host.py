@@ -136,7 +136,7 @@ def peak_memory_mb(
 # One .tflite file -> BenchResult
 
 def _histogram_and_report(path: str) -> tuple[dict[str, int], dict[str, Any]]:
-    from keras_mvit2.export.tflite import inspect_tflite
+    from keras_mvit2.export.tflite.inspect import inspect_tflite
 
     report = inspect_tflite(path)
     extra = {
@@ -289,7 +289,7 @@ def _input_shape(sizes: Sequence[int] | None, default: int = 256) -> tuple[int, 
 
 def keras_to_tflite(model: Any, path: str) -> tuple[int | None, int | None]:
     """Converts `model` to float32 `path`; returns `(params, macs)` of the Keras model."""
-    from keras_mvit2.export.tflite import to_tflite
+    from keras_mvit2.export.tflite.convert import to_tflite
     from keras_mvit2.profiling import profile
 
     to_tflite(model, path)
@@ -298,6 +298,16 @@ def keras_to_tflite(model: Any, path: str) -> tuple[int | None, int | None]:
         return info.params, info.macs
     except (ValueError, TypeError):
         return None, None
+
+
+def _export_target(lower: str):
+    """The export target whose files end like `lower` (a lower-cased path), or None."""
+    from keras_mvit2.export.target import target_for_path
+
+    try:
+        return target_for_path(lower)
+    except ValueError:
+        return None
 
 
 def bench(
@@ -317,27 +327,29 @@ def bench(
     A `.keras` file or a registered name (`keras_mvit2.list_models()`) is converted
     to a temporary float32 `.tflite` first (with `keras_mvit2.export.to_tflite`), and
     its parameters and MACs come from the Keras model. `input_size` (one value or
-    height width) applies to registered names only (default 256). A `.mlpackage`
-    runs with coremltools on macOS (`bench_coreml`).
+    height width) applies to registered names only (default 256). An exported file is
+    timed by its export target (`keras_mvit2.export.target_for_path`): a `.tflite` with
+    `bench_tflite`, a `.mlpackage` with coremltools on macOS (`bench_coreml`).
     """
     _check_threads(threads)
     _check_counts(runs, warmup)
     spec = os.fspath(spec)
     lower = spec.rstrip("/").lower()
-    if lower.endswith(".mlpackage") or lower.endswith(".mlmodel"):
-        return bench_coreml(spec, runs=runs, warmup=warmup, compute_units=compute_units)
-    if lower.endswith(".tflite"):
+    target = _export_target(lower)
+    if target is not None:  # an exported file: timed by its target's runtime
         if input_size:
+            suffix = next(s for s in target.suffixes if lower.endswith(s))
             raise ValueError(
-                "--input-size applies to registered model names only; a .tflite file has "
+                f"--input-size applies to registered model names only; a {suffix} file has "
                 f"a fixed input shape. Received: {spec!r} with input size {list(input_size)}"
             )
-        return bench_tflite(spec, threads=threads, runs=runs, warmup=warmup, xnnpack=xnnpack,
-                            measure_memory=measure_memory)
+        return target.bench(spec, threads=threads, runs=runs, warmup=warmup, xnnpack=xnnpack,
+                            measure_memory=measure_memory, compute_units=compute_units)
 
     import keras
 
-    import keras_mvit2  # noqa: F401  (registers the custom layers for load_model)
+    import keras_mvit2.layers
+    import keras_mvit2.tasks  # noqa: F401
     from keras_mvit2.models.registry import create_model, list_models
 
     if lower.endswith(".keras"):

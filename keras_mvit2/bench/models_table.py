@@ -117,7 +117,7 @@ def build_model(name: str, input_size: int | None = None):
 
 def int8_available() -> tuple[bool, str]:
     """Whether `to_tflite` can write full-integer int8 (and why not)."""
-    from keras_mvit2.export import tflite
+    from keras_mvit2.export.tflite import convert as tflite
 
     params = inspect.signature(tflite.to_tflite).parameters
     if "quantization" not in params or "representative_data" not in params:
@@ -138,7 +138,7 @@ def convert_for_latency(model, path: str, precision: str, size: int, seed: int =
     classifier); float ops the converter keeps are allowed and listed. Returns notes
     for the record (`float_ops`, `calibration`).
     """
-    from keras_mvit2.export import tflite
+    from keras_mvit2.export.tflite import convert as tflite
 
     if precision == "float32":
         tflite.to_tflite(model, path)

@@ -74,7 +74,7 @@ def tflite_precision(path: str | os.PathLike) -> str:
     Read from the keras_mvit2 metadata when the file has it, otherwise from the
     tensor types of the first convolution / fully-connected op.
     """
-    from keras_mvit2.export.tflite import read_tflite_metadata
+    from keras_mvit2.export.tflite.metadata import read_tflite_metadata
 
     info = read_tflite_metadata(path)
     if info and info.get("quantization"):

@@ -136,6 +136,13 @@ class ExportTarget(abc.ABC):
         names = self.metadata(path).get("class_names")
         return list(names) if names else None
 
+    def bench(self, path: str | os.PathLike, *, threads: int = 1, runs: int = 100,
+              warmup: int = 10, **settings: Any) -> Any:
+        """Times the file on this host and returns `keras_mvit2.bench`'s record
+        (`BenchResult`). `settings` are the host harness's runtime settings; a target uses
+        those that apply to its runtime and ignores the others."""
+        raise NotImplementedError(f"{self.display_name} files cannot be benchmarked here.")
+
     def host_note(self) -> str | None:
         """What a report should add where `run` cannot work on this host, else None."""
         return None

@@ -282,7 +282,8 @@ def qat(
 
 def _finish(model, flatbuffer: bytes, output_path: str, *, result, io_dtype, xv, yv,
             rep_count, allow_float_ops, epochs, steps, calibration_steps, start, verbose):
-    from keras_mvit2.export import inspect_tflite, run_tflite
+    from keras_mvit2.export.tflite.inspect import inspect_tflite
+    from keras_mvit2.export.tflite.run import run_tflite
     from keras_mvit2.utils.files import atomic_output
 
     flatbuffer = _with_metadata(model, flatbuffer, io_dtype, rep_count)

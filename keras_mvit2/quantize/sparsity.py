@@ -283,7 +283,7 @@ def _run(task, model_or_path, train_data, options, *, epochs, steps_per_epoch, l
     exported: list[dict[str, Any]] = []
     tflite_path = None
     if output_path is not None:
-        from keras_mvit2.export import to_tflite
+        from keras_mvit2.export.tflite.convert import to_tflite
 
         tflite_path = os.fspath(output_path)
         kwargs = {}

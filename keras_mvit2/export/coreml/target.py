@@ -37,7 +37,7 @@ class CoreMLTarget(ExportTarget):
 
     name = "coreml"
     display_name = "Core ML"
-    suffixes = (".mlpackage",)
+    suffixes = (".mlpackage", ".mlmodel")
     formats = tuple(sorted(PRECISIONS, key=lambda p: p != "float16"))  # float16 first
     runtime = "Core ML"
 
@@ -87,6 +87,15 @@ class CoreMLTarget(ExportTarget):
             "minimum_deployment_target": args.deployment_target,
             "weight_compression": args.weight_compression,
         }
+
+    def bench(self, path: str | os.PathLike, *, threads: int = 1, runs: int = 100,
+              warmup: int = 10, **settings: Any) -> Any:
+        """coremltools' `predict` on macOS (`keras_mvit2.bench.coreml_host.bench_coreml`);
+        setting: `compute_units`. Core ML picks its own threads."""
+        from keras_mvit2.bench.coreml_host import bench_coreml
+
+        return bench_coreml(path, runs=runs, warmup=warmup,
+                            compute_units=settings.get("compute_units", "all"))
 
     def host_note(self) -> str | None:
         return None if self.can_run() else PREDICTIONS_NOTE

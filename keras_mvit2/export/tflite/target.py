@@ -109,6 +109,16 @@ class TFLiteTarget(ExportTarget):
             num_threads: int = 1) -> np.ndarray:
         return run_tflite(path, images, num_threads=num_threads)
 
+    def bench(self, path: str | os.PathLike, *, threads: int = 1, runs: int = 100,
+              warmup: int = 10, **settings: Any) -> Any:
+        """LiteRT on this host (`keras_mvit2.bench.host.bench_tflite`); settings:
+        `xnnpack`, `measure_memory`."""
+        from keras_mvit2.bench.host import bench_tflite
+
+        return bench_tflite(path, threads=threads, runs=runs, warmup=warmup,
+                            xnnpack=settings.get("xnnpack", True),
+                            measure_memory=settings.get("measure_memory", True))
+
     def metadata(self, path: str | os.PathLike) -> dict[str, Any]:
         info = dict(read_tflite_metadata(path) or {})
         info.setdefault("quantization", None)
