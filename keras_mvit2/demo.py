@@ -124,8 +124,8 @@ class DemoResult:
             model's class.
         int8_size_bytes: size of the `.tflite` file.
         int8_float_ops: ops left in float besides the I/O quantize / dequantize (`{}`).
-        coreml_size_bytes, coreml_ops: size and op count of the `.mlpackage` (None when
-            coremltools is not installed).
+        coreml_size_bytes, coreml_ops: size and compute-op count (constants not counted, as
+            for TFLite) of the `.mlpackage` (None when coremltools is not installed).
         latency_ms: median batch-1 latency of the int8 file on this host.
         latency_p90_ms: its 90th percentile.
         peak_memory_mb: peak memory of a fresh LiteRT process running it (None if not
@@ -249,15 +249,8 @@ def run_demo(
     import keras
 
     from keras_mvit2 import training, visualize
-    from keras_mvit2.bench.host import bench_tflite
     from keras_mvit2.bench.schema import save_results
-    from keras_mvit2.export import (
-        load_labelled_images,
-        save_reports,
-        to_coreml,
-        to_tflite,
-        validate,
-    )
+    from keras_mvit2.export import get_target, load_labelled_images, save_reports, validate
     from keras_mvit2.export.validate import reference_outputs
     from keras_mvit2.utils.files import write_json
 
@@ -309,8 +302,9 @@ def run_demo(
 
     # 3. int8 TFLite ------------------------------------------------------------------
     t = step(3, "exporting full-integer int8 TFLite")
-    tflite = to_tflite(
-        model, paths["tflite"], quantization="int8", representative_data="fashion_mnist",
+    tflite_target = get_target("tflite")
+    tflite = tflite_target.convert(
+        model, paths["tflite"], quantization="int8", calibration_data="fashion_mnist",
         num_calibration_samples=s.calibration_images, class_names=class_names,
     )
     left = ", ".join(f"{k} x{v}" for k, v in tflite.float_ops.items()) or "none"
@@ -323,10 +317,10 @@ def run_demo(
     t = step(4, "exporting Core ML")
     coreml = None
     if paths["coreml"] is not None:
-        coreml = to_coreml(model, paths["coreml"], class_labels=class_names)
+        coreml = get_target("coreml").convert(model, paths["coreml"], class_names=class_names)
         steps.append(DemoStep(
             "export Core ML",
-            f"{_size(coreml.size_bytes)} fp16, {sum(coreml.op_histogram.values())} ops, "
+            f"{_size(coreml.size_bytes)} fp16, {coreml.num_ops} ops, "
             "iOS 16+",
             coreml.path, time.monotonic() - t))
     else:
@@ -355,8 +349,8 @@ def run_demo(
 
     # 6. benchmark --------------------------------------------------------------------
     t = step(6, "benchmarking the int8 TFLite file on this host")
-    bench = bench_tflite(tflite.path, threads=threads, runs=s.bench_runs,
-                         warmup=s.bench_warmup)
+    bench = tflite_target.bench(tflite.path, threads=threads, runs=s.bench_runs,
+                                warmup=s.bench_warmup)
     save_results([bench], paths["bench"])
     latency = bench.latency_ms
     memory = "" if bench.peak_memory_mb is None else f", {bench.peak_memory_mb:.1f} MB peak"
@@ -392,7 +386,7 @@ def run_demo(
         int8_size_bytes=tflite.size_bytes,
         int8_float_ops=dict(tflite.float_ops),
         coreml_size_bytes=None if coreml is None else coreml.size_bytes,
-        coreml_ops=None if coreml is None else sum(coreml.op_histogram.values()),
+        coreml_ops=None if coreml is None else coreml.num_ops,
         latency_ms=float(latency.median),
         latency_p90_ms=None if latency.p90 is None else float(latency.p90),
         peak_memory_mb=bench.peak_memory_mb,
