@@ -101,7 +101,7 @@ def run_pretrained_demo(
 
     import numpy as np
 
-    from keras_mvit2.export import run_tflite, to_coreml, to_tflite
+    from keras_mvit2.export import get_target
     from keras_mvit2.models import create_model
     from keras_mvit2.models.mobilevitv2 import imagenet_classes
     from keras_mvit2.preprocessing import preprocess_images
@@ -119,17 +119,20 @@ def run_pretrained_demo(
     log(f"exporting int8 TFLite, calibrated on {len(files)} photos")
     paths: dict[str, str | None] = {"tflite": os.path.join(out, "model_int8.tflite"),
                                     "coreml": None, "summary": os.path.join(out, "summary.json")}
-    tflite = to_tflite(net, paths["tflite"], quantization="int8", representative_data=images,
-                       num_calibration_samples=len(files), class_names=names)
+    tflite_target = get_target("tflite")
+    tflite = tflite_target.convert(net, paths["tflite"], quantization="int8",
+                                   calibration_data=images, num_calibration_samples=len(files),
+                                   class_names=names)
     coreml_size = None
     if coreml and importlib.util.find_spec("coremltools") is not None:
         log("exporting Core ML")
         paths["coreml"] = os.path.join(out, "model.mlpackage")
-        coreml_size = to_coreml(net, paths["coreml"], class_names=names).size_bytes
+        coreml_size = get_target("coreml").convert(
+            net, paths["coreml"], class_names=names).size_bytes
 
     log("classifying the photos with Keras and with the int8 file")
     keras_probs = net.predict(images, verbose=0)
-    int8_probs = run_tflite(tflite.path, images)
+    int8_probs = tflite_target.run(tflite.path, images)
     keras_top, int8_top = keras_probs.argmax(-1), int8_probs.argmax(-1)
     predictions = [
         (path, names[k], float(keras_probs[i, k]), names[q])
