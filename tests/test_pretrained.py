@@ -25,7 +25,7 @@ from model_utils import TORCH_READY
 from shared_fixtures import ORACLE_MODELS, ORACLE_SIZES
 
 import keras_mvit2 as mv
-from keras_mvit2.weights.hub import WeightsDownloadError
+from keras_mvit2.weights.download import WeightsDownloadError
 from keras_mvit2.weights.pretrained import (
     PRETRAINED_WEIGHTS,
     check_pretrained_config,

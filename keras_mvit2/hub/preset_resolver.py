@@ -77,7 +77,7 @@ def _save(classifier, target: str) -> str:
 
 def _published(name: str) -> str:
     from keras_mvit2.models.mobilevitv2 import MobileViTV2
-    from keras_mvit2.weights.hub import download_weights, load_pretrained
+    from keras_mvit2.weights.download import download_weights, load_pretrained
 
     entry = PRESET_WEIGHTS[name]
     resolved = download_weights(entry)

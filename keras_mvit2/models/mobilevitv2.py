@@ -16,7 +16,7 @@ from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.layers.transformer_layer import default_ffn_dim
 from keras_mvit2.models.builder_utils import classifier_head, load_weights, model_input
 from keras_mvit2.models.registry import register_model
-from keras_mvit2.weights.hub import download_weights, load_pretrained
+from keras_mvit2.weights.download import download_weights, load_pretrained
 from keras_mvit2.weights.pretrained import check_pretrained_config, is_weights_tag
 
 #: Transformer layers per MobileViTv2 block in stages 2, 3, 4 (B in Table 6).
