@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from keras_mvit2.bench.attention_sweep import (
+from keras_mvit2.latency.attention_sweep import (
     PAPER_TOKENS,
     load_sweep,
     run_attention_sweep,

@@ -18,7 +18,7 @@ diverged, with its curve, and the others go on. Runs resume from their folders.
 Then for each trained model: top-1 of the raw and the EMA weights on the 10,000 test
 images, parameters, MACs, and TFLite latency, float32 and full int8 (int8 I/O,
 calibrated on 32 training images), on 1 interpreter thread with XNNPACK, all files timed
-interleaved in one run (`keras_mvit2.bench.host.measure_interleaved`), at the training
+interleaved in one run (`keras_mvit2.latency.host.measure_interleaved`), at the training
 size and at 256x256. The 256x256 model is the same architecture built at 256 with the
 trained weights copied layer by layer (Linformer's token projections depend on the
 number of tokens and stay random there: the table says how many layers were not copied;
@@ -203,14 +203,14 @@ def measure_latency(records: list[dict[str, Any]], args: argparse.Namespace,
     """Adds params, MACs and interleaved TFLite latencies to the trained records."""
     import keras
 
-    from keras_mvit2.bench.host import (
+    from keras_mvit2.latency.host import (
         _histogram_and_report,
         make_interpreter,
         make_result,
         measure_interleaved,
         tflite_model_entry,
     )
-    from keras_mvit2.bench.models_table import convert_for_latency
+    from keras_mvit2.latency.models_table import convert_for_latency
     from keras_mvit2.profiling import profile
 
     sizes = sorted({args.image_size, LATENCY_SIZE})
@@ -375,8 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     import keras
 
     from keras_mvit2 import attention
-    from keras_mvit2.bench.attention_sweep import machine_label
-    from keras_mvit2.bench.host import host_device, litert_runtime
+    from keras_mvit2.latency.attention_sweep import machine_label
+    from keras_mvit2.latency.host import host_device, litert_runtime
     from keras_mvit2.utils.files import atomic_output, write_json
 
     mechanisms = [attention.canonical_name(m) for m in args.mechanisms]

@@ -200,8 +200,8 @@ def convert_ours(model, out_dir: str, num_calibration: int, log) -> dict[str, st
 
 def time_interleaved(configs: dict[str, tuple[str, bool]], rounds: int, invokes: int,
                      warmup: int):
-    """Thread-CPU and wall ms per invoke for each config (`keras_mvit2.bench` harness)."""
-    from keras_mvit2.bench.host import make_interpreter, measure_interleaved
+    """Thread-CPU and wall ms per invoke for each config (`keras_mvit2.latency` harness)."""
+    from keras_mvit2.latency.host import make_interpreter, measure_interleaved
 
     interpreters = {name: make_interpreter(path, threads=1, xnnpack=xnn)
                     for name, (path, xnn) in configs.items()}

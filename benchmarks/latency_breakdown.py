@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-fp32")
     args = parser.parse_args(argv)
 
-    from keras_mvit2.bench.host import make_interpreter, measure_interleaved
+    from keras_mvit2.latency.host import make_interpreter, measure_interleaved
 
     env = environment()
     with tempfile.TemporaryDirectory(prefix="mvit2_breakdown_") as tmp:

@@ -15,7 +15,7 @@ import glob
 import os
 import sys
 
-from keras_mvit2.bench.models_table import (
+from keras_mvit2.latency.models_table import (
     DEFAULT_MODELS,
     load_models_table,
     models_markdown,

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from keras_mvit2.bench.schema import load_results, save_results
+from keras_mvit2.latency.schema import load_results, save_results
 from keras_mvit2.utils.files import atomic_output
 
 BAR = 0.05

@@ -69,15 +69,15 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # `keras_mvit2.hub` needs the `hub` extra (keras-hub): imported on first use only.
+    # `keras_mvit2.kerashub` needs the `hub` extra (keras-hub): imported on first use only.
     if name == "hub":
         import importlib
 
-        return importlib.import_module("keras_mvit2.hub")
+        return importlib.import_module("keras_mvit2.kerashub")
     raise AttributeError(f"module 'keras_mvit2' has no attribute {name!r}")
 
 
-# Last: registers keras_mvit2.hub with KerasHub once keras_hub is imported (not before).
+# Last: registers keras_mvit2.kerashub with KerasHub once keras_hub is imported (not before).
 from keras_mvit2 import _keras_hub_hook  # noqa: E402
 
 _keras_hub_hook.install()

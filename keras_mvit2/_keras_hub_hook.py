@@ -1,9 +1,9 @@
-"""Registers `keras_mvit2.hub` with KerasHub without importing keras-hub eagerly.
+"""Registers `keras_mvit2.kerashub` with KerasHub without importing keras-hub eagerly.
 
 `import keras_mvit2` must stay free of keras-hub (an optional extra, slow to import),
 yet KerasHub's `from_preset(dir)` finds a third-party class only once its module is
-imported. So: if `keras_hub` is already imported, `keras_mvit2.hub` is imported now;
-otherwise a one-shot import hook imports `keras_mvit2.hub` right after `keras_hub`
+imported. So: if `keras_hub` is already imported, `keras_mvit2.kerashub` is imported now;
+otherwise a one-shot import hook imports `keras_mvit2.kerashub` right after `keras_hub`
 itself finishes importing. Either way, whoever calls
 `keras_hub.models.ImageClassifier.from_preset(dir)` after `import keras_mvit2` gets
 our classes, and users without keras-hub pay nothing.
@@ -22,10 +22,10 @@ _HUB = "keras_hub"
 
 def _register() -> None:
     try:
-        importlib.import_module("keras_mvit2.hub")
+        importlib.import_module("keras_mvit2.kerashub")
     except ImportError as err:  # an incompatible keras-hub must not break `import keras_hub`
         warnings.warn(
-            f"keras_mvit2.hub could not be imported with this keras-hub ({err}); "
+            f"keras_mvit2.kerashub could not be imported with this keras-hub ({err}); "
             "MobileViTv2 presets are not registered with KerasHub.",
             stacklevel=3,
         )

@@ -249,9 +249,9 @@ def run_demo(
     import keras
 
     from keras_mvit2 import training, visualize
-    from keras_mvit2.bench.schema import save_results
     from keras_mvit2.export import get_target, load_labelled_images, save_reports, validate
     from keras_mvit2.export.validate import reference_outputs
+    from keras_mvit2.latency.schema import save_results
     from keras_mvit2.utils.files import write_json
 
     if settings is not None and not isinstance(settings, DemoSettings):

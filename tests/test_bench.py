@@ -17,8 +17,10 @@ import pytest
 import tensorflow as tf
 from model_utils import mobilevitv2_fused_macs
 
-from keras_mvit2.bench import BenchResult, LatencyStats, load_results, save_results
-from keras_mvit2.bench.host import (
+from keras_mvit2.cli.main import main
+from keras_mvit2.export.tflite import inspect_tflite, to_tflite
+from keras_mvit2.latency import BenchResult, LatencyStats, load_results, save_results
+from keras_mvit2.latency.host import (
     bench_tflite,
     make_interpreter,
     op_profile,
@@ -26,9 +28,7 @@ from keras_mvit2.bench.host import (
     peak_memory_mb,
     random_inputs,
 )
-from keras_mvit2.bench.report import compare, load_many
-from keras_mvit2.cli.main import main
-from keras_mvit2.export.tflite import inspect_tflite, to_tflite
+from keras_mvit2.latency.report import compare, load_many
 from keras_mvit2.profiling import profile
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -310,7 +310,7 @@ def test_bench_report_rejects_foreign_json(tmp_path, capsys):
 
 def test_attention_sweep_tiny_every_mechanism(tmp_path):
     from keras_mvit2 import attention
-    from keras_mvit2.bench.attention_sweep import run_attention_sweep, write_sweep
+    from keras_mvit2.latency.attention_sweep import run_attention_sweep, write_sweep
 
     sweep = run_attention_sweep(tokens=(16, 32), dim=32, runs=3, warmup=1, rounds=1,
                                 profile_tokens=(16,), profile_runs=2)
@@ -342,7 +342,7 @@ def test_attention_sweep_tiny_every_mechanism(tmp_path):
 
 
 def test_attention_sweep_bars_arithmetic():
-    from keras_mvit2.bench.attention_sweep import AttentionSweep
+    from keras_mvit2.latency.attention_sweep import AttentionSweep
 
     def rec(m, k, ms):
         r = _record(f"attention/{m}", "tflite", "float32", "vm", "host", "litert", 1,
@@ -368,7 +368,7 @@ def test_attention_sweep_bars_arithmetic():
 
 
 def test_models_table_small(tmp_path):
-    from keras_mvit2.bench.models_table import (
+    from keras_mvit2.latency.models_table import (
         int8_available,
         load_models_table,
         run_models_table,
@@ -399,8 +399,8 @@ def test_models_table_small(tmp_path):
 
 def test_report_marks_records_without_a_median():
     """Older Android benchmark_model builds print no median: the mean is shown, marked."""
-    from keras_mvit2.bench import BenchResult, LatencyStats
-    from keras_mvit2.bench.report import compare
+    from keras_mvit2.latency import BenchResult, LatencyStats
+    from keras_mvit2.latency.report import compare
 
     record = BenchResult(
         model={"name": "m", "format": "tflite", "precision": "float32"},

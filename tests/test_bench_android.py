@@ -12,8 +12,9 @@ from pathlib import Path
 import keras
 import pytest
 
-from keras_mvit2.bench import android, load_results
-from keras_mvit2.bench.android import (
+from keras_mvit2.export.tflite import inspect_tflite, to_tflite
+from keras_mvit2.latency import android, load_results
+from keras_mvit2.latency.android import (
     AndroidBenchConfig,
     AndroidBenchError,
     PartialRunError,
@@ -22,7 +23,6 @@ from keras_mvit2.bench.android import (
     run_android_benchmarks,
     to_bench_result,
 )
-from keras_mvit2.export.tflite import inspect_tflite, to_tflite
 
 DATA = Path(__file__).parent / "data" / "benchmark_model"
 REMOTE = android.DEFAULT_REMOTE_DIR

@@ -1,4 +1,4 @@
-"""iPhone harness: the Swift records (tflite/ios) against the Python schema.
+"""iPhone harness: the Swift records (harness/ios) against the Python schema.
 
 Swift cannot be compiled here, so the link between the two is checked statically:
 the CodingKeys of the Swift structs must name exactly the fields of the Python
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from keras_mvit2.bench import BenchResult, LatencyStats, android, ios, load_results, save_results
+from keras_mvit2.latency import BenchResult, LatencyStats, android, ios, load_results, save_results
 
 REPO = Path(__file__).resolve().parents[1]
 SWIFT_PACKAGE = REPO / "tflite" / "ios"
@@ -69,7 +69,7 @@ def test_swift_coding_keys_match_the_python_schema(structs):
     for swift_name, json_name in record.items():
         if json_name in required:
             assert not props[swift_name].endswith("?"), swift_name
-    assert 'benchSchema = "keras_mvit2.bench/1"' in SWIFT_RECORDS.read_text()
+    assert 'benchSchema = "keras_mvit2.latency/1"' in SWIFT_RECORDS.read_text()
     assert f'recordMarker = "{ios.RECORD_MARKER}"' in SWIFT_RECORDS.read_text()
 
 
@@ -128,7 +128,7 @@ def test_swift_records_load_and_merge_with_android_records(tmp_path):
     assert "iPhone 14 Pro" in table and "cpu_and_ne" in table and "Pixel 7" in table
 
     # The comparison table of `mvit2 bench-report`: one column per device/runtime.
-    from keras_mvit2.bench.report import compare
+    from keras_mvit2.latency.report import compare
 
     report = compare(again)
     assert len(report.columns) == 3
@@ -145,7 +145,7 @@ def test_swift_records_load_and_merge_with_android_records(tmp_path):
     ],
 )
 def test_swift_statistics_match_python(samples, expected):
-    # The same samples and values as tflite/ios/Tests/MViT2BenchTests/StatisticsTests.swift.
+    # The same samples and values as harness/ios/Tests/MViT2BenchTests/StatisticsTests.swift.
     stats = LatencyStats.from_samples(samples, warmup=0)
     assert {k: getattr(stats, k) for k in expected} == expected
     swift_tests = (SWIFT_PACKAGE / "Tests" / "MViT2BenchTests" / "StatisticsTests.swift")
@@ -181,7 +181,7 @@ def test_extract_records_errors(tmp_path):
     with pytest.raises(ValueError, match="No KERAS_MVIT2_BENCH_RECORD line"):
         ios.extract_records("Test Case skipped: No model in Models\n")
     bad = dict(json.loads(FIXTURE.read_text())[0], schema="other/1")
-    with pytest.raises(ValueError, match=r"log:3: .*not a keras_mvit2.bench/1 record"):
+    with pytest.raises(ValueError, match=r"log:3: .*not a keras_mvit2.latency/1 record"):
         ios.extract_records(_log_with([bad]))
     truncated = _log_with(json.loads(FIXTURE.read_text()))[:-200]
     with pytest.raises(ValueError, match=r"not a keras_mvit2\.bench/1 record"):
@@ -197,6 +197,6 @@ def test_compute_unit_names_are_the_same_in_swift_and_python():
     enum = source[source.index("enum ComputeUnitsOption"):]
     enum = enum[:enum.index("static func")]
     assert tuple(re.findall(r'case \w+ = "(\w+)"', enum)) == ios.COMPUTE_UNITS
-    from keras_mvit2.bench import host
+    from keras_mvit2.latency import host
 
     assert set(host._COMPUTE_UNITS) == set(ios.COMPUTE_UNITS)  # mvit2 bench --compute-units

@@ -142,7 +142,7 @@ def test_coreml_package_is_an_image_classifier(demo):
 
 
 def test_benchmark_record(demo):
-    from keras_mvit2.bench import load_results
+    from keras_mvit2.latency import load_results
 
     (record,) = load_results(demo.paths["bench"])
     assert record.latency_ms.median == demo.latency_ms > 0

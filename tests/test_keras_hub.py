@@ -1,4 +1,4 @@
-"""keras_mvit2.hub: MobileViTv2 as a KerasHub Backbone / ImageClassifier with presets.
+"""keras_mvit2.kerashub: MobileViTv2 as a KerasHub Backbone / ImageClassifier with presets.
 
 Oracles: `keras_mvit2.MobileViTV2` with the same weights (the same model), our own
 preprocessing (`preprocess_images`), timm (tests/torch_oracle.py, in a subprocess) for
@@ -20,7 +20,7 @@ from test_pretrained import hub_env  # noqa: F401
 import keras_mvit2 as mv
 
 keras_hub = pytest.importorskip("keras_hub")
-import keras_mvit2.hub as mvhub  # noqa: E402
+import keras_mvit2.kerashub as mvhub  # noqa: E402
 
 SIZE = 64
 REPO = "timm/mobilevitv2_050.cvnets_in1k"
@@ -69,13 +69,13 @@ def _raw_images(n: int = 3, height: int = 80, width: int = 100, seed: int = 1) -
 def test_import_is_lazy_and_keras_hub_import_registers_the_classes():
     code = (
         "import sys, keras_mvit2, keras\n"
-        "assert 'keras_hub' not in sys.modules and 'keras_mvit2.hub' not in sys.modules\n"
+        "assert 'keras_hub' not in sys.modules and 'keras_mvit2.kerashub' not in sys.modules\n"
         "import keras_hub\n"
         "names = ['MobileViTV2Backbone', 'MobileViTV2ImageClassifier',\n"
         "         'MobileViTV2ImageClassifierPreprocessor', 'MobileViTV2ImageConverter']\n"
         "got = [keras.saving.get_registered_object('keras_mvit2>' + n) for n in names]\n"
         "assert [c.__name__ for c in got] == names, got\n"
-        "assert keras_mvit2.hub.MobileViTV2Backbone is got[0]\n"
+        "assert keras_mvit2.kerashub.MobileViTV2Backbone is got[0]\n"
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -1,56 +1,22 @@
-"""Benchmark harnesses: host LiteRT, Android `benchmark_model`, iPhone Core ML.
-
-Host side (this package): `bench` / `bench_tflite` (one model), `run_attention_sweep`
-(the paper's Fig. 1), `run_models_table` (Table 2 / Fig. 2 axes), `compare` (merge
-records from several devices). All write the shared `BenchResult` record.
+"""Deprecated package path, kept so that old imports work: the benchmark harnesses moved to
+`keras_mvit2.latency` (the name said "bench", beside the repository's `benchmarks/`).
+``keras_mvit2.bench.X`` is the module ``keras_mvit2.latency.X`` itself.
 """
 
-from keras_mvit2.bench.schema import (
-    SCHEMA,
-    BenchResult,
-    LatencyStats,
-    load_results,
-    save_results,
-)
+import importlib
+import warnings
 
-_LAZY = {
-    "bench": "keras_mvit2.bench.host",
-    "bench_tflite": "keras_mvit2.bench.host",
-    "bench_coreml": "keras_mvit2.bench.host",
-    "op_profile": "keras_mvit2.bench.host",
-    "peak_memory_mb": "keras_mvit2.bench.host",
-    "tflite_macs": "keras_mvit2.bench.host",
-    "run_attention_sweep": "keras_mvit2.bench.attention_sweep",
-    "run_models_table": "keras_mvit2.bench.models_table",
-    "compare": "keras_mvit2.bench.report",
-    "load_many": "keras_mvit2.bench.report",
-}
+from keras_mvit2.utils.moved import alias_package
+
+alias_package(__name__, "keras_mvit2.latency")
+
+warnings.warn(
+    "keras_mvit2.bench moved to keras_mvit2.latency; import it from there (the old path will "
+    "be removed).",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str):
-    # The harness modules are imported on first use, so `keras_mvit2.bench.schema`
-    # stays importable without ai_edge_litert.
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'keras_mvit2.bench' has no attribute {name!r}")
-
-
-__all__ = [
-    "SCHEMA",
-    "BenchResult",
-    "LatencyStats",
-    "bench",
-    "bench_coreml",
-    "bench_tflite",
-    "compare",
-    "load_many",
-    "load_results",
-    "op_profile",
-    "peak_memory_mb",
-    "run_attention_sweep",
-    "run_models_table",
-    "save_results",
-    "tflite_macs",
-]
+    return getattr(importlib.import_module("keras_mvit2.latency"), name)

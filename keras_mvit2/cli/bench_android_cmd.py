@@ -4,7 +4,7 @@ import argparse
 
 
 def register(sub) -> None:
-    from keras_mvit2.bench import android
+    from keras_mvit2.latency import android
 
     p = sub.add_parser(
         "bench-android",

@@ -128,8 +128,8 @@ def _print_results(results) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from keras_mvit2.bench.host import bench
-    from keras_mvit2.bench.schema import save_results
+    from keras_mvit2.latency.host import bench
+    from keras_mvit2.latency.schema import save_results
 
     results = []
     for spec in args.models:
@@ -152,7 +152,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _bench_attention(args: argparse.Namespace) -> int:
     import os
 
-    from keras_mvit2.bench.attention_sweep import run_attention_sweep, sweep_markdown, write_sweep
+    from keras_mvit2.latency.attention_sweep import run_attention_sweep, sweep_markdown, write_sweep
 
     sweep = run_attention_sweep(
         args.mechanisms, args.tokens, dim=args.dim, threads=args.threads, runs=args.runs,
@@ -170,7 +170,7 @@ def _bench_attention(args: argparse.Namespace) -> int:
 def _bench_models(args: argparse.Namespace) -> int:
     import os
 
-    from keras_mvit2.bench.models_table import (
+    from keras_mvit2.latency.models_table import (
         DEFAULT_MODELS,
         models_markdown,
         run_models_table,
@@ -196,7 +196,7 @@ def _bench_report(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from keras_mvit2.bench.report import compare, load_many
+    from keras_mvit2.latency.report import compare, load_many
 
     table = compare(load_many(args.files))
     out = Table("model", *(escape(c) for c in table.columns),

@@ -138,7 +138,7 @@ class ExportTarget(abc.ABC):
 
     def bench(self, path: str | os.PathLike, *, threads: int = 1, runs: int = 100,
               warmup: int = 10, **settings: Any) -> Any:
-        """Times the file on this host and returns `keras_mvit2.bench`'s record
+        """Times the file on this host and returns `keras_mvit2.latency`'s record
         (`BenchResult`). `settings` are the host harness's runtime settings; a target uses
         those that apply to its runtime and ignores the others."""
         raise NotImplementedError(f"{self.display_name} files cannot be benchmarked here.")

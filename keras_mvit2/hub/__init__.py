@@ -1,36 +1,20 @@
-"""MobileViTv2 in KerasHub: `MobileViTV2Backbone`, `MobileViTV2ImageClassifier` (with
-presets), their preprocessor and image converter.
-
-Needs the `hub` extra (`pip install keras_mvit2[hub]`: keras-hub). `import keras_mvit2`
-does not import keras-hub; this module is imported (and its classes registered for
-KerasHub's `from_preset`) as soon as `keras_hub` is imported, or with
-`import keras_mvit2.hub`.
+"""Deprecated package path, kept so that old imports (and KerasHub presets saved with this
+module path) work: the KerasHub integration moved to `keras_mvit2.kerashub` (the name said
+"hub", beside the Hugging Face downloads). ``keras_mvit2.hub.X`` is the module
+``keras_mvit2.kerashub.X`` itself.
 """
 
-try:
-    import keras_hub  # noqa: F401
-except ImportError as err:
-    raise ImportError(
-        "keras_mvit2.hub needs keras-hub: pip install 'keras_mvit2[hub]' (keras-hub 0.32.0 "
-        f"and tensorflow-text 2.21). ({err})"
-    ) from err
+import warnings
 
-from keras_mvit2.hub.convert import classifier_from_model
-from keras_mvit2.hub.export import inference_model
-from keras_mvit2.hub.mobilevitv2_backbone import MobileViTV2Backbone
-from keras_mvit2.hub.mobilevitv2_image_classifier import MobileViTV2ImageClassifier
-from keras_mvit2.hub.mobilevitv2_image_classifier_preprocessor import (
-    MobileViTV2ImageClassifierPreprocessor,
+from keras_mvit2.kerashub import *  # noqa: F403  (the public names, as before)
+from keras_mvit2.kerashub import __all__  # noqa: F401
+from keras_mvit2.utils.moved import alias_package
+
+alias_package(__name__, "keras_mvit2.kerashub")
+
+warnings.warn(
+    "keras_mvit2.hub moved to keras_mvit2.kerashub; import it from there (the old path will "
+    "be removed).",
+    DeprecationWarning,
+    stacklevel=2,
 )
-from keras_mvit2.hub.mobilevitv2_image_converter import MobileViTV2ImageConverter
-from keras_mvit2.hub.mobilevitv2_presets import PRESETS
-
-__all__ = [
-    "PRESETS",
-    "MobileViTV2Backbone",
-    "MobileViTV2ImageClassifier",
-    "MobileViTV2ImageClassifierPreprocessor",
-    "MobileViTV2ImageConverter",
-    "classifier_from_model",
-    "inference_model",
-]

@@ -1,5 +1,5 @@
 """Deprecated module path, kept so that old imports work: the code moved to
-`keras_mvit2.weights.download` (the name said Hugging Face hub, beside `keras_mvit2.hub`,
+`keras_mvit2.weights.download` (the name said Hugging Face hub, beside `keras_mvit2.kerashub`,
 KerasHub), whose public names this module re-exports.
 """
 

@@ -25,7 +25,7 @@ deployment size (256x256) and the paper's sweep (64 to 2048 tokens, d = 512).
 ("code", """
 import os
 
-from keras_mvit2.bench.attention_sweep import PAPER_TOKENS
+from keras_mvit2.latency.attention_sweep import PAPER_TOKENS
 
 SMALL = os.environ.get("MVIT2_SMALL", "0") == "1"
 SIZE = 128 if SMALL else 256        # model input
@@ -67,8 +67,8 @@ delegate); `mvit2 bench FILE.tflite --json host.json` is the command-line versio
 ("code", """
 from IPython.display import Markdown
 
-from keras_mvit2.bench import compare, save_results
-from keras_mvit2.bench.host import bench_tflite
+from keras_mvit2.latency import compare, save_results
+from keras_mvit2.latency.host import bench_tflite
 
 results = [bench_tflite(float32.path, runs=RUNS, threads=THREADS),
            bench_tflite(float32.path, runs=RUNS, threads=THREADS, xnnpack=False),
@@ -92,7 +92,7 @@ isolation). `mvit2 bench-attention` runs the same sweep from the command line.
 ("code", """
 from IPython.display import Image, display
 
-from keras_mvit2.bench.attention_sweep import run_attention_sweep, sweep_markdown, write_sweep
+from keras_mvit2.latency.attention_sweep import run_attention_sweep, sweep_markdown, write_sweep
 
 sweep = run_attention_sweep(tokens=TOKENS, dim=DIM, threads=THREADS,
                             runs=10 if SMALL else 30, rounds=2 if SMALL else 5,
@@ -105,7 +105,7 @@ Image(files["png"])
 ("md", """
 ## 4. On a phone
 
-The phone harnesses write the same records; `tflite/README.md` has every step.
+The phone harnesses write the same records; `harness/README.md` has every step.
 
 **Android** (TFLite / LiteRT over `adb`, with the official `benchmark_model` binary for the
 phone's CPU; CPU with or without XNNPACK, GPU, NNAPI):
@@ -117,17 +117,17 @@ mvit2 bench-android mvit2_outputs/mobilevitv2_050_float32.tflite \\
     --delegate xnnpack gpu --threads 1 4 --repeats 3 -o pixel.json
 ```
 
-**iPhone / Mac** (Core ML, the Swift package in `tflite/ios`): export with
+**iPhone / Mac** (Core ML, the Swift package in `harness/ios`): export with
 `mv.export.to_coreml(model, "mobilevitv2_050.mlpackage")`, then on a Mac
 
 ```sh
-cd tflite/ios
+cd harness/ios
 swift run -c release mvit2-coreml-bench ../../mobilevitv2_050.mlpackage \\
     --compute-units cpu_only cpu_and_gpu cpu_and_ne all --output ../../mac.json
 ```
 
 or on an iPhone the XCTest `MViT2DeviceBenchmarks` through `xcodebuild test` (see
-`tflite/README.md`, section 3).
+`harness/README.md`, section 3).
 
 **One table for all devices**:
 

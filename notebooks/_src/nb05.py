@@ -49,7 +49,7 @@ MECHANISMS = {
 with builtin ops only and checks the file in LiteRT; `bench_tflite` times it.
 """),
 ("code", """
-from keras_mvit2.bench.host import bench_tflite
+from keras_mvit2.latency.host import bench_tflite
 
 rows = []
 for host in ("mobilevitv2_050", "deit_tiny"):

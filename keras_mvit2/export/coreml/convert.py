@@ -29,15 +29,15 @@ __all__ = ["COMPUTE_UNITS_GUIDANCE", "DEPLOYMENT_TARGETS", "PRECISIONS", "to_cor
 PRECISIONS = ("float16", "float32")
 DEPLOYMENT_TARGETS = ("iOS16", "iOS17", "iOS18", "macOS13", "macOS14", "macOS15")
 #: Written into every package's metadata (``keras_mvit2.compute_units``); the same advice
-#: as tflite/README.md (section 3), whose Swift harness measures each MLComputeUnits value.
+#: as harness/README.md (section 3), whose Swift harness measures each MLComputeUnits value.
 COMPUTE_UNITS_GUIDANCE = (
     "Try MLComputeUnits .cpuAndNeuralEngine first (an fp16 program with no layout "
     "transposes is the Neural Engine's case), then .all (Core ML's default), .cpuAndGPU, "
-    "and .cpuOnly as the baseline; keep the fastest on the target phone. tflite/ios "
+    "and .cpuOnly as the baseline; keep the fastest on the target phone. harness/ios "
     "measures each: swift run -c release mvit2-coreml-bench MODEL.mlpackage "
     "--compute-units cpu_only cpu_and_gpu cpu_and_ne all (Mac), or the "
     "MViT2DeviceBenchmarks XCTest with TEST_RUNNER_MVIT2_COMPUTE_UNITS (iPhone); "
-    "see tflite/README.md, section 3."
+    "see harness/README.md, section 3."
 )
 
 

@@ -90,9 +90,9 @@ class CoreMLTarget(ExportTarget):
 
     def bench(self, path: str | os.PathLike, *, threads: int = 1, runs: int = 100,
               warmup: int = 10, **settings: Any) -> Any:
-        """coremltools' `predict` on macOS (`keras_mvit2.bench.coreml_host.bench_coreml`);
+        """coremltools' `predict` on macOS (`keras_mvit2.latency.coreml_host.bench_coreml`);
         setting: `compute_units`. Core ML picks its own threads."""
-        from keras_mvit2.bench.coreml_host import bench_coreml
+        from keras_mvit2.latency.coreml_host import bench_coreml
 
         return bench_coreml(path, runs=runs, warmup=warmup,
                             compute_units=settings.get("compute_units", "all"))

@@ -111,9 +111,9 @@ class TFLiteTarget(ExportTarget):
 
     def bench(self, path: str | os.PathLike, *, threads: int = 1, runs: int = 100,
               warmup: int = 10, **settings: Any) -> Any:
-        """LiteRT on this host (`keras_mvit2.bench.host.bench_tflite`); settings:
+        """LiteRT on this host (`keras_mvit2.latency.host.bench_tflite`); settings:
         `xnnpack`, `measure_memory`."""
-        from keras_mvit2.bench.host import bench_tflite
+        from keras_mvit2.latency.host import bench_tflite
 
         return bench_tflite(path, threads=threads, runs=runs, warmup=warmup,
                             xnnpack=settings.get("xnnpack", True),

@@ -1,0 +1,95 @@
+"""Android on-device benchmarks with the official TFLite ``benchmark_model`` over ``adb``.
+
+`run_android_benchmarks` picks the phone (``adb devices``), reads its properties
+(``adb shell getprop``), checks that the binary was built for the phone's ABI, pushes
+the binary and the models into a work folder under ``/data/local/tmp``, runs every
+(model, delegate, threads) configuration ``repeats`` times in interleaved order (so
+that thermal drift hits all configurations alike), pulls each run's log back, parses
+it (`parse_benchmark_output`) into `BenchResult` records (schema
+``keras_mvit2.latency/1``, ``device.platform == "android"``) and removes the work folder.
+Every ``adb`` call goes through `Adb.run`.
+
+Command line: ``python -m keras_mvit2.latency.android MODEL.tflite ... --benchmark-model
+PATH`` (see `add_arguments`; the results are written as JSON and printed as a table).
+
+This module gathers the harness's names; the parts live in `keras_mvit2.latency.android_log`
+(the log parser), `keras_mvit2.latency.android_record` (records and the table),
+`keras_mvit2.latency.adb` (the phone over adb), `keras_mvit2.latency.android_driver` (the
+run) and `keras_mvit2.latency.android_cli` (the command line).
+
+What the tool reports and how it lands in the record (times in the log are
+microseconds, the record holds milliseconds):
+
+* ``latency_ms.min/max/mean`` and ``runs`` come from the statistics line of the timed
+  runs (``count=... min=... max=... avg=... std=...``), ``warmup`` from the warm-up line.
+* ``latency_ms.median``: builds of the tool whose statistics keep every run
+  (``StatWithPercentiles``: the current LiteRT sources) also print ``p5= median= p95=``;
+  their median is the run at index ``n*50/100`` of the sorted runs (the upper median
+  for an even count). Older builds print no percentile and the median is ``None``.
+* ``latency_ms.p90`` is always ``None``: ``benchmark_model`` does not compute it (it
+  prints p5 and p95, kept in ``extra``), and it does not print single runs either.
+* ``peak_memory_mb``: "Overall peak memory footprint (MB) via periodic monitoring"
+  (``--report_peak_memory_footprint=true``, on by default here; the tool samples the
+  footprint from a separate thread every 50 ms).
+* ``extra``: init time, first inference, warm-up mean, std, p5/p95, model file size,
+  memory footprint deltas, delegate coverage, the exact flags, the binary's SHA-256 and,
+  with ``--op-profiling``, the per-op tables (summary by node type and the top ops).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from keras_mvit2.latency.adb import (
+    ADB_HELP,
+    BENCHMARK_MODEL_HELP,
+    USB_DEBUGGING_HELP,
+    Adb,
+    AndroidBenchError,
+    check_binary_for_device,
+    device_info,
+    parse_getprop,
+)
+from keras_mvit2.latency.android_cli import add_arguments, main, run_from_args
+from keras_mvit2.latency.android_driver import (
+    DEFAULT_REMOTE_DIR,
+    DELEGATES,
+    AndroidBenchConfig,
+    PartialRunError,
+    benchmark_flags,
+    run_android_benchmarks,
+)
+from keras_mvit2.latency.android_log import (
+    BenchmarkModelOutput,
+    OpProfile,
+    RunStats,
+    parse_benchmark_output,
+)
+from keras_mvit2.latency.android_record import format_table, to_bench_result
+
+# Also importable from here, as before the split (not in `__all__`).
+_MORE = (ADB_HELP, USB_DEBUGGING_HELP, DEFAULT_REMOTE_DIR, check_binary_for_device, device_info)
+
+__all__ = [
+    "BENCHMARK_MODEL_HELP",
+    "DELEGATES",
+    "Adb",
+    "AndroidBenchConfig",
+    "AndroidBenchError",
+    "BenchmarkModelOutput",
+    "OpProfile",
+    "PartialRunError",
+    "RunStats",
+    "add_arguments",
+    "benchmark_flags",
+    "format_table",
+    "main",
+    "parse_benchmark_output",
+    "parse_getprop",
+    "run_android_benchmarks",
+    "run_from_args",
+    "to_bench_result",
+]
+
+if __name__ == "__main__":
+    sys.exit(main())
