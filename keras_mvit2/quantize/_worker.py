@@ -48,7 +48,7 @@ _MOVED = {
     "read_weights": "_worker_common",
     "save_arrays": "_worker_common",
     "unpack_images": "_worker_common",
-    "write_twin_weights": "_worker_common",
+    "write_twin_transfer": "_worker_common",
     "output_is_probabilities": "tf_keras_twin",
     "write_model_files": "tf_keras_twin",
 }
@@ -81,7 +81,7 @@ class WorkerContext:
         Returns `(twin, weight_map, max_abs_diff)`; `weight_map` maps each Keras 3
         variable path to the twin's variable.
         """
-        from keras_mvit2.quantize import tf_keras_twin
+        from keras_mvit2.quantize import tf_keras_twin, twin_transfer
 
         files = self.job["model"] if files is None else files
         with open(files["spec"]) as f:
@@ -89,7 +89,7 @@ class WorkerContext:
         twin = tf_keras_twin.build_twin(spec, class_override=class_override)
         with np.load(files["weights"]) as data:
             weights = {p: data[f"w{i}"] for i, p in enumerate(files["weight_paths"])}
-        count = tf_keras_twin.transfer_weights(twin, weights)
+        count = twin_transfer.transfer_weights(twin, weights)
         with np.load(files["reference"]) as data:
             x, expected = data["x"], data["y"]
         got = np.asarray(twin(x, training=False))
@@ -105,7 +105,7 @@ class WorkerContext:
                 f"{diff:.3g} on the reference images (tolerance {1e-3 * scale:.3g}). Some layer "
                 "computes differently under tf_keras; please report it with the model config."
             )
-        return twin, tf_keras_twin.twin_weight_paths(twin), diff
+        return twin, twin_transfer.twin_weight_paths(twin), diff
 
     def dataset(self, info: Mapping[str, Any], *, batch_size: int, shuffle: bool,
                 seed: int = 0):

@@ -65,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from keras_mvit2.quantize import _worker_client, _worker_common, tf_keras_twin
+from keras_mvit2.quantize import _worker_client, _worker_common, twin_transfer
 
 __all__ = ["IO_DTYPES", "QATResult", "qat"]
 
@@ -261,7 +261,7 @@ def qat(
         del x, y
 
         reference = xv[:8] if xv is not None else rep_images[:8]
-        job = {"model": tf_keras_twin.write_model_files(model, workdir, reference)}
+        job = {"model": twin_transfer.write_model_files(model, workdir, reference)}
         job.update(
             train=train, validation=val, representative=rep, epochs=epochs,
             steps_per_epoch=steps, batch_size=batch_size, learning_rate=float(learning_rate),

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from keras_mvit2.quantize import _worker_client, _worker_common, tf_keras_twin
+from keras_mvit2.quantize import _worker_client, _worker_common, twin_transfer
 
 __all__ = [
     "SparsityResult",
@@ -257,7 +257,7 @@ def _run(task, model_or_path, train_data, options, *, epochs, steps_per_epoch, l
             )
             yv = _worker_client.integer_labels(yv, num_classes, "validation_data")
         reference = xv[:8] if xv is not None else x[:8]
-        job = {"model": tf_keras_twin.write_model_files(model, workdir, reference)}
+        job = {"model": twin_transfer.write_model_files(model, workdir, reference)}
         job.update(train=train, epochs=epochs, steps_per_epoch=steps, batch_size=batch_size,
                    learning_rate=float(learning_rate), weights_out=os.path.join(
                        workdir, "result_weights.npz"), **options)
@@ -266,7 +266,7 @@ def _run(task, model_or_path, train_data, options, *, epochs, steps_per_epoch, l
 
     copy = keras.models.clone_model(model)
     copy.set_weights(model.get_weights())
-    tf_keras_twin.assign_keras3_weights(copy, new_weights)
+    twin_transfer.assign_keras3_weights(copy, new_weights)
     kernels = {}
     for path in result["kernels"]:
         value = new_weights[path]
@@ -390,9 +390,9 @@ def _kernel_paths(weight_map: Mapping[str, Any], variables) -> list[str]:
 
 
 def _finish_worker(ctx, model, weight_map, variables, history, epochs, extra):
-    from keras_mvit2.quantize._worker_common import write_twin_weights
+    from keras_mvit2.quantize._worker_common import write_twin_transfer
 
-    write_twin_weights(weight_map, ctx.job["weights_out"])
+    write_twin_transfer(weight_map, ctx.job["weights_out"])
     per_epoch = [{k: float(v[i]) for k, v in history.history.items()} for i in range(epochs)]
     return {"weights_out": ctx.job["weights_out"], "kernels": _kernel_paths(weight_map, variables),
             "history": per_epoch, **extra}
