@@ -17,7 +17,7 @@ import pytest
 from keras_mvit2.latency import BenchResult, LatencyStats, android, ios, load_results, save_results
 
 REPO = Path(__file__).resolve().parents[1]
-SWIFT_PACKAGE = REPO / "tflite" / "ios"
+SWIFT_PACKAGE = REPO / "harness" / "ios"
 SWIFT_RECORDS = SWIFT_PACKAGE / "Sources" / "MViT2Bench" / "BenchRecord.swift"
 FIXTURE = SWIFT_PACKAGE / "Tests" / "MViT2BenchTests" / "Fixtures" / "sample_records.json"
 DATA = Path(__file__).parent / "data" / "benchmark_model"
@@ -69,7 +69,7 @@ def test_swift_coding_keys_match_the_python_schema(structs):
     for swift_name, json_name in record.items():
         if json_name in required:
             assert not props[swift_name].endswith("?"), swift_name
-    assert 'benchSchema = "keras_mvit2.latency/1"' in SWIFT_RECORDS.read_text()
+    assert 'benchSchema = "keras_mvit2.bench/1"' in SWIFT_RECORDS.read_text()
     assert f'recordMarker = "{ios.RECORD_MARKER}"' in SWIFT_RECORDS.read_text()
 
 
@@ -181,7 +181,7 @@ def test_extract_records_errors(tmp_path):
     with pytest.raises(ValueError, match="No KERAS_MVIT2_BENCH_RECORD line"):
         ios.extract_records("Test Case skipped: No model in Models\n")
     bad = dict(json.loads(FIXTURE.read_text())[0], schema="other/1")
-    with pytest.raises(ValueError, match=r"log:3: .*not a keras_mvit2.latency/1 record"):
+    with pytest.raises(ValueError, match=r"log:3: .*not a keras_mvit2.bench/1 record"):
         ios.extract_records(_log_with([bad]))
     truncated = _log_with(json.loads(FIXTURE.read_text()))[:-200]
     with pytest.raises(ValueError, match=r"not a keras_mvit2\.bench/1 record"):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmarks .tflite models on an Android phone with the official TFLite
-`benchmark_model` over adb and writes keras_mvit2.latency/1 records (JSON) and a table.
+`benchmark_model` over adb and writes keras_mvit2.bench/1 records (JSON) and a table.
 
 Same as `python -m keras_mvit2.latency.android` (see harness/README.md); run with
 `--help` for the options and where to get `benchmark_model`. Example:

@@ -1,6 +1,6 @@
 // swift-tools-version:5.9
 // Core ML benchmark harness of keras_mvit2: a command-line tool for Macs and an XCTest
-// target for iPhones, both writing keras_mvit2.latency/1 records (harness/README.md).
+// target for iPhones, both writing keras_mvit2.bench/1 records (harness/README.md).
 import PackageDescription
 
 let package = Package(

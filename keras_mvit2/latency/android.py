@@ -6,7 +6,7 @@ the binary and the models into a work folder under ``/data/local/tmp``, runs eve
 (model, delegate, threads) configuration ``repeats`` times in interleaved order (so
 that thermal drift hits all configurations alike), pulls each run's log back, parses
 it (`parse_benchmark_output`) into `BenchResult` records (schema
-``keras_mvit2.latency/1``, ``device.platform == "android"``) and removes the work folder.
+``keras_mvit2.bench/1``, ``device.platform == "android"``) and removes the work folder.
 Every ``adb`` call goes through `Adb.run`.
 
 Command line: ``python -m keras_mvit2.latency.android MODEL.tflite ... --benchmark-model

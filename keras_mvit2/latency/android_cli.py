@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m keras_mvit2.latency.android",
         description="Benchmark .tflite models on an Android phone with benchmark_model "
-                    "over adb; writes keras_mvit2.latency/1 JSON records.",
+                    "over adb; writes keras_mvit2.bench/1 JSON records.",
         epilog=BENCHMARK_MODEL_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,6 +1,6 @@
 """iPhone / Mac Core ML benchmarks: the records of the Swift harness in ``harness/ios``.
 
-The Swift package in ``harness/ios`` writes ``keras_mvit2.latency/1`` records itself
+The Swift package in ``harness/ios`` writes ``keras_mvit2.bench/1`` records itself
 (`BenchRecord` in ``Sources/MViT2Bench/BenchRecord.swift`` mirrors
 `keras_mvit2.latency.schema` field by field): the Mac command-line tool writes a JSON
 list (``--output``) that `load_results` reads as it is; the iPhone test run prints
@@ -50,7 +50,7 @@ def extract_records(text: str, *, source: str = "log") -> list[BenchResult]:
         except (json.JSONDecodeError, TypeError, KeyError, ValueError) as err:
             raise ValueError(
                 f"{source}:{number}: the line after {RECORD_MARKER.strip()} is not a "
-                f"keras_mvit2.latency/1 record ({err})."
+                f"keras_mvit2.bench/1 record ({err})."
             ) from err
     if not records:
         raise ValueError(

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 from keras_mvit2.utils.files import atomic_output
 
-SCHEMA = "keras_mvit2.latency/1"
+SCHEMA = "keras_mvit2.bench/1"
 
 
 @dataclass

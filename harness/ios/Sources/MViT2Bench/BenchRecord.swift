@@ -1,7 +1,7 @@
 import Foundation
 
 /// The schema tag of `keras_mvit2.latency.schema.SCHEMA`.
-public let benchSchema = "keras_mvit2.latency/1"
+public let benchSchema = "keras_mvit2.bench/1"
 
 /// Prefix of a console line that carries one JSON record (how records leave an
 /// iPhone test run: `python -m keras_mvit2.latency.ios extract xcodebuild.log`).

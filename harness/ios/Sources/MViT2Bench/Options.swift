@@ -45,7 +45,7 @@ public struct BenchmarkOptions: Equatable, Sendable {
 
         Compiles each model (MLModel.compileModel(at:)), loads it with each set of compute
         units, runs --warmup untimed and --runs timed predictions on a generated input of
-        the model's shape, and prints/writes keras_mvit2.latency/1 records.
+        the model's shape, and prints/writes keras_mvit2.bench/1 records.
 
           --compute-units   cpu_only, cpu_and_gpu, cpu_and_ne, all (default: all)
           --runs            timed predictions (default: 50)
