@@ -17,23 +17,7 @@ This module gathers the harness's names; the parts live in `keras_mvit2.latency.
 `keras_mvit2.latency.adb` (the phone over adb), `keras_mvit2.latency.android_driver` (the
 run) and `keras_mvit2.latency.android_cli` (the command line).
 
-What the tool reports and how it lands in the record (times in the log are
-microseconds, the record holds milliseconds):
-
-* ``latency_ms.min/max/mean`` and ``runs`` come from the statistics line of the timed
-  runs (``count=... min=... max=... avg=... std=...``), ``warmup`` from the warm-up line.
-* ``latency_ms.median``: builds of the tool whose statistics keep every run
-  (``StatWithPercentiles``: the current LiteRT sources) also print ``p5= median= p95=``;
-  their median is the run at index ``n*50/100`` of the sorted runs (the upper median
-  for an even count). Older builds print no percentile and the median is ``None``.
-* ``latency_ms.p90`` is always ``None``: ``benchmark_model`` does not compute it (it
-  prints p5 and p95, kept in ``extra``), and it does not print single runs either.
-* ``peak_memory_mb``: "Overall peak memory footprint (MB) via periodic monitoring"
-  (``--report_peak_memory_footprint=true``, on by default here; the tool samples the
-  footprint from a separate thread every 50 ms).
-* ``extra``: init time, first inference, warm-up mean, std, p5/p95, model file size,
-  memory footprint deltas, delegate coverage, the exact flags, the binary's SHA-256 and,
-  with ``--op-profiling``, the per-op tables (summary by node type and the top ops).
+How the tool's report lands in the record: `keras_mvit2.latency.android_record`.
 """
 
 from __future__ import annotations
