@@ -48,7 +48,7 @@ _MOVED = {
     "read_weights": "_worker_common",
     "save_arrays": "_worker_common",
     "unpack_images": "_worker_common",
-    "write_twin_transfer": "_worker_common",
+    "write_twin_weights": "_worker_common",
     "output_is_probabilities": "tf_keras_twin",
     "write_model_files": "tf_keras_twin",
 }

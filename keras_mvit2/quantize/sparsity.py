@@ -390,9 +390,9 @@ def _kernel_paths(weight_map: Mapping[str, Any], variables) -> list[str]:
 
 
 def _finish_worker(ctx, model, weight_map, variables, history, epochs, extra):
-    from keras_mvit2.quantize._worker_common import write_twin_transfer
+    from keras_mvit2.quantize._worker_common import write_twin_weights
 
-    write_twin_transfer(weight_map, ctx.job["weights_out"])
+    write_twin_weights(weight_map, ctx.job["weights_out"])
     per_epoch = [{k: float(v[i]) for k, v in history.history.items()} for i in range(epochs)]
     return {"weights_out": ctx.job["weights_out"], "kernels": _kernel_paths(weight_map, variables),
             "history": per_epoch, **extra}
