@@ -11,6 +11,7 @@ from keras_mvit2.cli import (
     demo_cmd,
     export_cmd,
     models_cmd,
+    optimize_cmd,
     predict_cmd,
     qat_cmd,
     task_cmd,
@@ -18,11 +19,12 @@ from keras_mvit2.cli import (
     visualize_cmd,
     weights_cmd,
 )
+from keras_mvit2.cli.failure import CommandFailedError
 from keras_mvit2.training.divergence import TrainingDivergedError
 from keras_mvit2.utils.quiet import native_chatter_filtered, quiet_libraries
 
 _COMMANDS = (demo_cmd, predict_cmd, models_cmd, weights_cmd, visualize_cmd, bench_cmd,
-             bench_android_cmd, qat_cmd, export_cmd, task_cmd, train_cmd)
+             bench_android_cmd, qat_cmd, export_cmd, optimize_cmd, task_cmd, train_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     """Runs `mvit2`; returns the exit status.
 
     Errors print one line, no traceback: status 2 for bad input (a wrong value, a missing
-    file, an unconvertible model), 3 for a training run that diverged (NaN or inf loss).
+    file, an unconvertible model), 3 for a training run that diverged (NaN or inf loss), a
+    command's own status for a reported failure (`CommandFailedError`: `mvit2 optimize` with no
+    candidate within the budget exits 1).
     Unless `-v`, the libraries' own logs and progress bars are hidden.
     """
     args = build_parser().parse_args(argv)
@@ -60,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.handler(args) or 0)
         except TrainingDivergedError as err:
             error, status = err, 3
+        except CommandFailedError as err:
+            error, status = err, err.status
         except (ValueError, FileNotFoundError, ImportError, OSError) as err:
             error, status = err, 2
     # After the filter: it would take the line for the continuation of a native entry it

@@ -4,7 +4,8 @@
 each registered as an `ExportTarget` (`keras_mvit2.export.target`: `get_target("tflite")`,
 `target_for_path(path)`), the interface `validate`, `mvit2 export`, `mvit2 bench` and the
 demo dispatch through; `calibration` (calibration and labelled images), `class_names` and
-`validate` serve every target.
+`validate` serve every target; `optimize` (`keras_mvit2.export.optimizer`) ships the
+smallest or fastest file of a target within a top-1 budget.
 """
 
 from keras_mvit2.export.calibration import (
@@ -20,6 +21,7 @@ from keras_mvit2.export.coreml import (
     to_coreml,
     to_coreml_detector,
 )
+from keras_mvit2.export.optimizer import OptimizeResult, OverBudgetError, optimize
 from keras_mvit2.export.target import (
     ExportTarget,
     available_targets,
@@ -52,6 +54,8 @@ __all__ = [
     "CoreMLReport",
     "ExportTarget",
     "LabelledImages",
+    "OptimizeResult",
+    "OverBudgetError",
     "TFLiteReport",
     "TensorDetails",
     "UnsupportedOpError",
@@ -63,6 +67,7 @@ __all__ = [
     "inspect_coreml",
     "inspect_tflite",
     "load_labelled_images",
+    "optimize",
     "print_reports",
     "read_tflite_metadata",
     "register_target",

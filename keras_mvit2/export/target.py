@@ -147,6 +147,31 @@ class ExportTarget(abc.ABC):
         """What a report should add where `run` cannot work on this host, else None."""
         return None
 
+    def candidates(self, model: Any, *, calibration_data: np.ndarray,
+                   held_out: np.ndarray,
+                   class_names: Sequence[str] | None = None) -> list[Any]:
+        """The files `keras_mvit2.export.optimizer` tries for `model`: a list of
+        `keras_mvit2.export.candidate.Candidate`.
+
+        Args:
+            model: the float Keras model.
+            calibration_data: float32 images `(N, H, W, 3)` in [0, 1] for calibrated
+                formats (never the held-out ones).
+            held_out: float32 held-out images, for recipes that rank layers by error.
+            class_names: written into every file.
+        """
+        raise NotImplementedError(f"{self.display_name} has no optimizer candidates.")
+
+    def outputs_here(self, model: Any, path: str | os.PathLike,
+                     images: np.ndarray) -> np.ndarray:
+        """The file's float outputs for `images` `(N, H, W, 3)` in [0, 1], computed on this
+        host: by `run` where the runtime works here; a target whose runtime does not may
+        compute them another exact way (Core ML: Keras with the package's own weights)."""
+        if not self.can_run():
+            raise NotImplementedError(self.host_note() or
+                                      f"{self.display_name} files cannot run here.")
+        return self.run(path, images)
+
     def add_cli_arguments(self, group: Any) -> None:
         """Adds the target's own `mvit2 export` options to an argparse argument group
         (none by default)."""

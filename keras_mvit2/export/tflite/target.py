@@ -105,6 +105,15 @@ class TFLiteTarget(ExportTarget):
     def inspect(self, path: str | os.PathLike) -> TFLiteReport:
         return inspect_tflite(path)
 
+    def candidates(self, model: Any, *, calibration_data: np.ndarray,
+                   held_out: np.ndarray,
+                   class_names: Sequence[str] | None = None) -> list[Any]:
+        """`keras_mvit2.export.tflite.candidates.tflite_candidates`."""
+        from keras_mvit2.export.tflite.candidates import tflite_candidates
+
+        return tflite_candidates(model, calibration_data=calibration_data,
+                                 class_names=class_names)
+
     def run(self, path: str | os.PathLike, images: np.ndarray, *,
             num_threads: int = 1) -> np.ndarray:
         return run_tflite(path, images, num_threads=num_threads)
