@@ -24,7 +24,8 @@ class Candidate:
     Attributes:
         name: a short file-name-safe id (`"int8"`, `"palettize_4bit_grouped"`).
         recipe: what makes it, as JSON-able settings (quantization and options).
-        build: `build(path)` writes the file at `path` (atomically, as every export).
+        build: `build(path)` writes the file at `path` (atomically, as every export);
+            it may return a dict of what it chose while building, added to the recipe.
         measured_by: how the file's outputs are computed on this host (`"LiteRT"`,
             `"Keras with the package's decompressed weights"`).
         measurable: False where its accuracy cannot be measured here (never chosen).

@@ -193,10 +193,12 @@ def _measure(export_target: Any, candidate: Candidate, model: Any, path: str,
     result = CandidateResult(candidate.name, dict(candidate.recipe), None, None,
                              candidate.measured_by, candidate.exact, note=candidate.note)
     try:
-        candidate.build(path)
+        found = candidate.build(path)
     except Exception as err:  # a recipe the runtime or converter refuses: reported
         result.error = f"{type(err).__name__}: {err}"
         return result
+    if isinstance(found, dict):  # what the build chose (e.g. the faster token-sum form)
+        result.recipe.update(found)
     result.path = path
     result.size_bytes = _size(path)
     if not candidate.measurable:

@@ -1,70 +1,98 @@
 """The TFLite files `keras_mvit2.export.optimizer` tries, each measured in LiteRT here.
 
-| candidate                    | made by the TFLite converter                      |
-|------------------------------|---------------------------------------------------|
-| `float32`, `float16`         | token sum as a matrix product (the int8-safe form) |
-| `float32_product_mean`, ...  | token sum as product-and-mean (Core ML's form)     |
-| `dynamic_int8`               | int8 weights, float activations                    |
-| `int8`                       | full int8 (`mvit2 export`'s int8 file)             |
-| `int16x8`                    | int16 activations, int8 weights, whole model       |
+| candidate      | made by the TFLite converter                                       |
+|----------------|--------------------------------------------------------------------|
+| `float32`      | float; token sum in its faster exact form (below)                  |
+| `float16`      | float16 weights; token sum in its faster exact form                |
+| `dynamic_int8` | int8 weights, float activations                                    |
+| `int8`         | full int8 (`mvit2 export`'s int8 file)                             |
+| `int16x8`      | int16 activations, int8 weights, whole model                       |
 
-Both forms of the attention's token sum are exact (`keras_mvit2.layers.export_forms`);
-which one runs faster depends on the runtime, so the float formats are built in both and
-the optimizer's latency tie-break keeps the faster one where sizes are equal.
+The separable attention's token sum has two exact forms (`keras_mvit2.layers.export_forms`):
+a matrix product (the int8-safe form, the default) and a product-and-mean (Core ML's form).
+Which one runs faster depends on the runtime and the model, so each float candidate is
+converted in both, both are timed in LiteRT on this host (median of `FORM_TIMING_RUNS`
+runs), and the faster one is kept; the recipe records both times. Models without that
+attention have one form.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import os
+import tempfile
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from keras_mvit2.export.candidate import Candidate
 
-__all__ = ["tflite_candidates"]
+__all__ = ["FORM_TIMING_RUNS", "tflite_candidates"]
 
 _MEASURED_BY = "LiteRT"
+#: Timed runs per token-sum form of a float candidate (median compared).
+FORM_TIMING_RUNS = 30
+_CALIBRATED = ("int8", "int16x8")
 
 
 def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
                       class_names: Sequence[str] | None = None) -> list[Candidate]:
     """The TFLite candidates for `model` (see the module docstring)."""
-    from keras_mvit2.export.tflite.convert import to_tflite
-    from keras_mvit2.layers.export_forms import elementwise_token_pooling
+    from keras_mvit2.attention import names_in
 
-    names = list(class_names) if class_names is not None else None
+    def convert(quantization: str, path: str, *, product_mean: bool = False) -> None:
+        from keras_mvit2.export.tflite.convert import to_tflite
+        from keras_mvit2.layers.export_forms import elementwise_token_pooling
 
-    def converter(quantization: str, *, product_mean: bool = False, **options: Any):
-        def build(path: str) -> Any:
-            context = elementwise_token_pooling() if product_mean else contextlib.nullcontext()
-            recipe = {"optimizer_candidate": _name(quantization, product_mean)}
-            with context:
-                return to_tflite(model, path, quantization=quantization, class_names=names,
-                                 representative_data=(calibration_data if quantization in
-                                                      ("int8", "int16x8") else None),
-                                 num_calibration_samples=len(calibration_data),
-                                 metadata=recipe, **options)
-        return build
+        context = elementwise_token_pooling() if product_mean else contextlib.nullcontext()
+        with context:
+            to_tflite(model, path, quantization=quantization,
+                      class_names=list(class_names) if class_names is not None else None,
+                      representative_data=(calibration_data if quantization in _CALIBRATED
+                                           else None),
+                      num_calibration_samples=len(calibration_data),
+                      metadata={"token_sum": "product_mean" if product_mean else "matmul"})
 
+    two_forms = "separable" in names_in(model)
     candidates = []
     for quantization in ("float32", "float16"):
-        for product_mean in (False, True):
-            candidates.append(Candidate(
-                _name(quantization, product_mean),
-                {"quantization": quantization,
-                 "token_sum": "product_mean" if product_mean else "matmul",
-                 "quantizer": "TFLite converter"},
-                converter(quantization, product_mean=product_mean), _MEASURED_BY))
-    for quantization in ("dynamic_int8", "int8", "int16x8"):
-        candidates.append(Candidate(
-            quantization, {"quantization": quantization, "quantizer": "TFLite converter",
-                           **({"calibration_images": len(calibration_data)}
-                              if quantization in ("int8", "int16x8") else {})},
-            converter(quantization), _MEASURED_BY))
+        build = (_faster_form(convert, quantization) if two_forms else
+                 _plain(convert, quantization))
+        candidates.append(Candidate(quantization, {"quantization": quantization,
+                                                   "quantizer": "TFLite converter"},
+                                    build, _MEASURED_BY))
+    for quantization in ("dynamic_int8", *_CALIBRATED):
+        recipe = {"quantization": quantization, "quantizer": "TFLite converter"}
+        if quantization in _CALIBRATED:
+            recipe["calibration_images"] = len(calibration_data)
+        candidates.append(Candidate(quantization, recipe, _plain(convert, quantization),
+                                    _MEASURED_BY))
     return candidates
 
 
-def _name(quantization: str, product_mean: bool) -> str:
-    return quantization + ("_product_mean" if product_mean else "")
+def _plain(convert: Callable, quantization: str) -> Callable[[str], None]:
+    def build(path: str) -> None:
+        convert(quantization, path)
+    return build
+
+
+def _faster_form(convert: Callable, quantization: str) -> Callable[[str], dict[str, Any]]:
+    """Builds both token-sum forms, keeps the one with the lower median latency at `path`."""
+    from keras_mvit2.latency.host import bench_tflite
+
+    def build(path: str) -> dict[str, Any]:
+        times = {}
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path))) as folder:
+            files = {}
+            for form in ("matmul", "product_mean"):
+                files[form] = os.path.join(folder, f"{form}.tflite")
+                convert(quantization, files[form], product_mean=form == "product_mean")
+                stats = bench_tflite(files[form], threads=1, runs=FORM_TIMING_RUNS,
+                                     warmup=5, measure_memory=False).latency_ms
+                times[form] = stats.median if stats.median is not None else stats.min
+            faster = min(times, key=times.get)
+            os.replace(files[faster], path)
+        return {"token_sum": faster,
+                "token_sum_median_ms": {form: round(t, 4) for form, t in times.items()}}
+    return build
