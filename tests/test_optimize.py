@@ -160,13 +160,13 @@ def test_mvit2_optimize_on_a_trained_classifier_keeps_the_budget(trained_classif
 
     out = tmp_path / "opt"
     status = main(["optimize", trained_classifier_path, "--data", "fashion_mnist",
-                   "--target", "tflite", "--max-drop", "0.5", "--num-held-out", "500",
-                   "--latency-runs", "10", "-o", str(out)])
+                   "--target", "tflite", "--max-drop", "0.5", "--num-held-out", "300",
+                   "--latency-runs", "5", "-o", str(out)])
     printed = capsys.readouterr().out
     assert status == 0, printed
     report = json.loads((out / "report.json").read_text())
     best = next(c for c in report["candidates"] if c["name"] == report["best"])
-    data = load_optimize_data("fashion_mnist", image_size=(SIZE, SIZE), num_held_out=500)
+    data = load_optimize_data("fashion_mnist", image_size=(SIZE, SIZE), num_held_out=300)
     model = keras.saving.load_model(trained_classifier_path)
     keras_top1 = model.predict(data.held_out, verbose=0).argmax(-1)
     reference = np.mean(keras_top1 == data.labels)

@@ -7,6 +7,7 @@ from keras_mvit2.export.optimizer.search import (
     OBJECTIVES,
     OptimizeResult,
     OverBudgetError,
+    best_within,
     optimize,
 )
 
@@ -15,6 +16,7 @@ __all__ = [
     "OptimizeData",
     "OptimizeResult",
     "OverBudgetError",
+    "best_within",
     "load_optimize_data",
     "optimize",
 ]

@@ -24,7 +24,7 @@ from keras_mvit2.export.candidate import Candidate, CandidateResult
 from keras_mvit2.export.optimizer.data import OptimizeData, load_optimize_data
 from keras_mvit2.utils.files import atomic_output
 
-__all__ = ["OBJECTIVES", "OptimizeResult", "OverBudgetError", "optimize"]
+__all__ = ["OBJECTIVES", "OptimizeResult", "OverBudgetError", "best_within", "optimize"]
 
 OBJECTIVES = ("size", "latency")
 CANDIDATES_FOLDER = "candidates"
@@ -143,7 +143,7 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
         latency_setup={"runtime": export_target.runtime, "threads": threads,
                        "runs": latency_runs, "batch": 1} if can_time else None,
     )
-    result.best = _choose(results, objective)
+    result.best = best_within(results, max_drop, objective)
     if result.best is not None:
         result.best_path = _ship(result.best.path, out, export_target.suffixes[0])
     result.plot_path = plot_pareto(result, os.path.join(out, "pareto.png"))
@@ -236,8 +236,12 @@ def _rank_key(result: CandidateResult, objective: str) -> tuple:
     return (result.size_bytes, latency, -(result.top1 or 0.0))
 
 
-def _choose(results: list[CandidateResult], objective: str) -> CandidateResult | None:
-    eligible = [r for r in results if r.within_budget and r.error is None]
+def best_within(results: Sequence[CandidateResult], max_drop: float,
+                objective: str = "size") -> CandidateResult | None:
+    """The candidate `optimize` would choose from these measurements for another budget
+    (None when none is within it): the same rule, without building anything again."""
+    eligible = [r for r in results if r.error is None and r.drop_points is not None
+                and r.drop_points <= max_drop + 1e-9]
     if not eligible:
         return None
     return min(eligible, key=lambda r: _rank_key(r, objective))
