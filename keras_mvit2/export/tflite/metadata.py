@@ -20,6 +20,7 @@ from ai_edge_litert import schema_py_generated as tfl_schema
 
 from keras_mvit2.export.tflite.flatbuffer import decode_name, parse_flatbuffer, serialize_flatbuffer
 from keras_mvit2.export.tflite.pointwise_fusion import PointwiseFusion
+from keras_mvit2.export.tflite.signature import add_serving_signature, serving_output_names
 from keras_mvit2.export.tflite.standard_metadata import (
     add_standard_metadata,
     standard_metadata_of,
@@ -137,12 +138,19 @@ def embed_metadata(flatbuffer: bytes, info: Mapping[str, Any]) -> bytes:
 
 def embed_all_metadata(flatbuffer: bytes, info: Mapping[str, Any],
                        outputs: Sequence[TensorDetails]) -> bytes:
-    """`flatbuffer` with our JSON entry `info` (`tflite_metadata`) and, for an RGB image
-    model, the standard TFLite Model Metadata built from it (`outputs`: the file's output
-    tensors, e.g. `summarize_flatbuffer(flatbuffer).outputs`)."""
+    """`flatbuffer` with the ``serving_default`` signature (`add_serving_signature`: input
+    ``image``, outputs named by `serving_output_names`), our JSON entry `info`
+    (`tflite_metadata`) and, for an RGB image model, the standard TFLite Model Metadata built
+    from it (`outputs`: the file's output tensors, e.g.
+    `summarize_flatbuffer(flatbuffer).outputs`). Every writer of our `.tflite` files calls
+    this as its last edit of the model."""
+    shapes = [t.shape_signature for t in outputs]
+    flatbuffer = add_serving_signature(
+        flatbuffer, serving_output_names(shapes, str(info.get("output_kind") or "logits"))
+    )
     return add_standard_metadata(  # last: it appends the labels archive
         embed_metadata(flatbuffer, info), info,
-        [t.shape_signature for t in outputs], [t.name for t in outputs],
+        shapes, [t.name for t in outputs],
     )
 
 
