@@ -34,6 +34,7 @@ __all__ = [
     "embed_all_metadata",
     "embed_metadata",
     "read_tflite_metadata",
+    "tensor_entry",
     "tflite_metadata",
 ]
 
@@ -80,17 +81,6 @@ def tflite_metadata(
     activation = getattr(getattr(model.layers[-1], "activation", None), "__name__", "")
     output_kind = "probabilities" if activation == "softmax" else "logits"
 
-    def tensor(t: TensorDetails) -> dict[str, Any]:
-        scale, zero_point = t.quantization
-        return {
-            "name": t.name,
-            "shape": list(t.shape_signature),
-            "dtype": t.dtype,
-            "quantized": bool(scale),
-            "scale": scale,
-            "zero_point": zero_point,
-        }
-
     return {
         "format": METADATA_FORMAT,
         "version": METADATA_VERSION,
@@ -107,8 +97,8 @@ def tflite_metadata(
             "offset": 0.0,
             "description": "RGB pixels in [0, 255] times 1/255 (no mean/std): [0, 1]",
         },
-        "input": tensor(inputs[0]) if inputs else None,
-        "output": tensor(outputs[0]) if outputs else None,
+        "input": tensor_entry(inputs[0]) if inputs else None,
+        "output": tensor_entry(outputs[0]) if outputs else None,
         "output_kind": output_kind,
         "class_names": class_names,
         "calibration": calibration,
@@ -117,6 +107,19 @@ def tflite_metadata(
             "macs_saved": int(sum(f.macs_saved for f in fused_pointwise)),
         },
         "user": user,
+    }
+
+
+def tensor_entry(t: TensorDetails) -> dict[str, Any]:
+    """The ``input`` / ``output`` entry of `tflite_metadata` for one I/O tensor."""
+    scale, zero_point = t.quantization
+    return {
+        "name": t.name,
+        "shape": list(t.shape_signature),
+        "dtype": t.dtype,
+        "quantized": bool(scale),
+        "scale": scale,
+        "zero_point": zero_point,
     }
 
 
