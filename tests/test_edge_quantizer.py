@@ -130,6 +130,9 @@ def test_bad_arguments_name_the_valid_choices(tiny_float, tmp_path):
     with pytest.raises(ValueError, match=r"float \(N, 16, 12, 3\)"):
         quantize_with_edge_quantizer(tiny_float, out, recipe="static_wi8_ai8",
                                      calibration_images=CALIBRATION[:, :8])
+    with pytest.raises(ValueError, match="class_names has 2 entries but the model has 3"):
+        quantize_with_edge_quantizer(tiny_float, out, recipe="dynamic_wi8_afp32",
+                                     class_names=["x", "y"])
     dynamic = str(tmp_path / "dynamic.tflite")
     to_tflite(_tiny(), dynamic, quantization="dynamic_int8")
     with pytest.raises(ValueError, match=r"not a float32 export .*'dynamic_int8'"):

@@ -23,7 +23,8 @@ component: ``mobilevitv2_050_1/stage3_block1_1/transformer_0_1/attn_1/Mean`` lie
 ``stage3_block1/transformer_0/attn``. A key of `layer_recipes` is a Keras layer name or a
 ``/``-path of nested layer names, and must equal one of the layer paths (or a leading part of
 one: ``stage3_block1`` covers everything under it) found in the file, compared as exact
-strings. An op belongs to a layer when one of its output tensors or constant inputs (weights)
+strings (TensorFlow's own scopes inside a layer, e.g. ``norm/Cast``, are listed too). An op
+belongs to a layer when one of its output tensors or constant inputs (weights)
 lies in it; the quantizer is then given the exact op scopes, never a pattern.
 """
 
@@ -153,7 +154,9 @@ def quantize_with_edge_quantizer(
     with open(float_tflite, "rb") as f:
         float_bytes = f.read()
     float_bytes = _with_signature(float_bytes, info)
-    model = parse_flatbuffer(float_bytes)
+    model, summary = parse_flatbuffer(float_bytes), summarize_flatbuffer(float_bytes)
+    names = None if class_names is None else _checked_names(class_names, info)
+    images = _checked_images(calibration_images, summary) if chosen.calibrated else None
     scopes = _layer_scopes(model, float_bytes, dict(layer_recipes or {}))
 
     quantizer = aeq.quantizer.Quantizer(bytearray(float_bytes))
@@ -161,8 +164,7 @@ def quantize_with_edge_quantizer(
                "weight_only_wi4_wi8" else [], scopes, dict(layer_recipes or {}))
     calibration = None
     if quantizer.need_calibration:
-        images = _checked_images(calibration_images, summarize_flatbuffer(float_bytes))
-        batch = max(1, int(summarize_flatbuffer(float_bytes).inputs[0].shape[0]))
+        batch = max(1, int(summary.inputs[0].shape[0]))
         feeds = [{SERVING_INPUT_NAME: images[i:i + batch]}
                  for i in range(0, len(images) - batch + 1, batch)]
         calibration = quantizer.calibrate({SERVING_SIGNATURE: feeds},
@@ -178,10 +180,10 @@ def quantize_with_edge_quantizer(
         "quantizer": {"tool": "ai-edge-quantizer", "version": _version(), "recipe": recipe,
                       "layer_recipes": dict(layer_recipes or {})},
         "calibration": None if calibration is None else {
-            "source": "calibration_images", "num_samples": len(calibration_images)},
+            "source": "calibration_images", "num_samples": len(images)},
     })
-    if class_names is not None:
-        info["class_names"] = _checked_names(class_names, info)
+    if names is not None:
+        info["class_names"] = names
     info.pop("tflite_metadata", None)
     quantized = embed_all_metadata(quantized, info, summary.outputs)
     with atomic_output(output) as tmp_path:
