@@ -115,6 +115,29 @@ CLASSIFIER_FORMATS = {  # key: (quantization, io_dtype, minimum top-1 agreement 
 }
 
 
+#: ai-edge-quantizer recipes of the float32 file (key: (recipe, minimum top-1 agreement)).
+EDGE_FORMATS = {"edge_weight_only_wi4_wi8": ("weight_only_wi4_wi8", 0.85),
+                "edge_static_wi8_ai8": ("static_wi8_ai8", 0.55)}  # measured 0.949, 0.681
+
+
+def _edge_quantized(float_path, calibration: np.ndarray) -> dict[str, tuple[dict, float]]:
+    """`EDGE_FORMATS` written from `float_path`: ``{key: (client request, minimum)}`` (none
+    without ai-edge-quantizer, an optional extra)."""
+    try:
+        import ai_edge_quantizer  # noqa: F401
+
+        from keras_mvit2.export.tflite.edge_quantizer import quantize_with_edge_quantizer
+    except ImportError:
+        return {}
+    written = {}
+    for key, (recipe, minimum) in EDGE_FORMATS.items():
+        path = float_path.with_name(f"classifier_{key}.tflite")
+        quantize_with_edge_quantizer(float_path, path, recipe=recipe, calibration_images=(
+            calibration.astype("float32") if recipe.startswith("static") else None))
+        written[key] = ({"task": "classifier", "path": str(path), "key": key}, minimum)
+    return written
+
+
 def test_classifier_exports_classify_in_mediapipe_with_names(classifier, data, tmp_path,
                                                               record_property):
     x, _, test_x, test_y = data
@@ -130,9 +153,13 @@ def test_classifier_exports_classify_in_mediapipe_with_names(classifier, data, t
         standard = read_tflite_metadata(path)["tflite_metadata"]
         assert standard["associatedFileContents"]["labels.txt"].splitlines() == names
         models.append({"task": "classifier", "path": str(path), "key": key})
+    edge = _edge_quantized(tmp_path / "classifier_float32.tflite", x[:64] / 255.0)
+    models += [request for request, _ in edge.values()]
     out = _run_mediapipe(tmp_path, test_x, models)
+    minimums = {key: v[2] for key, v in CLASSIFIER_FORMATS.items()}
+    minimums.update({key: minimum for key, (_, minimum) in edge.items()})
     agreement = {}
-    for key, (_, _, minimum) in CLASSIFIER_FORMATS.items():
+    for key, minimum in minimums.items():
         index = out[f"{key}.index"]
         agreement[key] = float(np.mean(index == keras_top1))
         assert [str(n) for n in out[f"{key}.names"]] == [names[i] for i in index], key

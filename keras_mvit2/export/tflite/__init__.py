@@ -11,12 +11,20 @@ One module per concern:
   `standard_metadata`: the standard ``TFLITE_METADATA`` (MediaPipe Tasks, Task Library),
   through the generated `metadata_schema`;
 * `flatbuffer`: reading and writing flatbuffers; `pointwise_fusion`: the 1x1 convolution
-  fusion; `detection_postprocess`: SSDLite ending in ``TFLite_Detection_PostProcess``.
+  fusion; `detection_postprocess`: SSDLite ending in ``TFLite_Detection_PostProcess``;
+* `signature`: the ``serving_default`` SignatureDef every file carries;
+* `edge_quantizer`: `quantize_with_edge_quantizer`, ai-edge-quantizer recipes (int4 weights,
+  static int8 / int16x8, per-layer float / int16x8) on a float32 export.
 """
 
 from keras_mvit2.export.tflite.convert import CALIBRATED, IO_DTYPES, QUANTIZATIONS, to_tflite
 from keras_mvit2.export.tflite.detection_postprocess import with_detection_postprocess
 from keras_mvit2.export.tflite.diagnose import UnsupportedOpError
+from keras_mvit2.export.tflite.edge_quantizer import (
+    EDGE_RECIPES,
+    quantize_with_edge_quantizer,
+    tflite_layer_names,
+)
 from keras_mvit2.export.tflite.inspect import (
     TensorDetails,
     TFLiteReport,
@@ -33,15 +41,18 @@ from keras_mvit2.export.tflite.metadata import (
     tflite_metadata,
 )
 from keras_mvit2.export.tflite.run import run_tflite
+from keras_mvit2.export.tflite.signature import SERVING_SIGNATURE
 from keras_mvit2.export.tflite.target import TFLITE, TFLiteTarget
 
 __all__ = [
     "CALIBRATED",
+    "EDGE_RECIPES",
     "IO_DTYPES",
     "METADATA_FORMAT",
     "METADATA_NAME",
     "METADATA_VERSION",
     "QUANTIZATIONS",
+    "SERVING_SIGNATURE",
     "TFLITE",
     "TFLiteReport",
     "TFLiteTarget",
@@ -50,9 +61,11 @@ __all__ = [
     "embed_all_metadata",
     "embed_metadata",
     "inspect_tflite",
+    "quantize_with_edge_quantizer",
     "read_tflite_metadata",
     "run_tflite",
     "summarize_flatbuffer",
+    "tflite_layer_names",
     "tflite_metadata",
     "to_tflite",
     "with_detection_postprocess",

@@ -570,7 +570,9 @@ def _with_postprocess_and_metadata(
     fusions: Sequence[PointwiseFusion] | None,
 ) -> bytes:
     """`flatbuffer` ending in ``TFLite_Detection_PostProcess`` for a model wrapped by
-    `with_detection_postprocess`, with our JSON metadata and the standard metadata."""
+    `with_detection_postprocess`, with the ``serving_default`` signature (input ``image``,
+    named outputs: `keras_mvit2.export.tflite.signature`), our JSON metadata and the
+    standard metadata (`embed_all_metadata`: the last structural edits)."""
     postprocess = getattr(model, "detection_postprocess", None)  # with_detection_postprocess
     if postprocess is not None:
         flatbuffer = append_detection_postprocess(flatbuffer, model.anchors_yxhw, postprocess)

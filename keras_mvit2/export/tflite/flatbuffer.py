@@ -30,7 +30,12 @@ NUMPY_DTYPES = {
 
 
 def parse_flatbuffer(path_or_bytes: str | os.PathLike | bytes | bytearray) -> Any:
-    """The whole model as LiteRT's object API (`ModelT`), from a file or its bytes."""
+    """The whole model as LiteRT's object API (`ModelT`), from a file or its bytes.
+
+    Buffers stored outside the flatbuffer (``offset``/``size`` into the file, as
+    ai-edge-quantizer writes its constants) are read into ``data``, so the model
+    re-serializes (`serialize_flatbuffer`) on its own.
+    """
     if isinstance(path_or_bytes, bytes | bytearray):
         buf = bytearray(path_or_bytes)
     else:
@@ -40,7 +45,12 @@ def parse_flatbuffer(path_or_bytes: str | os.PathLike | bytes | bytearray) -> An
         raise ValueError(
             "Not a TFLite flatbuffer (the file identifier is not 'TFL3'); pass a .tflite file."
         )
-    return tfl_schema.ModelT.InitFromPackedBuf(buf, 0)
+    model = tfl_schema.ModelT.InitFromPackedBuf(buf, 0)
+    for buffer in model.buffers or []:
+        if buffer.offset > 1 and buffer.size and (buffer.data is None or not len(buffer.data)):
+            buffer.data = np.frombuffer(buf, np.uint8, int(buffer.size), int(buffer.offset))
+            buffer.offset = buffer.size = 0
+    return model
 
 
 def op_names(model: Any) -> list[str]:

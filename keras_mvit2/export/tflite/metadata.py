@@ -20,6 +20,7 @@ from ai_edge_litert import schema_py_generated as tfl_schema
 
 from keras_mvit2.export.tflite.flatbuffer import decode_name, parse_flatbuffer, serialize_flatbuffer
 from keras_mvit2.export.tflite.pointwise_fusion import PointwiseFusion
+from keras_mvit2.export.tflite.signature import add_serving_signature, serving_output_names
 from keras_mvit2.export.tflite.standard_metadata import (
     add_standard_metadata,
     standard_metadata_of,
@@ -33,6 +34,7 @@ __all__ = [
     "embed_all_metadata",
     "embed_metadata",
     "read_tflite_metadata",
+    "tensor_entry",
     "tflite_metadata",
 ]
 
@@ -79,17 +81,6 @@ def tflite_metadata(
     activation = getattr(getattr(model.layers[-1], "activation", None), "__name__", "")
     output_kind = "probabilities" if activation == "softmax" else "logits"
 
-    def tensor(t: TensorDetails) -> dict[str, Any]:
-        scale, zero_point = t.quantization
-        return {
-            "name": t.name,
-            "shape": list(t.shape_signature),
-            "dtype": t.dtype,
-            "quantized": bool(scale),
-            "scale": scale,
-            "zero_point": zero_point,
-        }
-
     return {
         "format": METADATA_FORMAT,
         "version": METADATA_VERSION,
@@ -106,8 +97,8 @@ def tflite_metadata(
             "offset": 0.0,
             "description": "RGB pixels in [0, 255] times 1/255 (no mean/std): [0, 1]",
         },
-        "input": tensor(inputs[0]) if inputs else None,
-        "output": tensor(outputs[0]) if outputs else None,
+        "input": tensor_entry(inputs[0]) if inputs else None,
+        "output": tensor_entry(outputs[0]) if outputs else None,
         "output_kind": output_kind,
         "class_names": class_names,
         "calibration": calibration,
@@ -116,6 +107,19 @@ def tflite_metadata(
             "macs_saved": int(sum(f.macs_saved for f in fused_pointwise)),
         },
         "user": user,
+    }
+
+
+def tensor_entry(t: TensorDetails) -> dict[str, Any]:
+    """The ``input`` / ``output`` entry of `tflite_metadata` for one I/O tensor."""
+    scale, zero_point = t.quantization
+    return {
+        "name": t.name,
+        "shape": list(t.shape_signature),
+        "dtype": t.dtype,
+        "quantized": bool(scale),
+        "scale": scale,
+        "zero_point": zero_point,
     }
 
 
@@ -137,12 +141,19 @@ def embed_metadata(flatbuffer: bytes, info: Mapping[str, Any]) -> bytes:
 
 def embed_all_metadata(flatbuffer: bytes, info: Mapping[str, Any],
                        outputs: Sequence[TensorDetails]) -> bytes:
-    """`flatbuffer` with our JSON entry `info` (`tflite_metadata`) and, for an RGB image
-    model, the standard TFLite Model Metadata built from it (`outputs`: the file's output
-    tensors, e.g. `summarize_flatbuffer(flatbuffer).outputs`)."""
+    """`flatbuffer` with the ``serving_default`` signature (`add_serving_signature`: input
+    ``image``, outputs named by `serving_output_names`), our JSON entry `info`
+    (`tflite_metadata`) and, for an RGB image model, the standard TFLite Model Metadata built
+    from it (`outputs`: the file's output tensors, e.g.
+    `summarize_flatbuffer(flatbuffer).outputs`). Every writer of our `.tflite` files calls
+    this as its last edit of the model."""
+    shapes = [t.shape_signature for t in outputs]
+    flatbuffer = add_serving_signature(
+        flatbuffer, serving_output_names(shapes, str(info.get("output_kind") or "logits"))
+    )
     return add_standard_metadata(  # last: it appends the labels archive
         embed_metadata(flatbuffer, info), info,
-        [t.shape_signature for t in outputs], [t.name for t in outputs],
+        shapes, [t.name for t in outputs],
     )
 
 
