@@ -4,9 +4,9 @@ The page never fetches code from a CDN: it loads the runtime's three files (the 
 and the SIMD WebAssembly build with its loader, about 13.5 MB) from the same folder as the
 model. They come from the npm registry once, by `install_runtime` (`mvit2 web
 --install-runtime`, which runs `npm pack`, checks the tarball against the pinned sha512 and
-extracts them). `.ci/run` installs them into the package folder of the checkout, so a
-wheel built there ships them as package data; elsewhere they go where ``MVIT2_WEB_RUNTIME``
-or the first argument points.
+extracts them). By default they go into the package folder (``.ci/run`` does that in the
+checkout, so a wheel built there ships them as package data); with a folder argument they
+go there, and ``MVIT2_WEB_RUNTIME`` tells `runtime_dir` to look there.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 
@@ -138,12 +137,3 @@ def install_runtime(dest: str | os.PathLike | None = None, *,
                         shutil.copyfileobj(member, out)
     return folder
 
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m keras_mvit2.export.web.runtime [DEST]``: `install_runtime` (``.ci/run``)."""
-    argv = sys.argv[1:] if argv is None else argv
-    print(install_runtime(argv[0] if argv else None))
-
-
-if __name__ == "__main__":
-    main()
