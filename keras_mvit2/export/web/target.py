@@ -70,13 +70,18 @@ def _model_file(path: str | os.PathLike) -> str:
 
 
 @contextlib.contextmanager
-def open_page(path: str | os.PathLike) -> Iterator[WebPage]:
-    """The page folder `path` served on 127.0.0.1 and loaded in headless Chromium."""
+def open_page(path: str | os.PathLike, browser: Browser | None = None) -> Iterator[WebPage]:
+    """The page folder `path` served on 127.0.0.1 and loaded in headless Chromium
+    (`browser`, or one started and closed here)."""
     _model_file(path)
-    with serve(path) as url, Browser() as browser:
-        page = browser.open(url)
-        page.browser_version = browser.version
-        yield page
+    with serve(path) as url, (
+            contextlib.nullcontext(browser) if browser else Browser()) as chromium:
+        page = chromium.open(url)
+        page.browser_version = chromium.version
+        try:
+            yield page
+        finally:
+            page.close()
 
 
 class WebTarget(ExportTarget):
@@ -152,7 +157,8 @@ class WebTarget(ExportTarget):
               warmup: int = 10, **settings: Any) -> Any:
         """Milliseconds per image of MediaPipe Tasks in headless Chromium (the task's whole
         call: image in, results out), as a `keras_mvit2.latency` record (platform
-        ``"browser"``). `settings` are ignored (host LiteRT ones)."""
+        ``"browser"``). Setting: ``browser``, a running `Browser` to use (else one is
+        started); the host LiteRT ones are ignored."""
         from keras_mvit2.latency.host_info import host_device
         from keras_mvit2.latency.schema import BenchResult, LatencyStats
 
@@ -162,7 +168,7 @@ class WebTarget(ExportTarget):
         report = self.inspect(path)
         shape = report.tflite.inputs[0].shape
         image = np.random.default_rng(0).integers(0, 256, (shape[1], shape[2], 3), np.uint8)
-        with open_page(path) as page:
+        with open_page(path, settings.get("browser")) as page:
             samples = page.bench(image, runs=runs, warmup=warmup)
             device = {**host_device(), "platform": "browser",
                       "browser": f"Chromium {page.browser_version} (headless)"}

@@ -1,0 +1,188 @@
+"""The exports in a real browser: MediaPipe Tasks for the web in headless Chromium.
+
+The page of the web target (`mvit2 export -o NAME.web`, `mvit2 web`) is served on
+127.0.0.1 and driven by Playwright; the oracles are the Keras model (top-1 agreement, class
+names), LiteRT on the same `.tflite` (scores, the int8 agreement figure) and
+`postprocess_detections` (the detector's boxes). One Chromium for the module; the 200 test
+images go through each page in batches. Skips, with the reason, where Chromium, Playwright
+or the page's runtime are absent (`.ci/run` installs all three).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import urllib.request
+
+import keras
+import numpy as np
+import pytest
+from shared_fixtures import CLASSIFIER_SIZE, fashion_mnist_ready
+
+from keras_mvit2.data.sources import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
+from keras_mvit2.export import get_target, run_tflite
+from keras_mvit2.export.web import Browser, browser_unavailable, serve
+
+SIZE = CLASSIFIER_SIZE
+NUM_TEST = 200
+#: Latency: median of this many timed runs (after 10 untimed ones).
+BENCH_RUNS = 50
+REASON = browser_unavailable()
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(REASON is not None, reason=f"no browser here: {REASON}"),
+    pytest.mark.skipif(not fashion_mnist_ready(), reason="Fashion-MNIST not installed "
+                       "(apt-get install dataset-fashion-mnist)"),
+]
+
+
+def _rgb_uint8(images: np.ndarray) -> np.ndarray:
+    """28x28 gray uint8 -> SIZE x SIZE RGB uint8 (what a page has of a photo)."""
+    import tensorflow as tf
+
+    resized = tf.image.resize(images[..., None].astype("float32"), (SIZE, SIZE), "bilinear",
+                              antialias=True)
+    return np.repeat(np.clip(np.round(np.asarray(resized)), 0, 255).astype(np.uint8), 3, -1)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with Browser() as chromium:
+        yield chromium
+
+
+@pytest.fixture(scope="module")
+def data():
+    x, _ = load_fashion_mnist_arrays("train")
+    xs, ys = load_fashion_mnist_arrays("test")
+    return _rgb_uint8(x[:200]), _rgb_uint8(xs[:NUM_TEST]), ys[:NUM_TEST]
+
+
+@pytest.fixture(scope="module")
+def classifier(trained_classifier_path):
+    """The run's trained Fashion-MNIST MobileViTV2-0.5 (32x32) with a softmax."""
+    import keras_mvit2 as mv
+
+    trained = keras.saving.load_model(trained_classifier_path)
+    model = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
+    model.set_weights(trained.get_weights())
+    return model
+
+
+@pytest.fixture(scope="module")
+def pages(classifier, data, tmp_path_factory):
+    """The float32 and full-int8 (float I/O) exports as `.web` page folders."""
+    folder = tmp_path_factory.mktemp("web")
+    web = get_target("web")
+    out = {}
+    for quantization in ("float32", "int8"):
+        path = folder / f"classifier_{quantization}.web"
+        report = web.convert(classifier, path, quantization=quantization,
+                             class_names=list(FASHION_MNIST_CLASSES),
+                             calibration_data=data[0] if quantization == "int8" else None)
+        assert {"index.html", "app.js", "config.json", "model.tflite",
+                "mediapipe/vision_wasm_internal.wasm"} <= set(report.files)
+        assert web.metadata(path)["quantization"] == quantization
+        out[quantization] = path
+    return out
+
+
+def test_classifier_pages_agree_with_keras_and_litert(browser, pages, classifier, data,
+                                                      record_property, tmp_path):
+    _, images, labels = data
+    keras_top1 = np.asarray(classifier.predict(images / 255.0, verbose=0)).argmax(-1)
+    assert np.mean(keras_top1 == labels) >= 0.6  # trained: the agreement means something
+    figures = {}
+    for quantization, path in pages.items():
+        litert = run_tflite(path / "model.tflite", images / 255.0)
+        with serve(path) as url:
+            page = browser.open(url)
+            assert page.config["task"] == "classifier"
+            assert page.config["class_names"] == list(FASHION_MNIST_CLASSES)
+            scores, names = page.classify(images)
+            if quantization == "float32":
+                shown = page.screenshot(tmp_path / "page.png", images[0])
+            page.close()
+        top1 = scores.argmax(-1)
+        assert names == [FASHION_MNIST_CLASSES[i] for i in top1], quantization
+        agreement = float(np.mean(top1 == keras_top1))
+        litert_agreement = float(np.mean(litert.argmax(-1) == keras_top1))
+        figures[quantization] = {"browser_vs_keras": agreement,
+                                 "litert_vs_keras": litert_agreement,
+                                 "browser_vs_litert": float(np.mean(top1 == litert.argmax(-1))),
+                                 "max_abs_score_vs_litert": float(np.abs(scores - litert).max())}
+        minimum = 0.99 if quantization == "float32" else min(0.95, litert_agreement)
+        assert agreement >= minimum, (quantization, figures)
+        # The same file in the same kernels (XNNPACK): the browser is LiteRT's twin.
+        assert figures[quantization]["browser_vs_litert"] >= 0.99, figures
+    assert figures["float32"]["max_abs_score_vs_litert"] < 1e-3, figures
+    # The screenshot shows the first image's top-5 with its names, top-1 first.
+    assert shown.startswith(FASHION_MNIST_CLASSES[keras_top1[0]]), shown
+    with open(tmp_path / "page.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("MVIT2_WEB_SCREENSHOT"):  # docs/web-page.png is made this way
+        shutil.copyfile(tmp_path / "page.png", os.environ["MVIT2_WEB_SCREENSHOT"])
+    record_property("web_top1_agreement", json.dumps(figures))
+    print("MediaPipe Tasks web (Chromium) top-1 agreement:", figures, file=sys.stderr)
+
+
+def test_latency_in_the_browser_beside_litert(browser, pages, record_property):
+    """Median ms per image over BENCH_RUNS runs: the page's task call (image in, results
+    out) in Chromium, and LiteRT's invoke on this host, 1 thread and the cores' count."""
+    from keras_mvit2.latency.host import bench_tflite
+
+    web = get_target("web")
+    figures = {}
+    for quantization, path in pages.items():
+        record = web.bench(path, runs=BENCH_RUNS, warmup=10, browser=browser)
+        assert record.runtime["name"] == "mediapipe-tasks-web"
+        assert record.device["platform"] == "browser" and record.latency_ms.runs == BENCH_RUNS
+        row = {"browser_1_thread": record.latency_ms.median}
+        for threads in sorted({1, os.cpu_count() or 1}):
+            litert = bench_tflite(path / "model.tflite", threads=threads, runs=BENCH_RUNS,
+                                  warmup=10, measure_memory=False)
+            row[f"litert_{threads}_threads"] = litert.latency_ms.median
+        figures[quantization] = row
+        assert 0 < row["browser_1_thread"] < 1000, row
+    record_property("web_latency_ms", json.dumps(figures))
+    print(f"median ms of {BENCH_RUNS} runs:", figures, file=sys.stderr)
+
+
+def test_mvit2_web_serves_the_page_on_localhost(pages, data, tmp_path):
+    """`mvit2 web MODEL.tflite --images DIR` in a subprocess: the printed address serves
+    the page, the model's config (task, names) and the listed images, on 127.0.0.1."""
+    from PIL import Image
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i, image in enumerate(data[1][:3]):
+        Image.fromarray(image).save(folder / f"test_{i}.png")
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from keras_mvit2.cli.main import main; "
+         "sys.exit(main())", "web", str(pages["int8"] / "model.tflite"),
+         "--images", str(folder)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in process.stdout:
+            match = re.search(r"Serving on (http://127\.0\.0\.1:\d+/)", line)
+            if match:
+                break
+        else:
+            pytest.fail(f"mvit2 web printed no address: {process.stderr.read()[-2000:]}")
+        url = match.group(1)
+        config = json.load(urllib.request.urlopen(url + "config.json", timeout=10))
+        assert config["task"] == "classifier" and config["quantization"] == "int8"
+        assert config["class_names"] == list(FASHION_MNIST_CLASSES)
+        assert len(config["images"]) == 3
+        page = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert '<script type="module" src="app.js">' in page
+        image = urllib.request.urlopen(url + config["images"][0], timeout=10).read()
+        assert image.startswith(b"\x89PNG")
+        wasm = urllib.request.urlopen(url + "mediapipe/vision_wasm_internal.wasm", timeout=10)
+        assert wasm.headers["Content-Type"] == "application/wasm"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
