@@ -186,3 +186,95 @@ def test_mvit2_web_serves_the_page_on_localhost(pages, data, tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+DET_SIZE = 64
+DET_SCORE_THRESHOLD = 0.3
+DET_STEPS = 120
+
+
+@pytest.fixture(scope="module")
+def detector(classifier):
+    """SSDLite at 64x64 on the trained classifier's backbone, DET_STEPS steps on pasted
+    Fashion-MNIST (the recipe of tests/test_mediapipe_clients.py; at 80 steps the scores
+    crowd the threshold and the float32 op and numpy part on one box an image), and 200
+    validation images as uint8."""
+    from keras_mvit2.tasks import AnchorConfig, SSDLite
+    from keras_mvit2.tasks import data as td
+    from keras_mvit2.tasks import train as tt
+
+    anchors = AnchorConfig(output_strides=(8, 16, 32, -1),
+                           aspect_ratios=((2,), (2, 3), (2, 3), (2,)),
+                           min_scale=0.15, max_scale=0.9)
+    train = td.pasted_fashion_mnist(1024, DET_SIZE, scale_range=(0.4, 0.8),
+                                    objects_per_image=(1, 2), seed=2)
+    test = td.pasted_fashion_mnist(NUM_TEST, DET_SIZE, scale_range=(0.4, 0.8),
+                                   objects_per_image=(1, 2), split="val", seed=3)
+    keras.utils.set_random_seed(0)
+    model = SSDLite(0.5, input_shape=(DET_SIZE, DET_SIZE, 3), classes=train.num_classes,
+                    anchor_config=anchors, proj_channels=(64, 64, 64, 32),
+                    backbone_weights=classifier)
+    tt.compile_detection(model, tt.task_optimizer(
+        tt.TaskOptimizerConfig("adamw", 3e-3, 3e-4, 0.01, 10, 3e-4, 10.0, None), DET_STEPS))
+    dataset = td.detection_dataset(train.images, train.boxes, train.labels, model.anchors, 16,
+                                   training=True, config=anchors, augment=None, seed=0)
+    model.fit(dataset, epochs=1, steps_per_epoch=DET_STEPS, verbose=0)
+    images = np.clip(np.round(test.images * 255.0), 0, 255).astype(np.uint8)
+    return model, images, list(train.class_names)
+
+
+def _client_pixels(box: np.ndarray) -> np.ndarray:
+    """A normalized (x1, y1, x2, y2) box in MediaPipe's integer pixels: origin and size
+    each truncated (``originX = int(xmin * W)``, ``width = int((xmax - xmin) * W)``)."""
+    origin = np.floor(box[:2] * DET_SIZE)
+    return np.concatenate([origin, origin + np.floor((box[2:] - box[:2]) * DET_SIZE)])
+
+
+def test_detector_page_boxes_equal_postprocess_detections(browser, detector, tmp_path,
+                                                          record_property):
+    """Every box the page reports is `postprocess_detections`' box of the same class on
+    the same image within 1 pixel (x1, y1, x2, y2), with the same number of boxes per image.
+
+    MediaPipe reports integer pixels, origin and size each truncated (`_client_pixels`):
+    the comparison is in those; against the unrounded box that truncation alone moves a
+    corner by up to 2 pixels."""
+    from keras_mvit2.export import with_detection_postprocess
+    from keras_mvit2.export.web import build_site
+    from keras_mvit2.tasks import postprocess_detections
+
+    model, images, names = detector
+    tflite = tmp_path / "detector.tflite"
+    get_target("tflite").convert(
+        with_detection_postprocess(model, score_threshold=DET_SCORE_THRESHOLD), tflite,
+        class_names=names)
+    raw = np.asarray(model.predict(images / 255.0, verbose=0))
+    expected = postprocess_detections(raw, model.anchors, model.anchor_config,
+                                      score_threshold=DET_SCORE_THRESHOLD, top_k=100,
+                                      max_detections=100)
+    assert sum(len(d) for d in expected) >= NUM_TEST // 2  # trained: confident boxes
+    assert build_site(tflite, tmp_path / "detector.web")["task"] == "detector"
+    with serve(tmp_path / "detector.web") as url:
+        page = browser.open(url)
+        results = page.run_batch(images)
+        page.close()
+    errors, unrounded, counts = [], [], []
+    for i, (out, want) in enumerate(zip(results, expected, strict=True)):
+        counts.append((len(out["detections"]), len(want)))
+        for d in out["detections"]:
+            assert d["name"] in names, (i, d)
+            cls = names.index(d["name"])
+            candidates = np.nonzero(want.classes == cls + 1)[0]
+            assert len(candidates), (i, d, want.classes)
+            box = np.asarray(d["box"], np.float64)
+            errors.append(min(float(np.abs(box - _client_pixels(want.boxes[j])).max())
+                              for j in candidates))
+            unrounded.append(min(float(np.abs(box - want.boxes[j] * DET_SIZE).max())
+                                 for j in candidates))
+    assert all(a == b for a, b in counts), [c for c in counts if c[0] != c[1]][:10]
+    figures = {"images": NUM_TEST, "boxes": len(errors), "max_px_error": max(errors),
+               "mean_px_error": float(np.mean(errors)),
+               "max_px_error_vs_unrounded": max(unrounded)}
+    record_property("web_detector", json.dumps(figures))
+    print("MediaPipe Tasks web ObjectDetector vs postprocess_detections:", figures,
+          file=sys.stderr)
+    assert max(errors) <= 1.0 and max(unrounded) < 2.0, figures
