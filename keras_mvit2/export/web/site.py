@@ -30,9 +30,9 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
 
 
 def model_info(path: str | os.PathLike) -> dict[str, Any]:
-    """What the page needs to know of a `.tflite`: its ``task`` (``"classifier"``: one
-    (1, C) output; ``"segmenter"``: one (1, H, W, C) output; ``"detector"``: ends in
-    ``TFLite_Detection_PostProcess``), ``input_size`` [H, W], ``class_names`` and
+    """What the page needs to know of a `.tflite`: its ``task`` (``"classifier"``,
+    ``"segmenter"`` or ``"detector"``, ending in ``TFLite_Detection_PostProcess``, as
+    `task_of_outputs` reads the outputs), ``input_size`` [H, W], ``class_names`` and
     ``quantization`` from its metadata.
 
     Raises:
@@ -40,6 +40,7 @@ def model_info(path: str | os.PathLike) -> dict[str, Any]:
             metadata, or another output layout), with what to export instead.
     """
     from keras_mvit2.export.tflite import inspect_tflite, read_tflite_metadata
+    from keras_mvit2.export.tflite.standard_metadata import task_of_outputs
 
     path = os.fspath(path)
     if not os.path.isfile(path) or not path.endswith(".tflite"):
@@ -58,17 +59,13 @@ def model_info(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"{path} takes input {shape}; the page runs RGB image models "
                          "(1, H, W, 3).")
     outputs = [list(t.shape) for t in report.outputs]
-    if report.op_histogram.get("TFLite_Detection_PostProcess"):
-        task = "detector"
-    elif len(outputs) == 1 and len(outputs[0]) == 2:
-        task = "classifier"
-    elif len(outputs) == 1 and len(outputs[0]) == 4:
-        task = "segmenter"
-    else:
+    task = {"classifier": "classifier", "segmenter": "segmenter",
+            "detector_postprocessed": "detector"}.get(task_of_outputs(outputs))
+    if task is None:
         raise ValueError(
             f"{path} has outputs {outputs}: the page runs classifiers (1, C), segmenters "
             "(1, H, W, C) and detectors ending in TFLite_Detection_PostProcess "
-            "(`with_detection_postprocess`)."
+            "(export a detector through `with_detection_postprocess`)."
         )
     return {"task": task, "input_size": shape[1:3], "class_names": meta.get("class_names"),
             "quantization": meta.get("quantization"),
