@@ -278,3 +278,21 @@ def test_detector_page_boxes_equal_postprocess_detections(browser, detector, tmp
     print("MediaPipe Tasks web ObjectDetector vs postprocess_detections:", figures,
           file=sys.stderr)
     assert max(errors) <= 1.0 and max(unrounded) < 2.0, figures
+
+
+def test_segmenter_run_gives_litert_masks(tmp_path):
+    """`WebTarget.run` on a segmenter page (DeepLabV3, random weights: the browser is
+    compared with LiteRT on the same file, not with a trained truth): MediaPipe's
+    confidence masks are the file's outputs, its category mask their argmax."""
+    from keras_mvit2.tasks import DeepLabV3
+
+    keras.utils.set_random_seed(0)
+    model = DeepLabV3(0.5, input_shape=(SIZE, SIZE, 3), classes=4, aspp_channels=32)
+    web = get_target("web")
+    path = tmp_path / "segmenter.web"
+    web.convert(model, path, class_names=["background", "a", "b", "c"])
+    images = np.random.default_rng(0).integers(0, 256, (8, SIZE, SIZE, 3), np.uint8)
+    litert = run_tflite(path / "model.tflite", images / 255.0)
+    masks = web.run(path, images / 255.0)
+    assert masks.shape == litert.shape == (8, SIZE, SIZE, 4)
+    np.testing.assert_allclose(masks, litert, atol=1e-3)

@@ -95,9 +95,14 @@ function draw(config, image, out) {
   if (image instanceof ImageData) ctx.putImageData(image, 0, 0); else ctx.drawImage(image, 0, 0);
   const list = $('labels');
   list.replaceChildren();
-  const item = (text, score) => {
+  const item = (text, score, color) => {
     const li = document.createElement('li');
     li.textContent = score === undefined ? text : `${text} ${score.toFixed(3)}`;
+    if (color) {
+      const swatch = document.createElement('span');
+      swatch.className = 'swatch'; swatch.style.background = `rgb(${color.join(',')})`;
+      li.prepend(swatch);
+    }
     if (score !== undefined) {
       const bar = document.createElement('span');
       bar.className = 'bar'; bar.style.width = `${Math.round(80 * score)}px`;
@@ -136,7 +141,8 @@ function draw(config, image, out) {
     }
     ctx.putImageData(overlay, 0, 0);
     for (const label of [...seen].sort((a, b) => a - b)) {
-      item((config.class_names || [])[label] || `class ${label}`);
+      item((config.class_names || [])[label] || `class ${label}`, undefined,
+        label === 0 ? null : COLORS[label % COLORS.length]);
     }
   }
   $('latency').textContent = `${out.ms.toFixed(1)} ms (${config.task}, in this browser)`;
