@@ -73,26 +73,46 @@ def _rgb_uint8(images: np.ndarray) -> np.ndarray:
     return np.clip(np.round(images * 255.0), 0, 255).astype(np.uint8)
 
 
+#: The process's one Playwright driver (its sync API allows one per thread) and the number
+#: of open `Browser`s using it.
+_DRIVER: dict[str, Any] = {"playwright": None, "users": 0}
+
+
+def _start_driver() -> Any:
+    from playwright.sync_api import sync_playwright
+
+    if _DRIVER["playwright"] is None:
+        _DRIVER["playwright"] = sync_playwright().start()
+    _DRIVER["users"] += 1
+    return _DRIVER["playwright"]
+
+
+def _stop_driver() -> None:
+    _DRIVER["users"] -= 1
+    if _DRIVER["users"] == 0:
+        _DRIVER["playwright"].stop()
+        _DRIVER["playwright"] = None
+
+
 class Browser:
     """One headless Chromium (a fresh profile); `open` gives a `WebPage` per page URL.
 
-    Use as a context manager, or call `close`.
+    Use as a context manager, or call `close`. Several may be open at once in one thread
+    (they share the process's Playwright driver).
     """
 
     def __init__(self, executable: str | None = None) -> None:
         reason = browser_unavailable() if executable is None else None
         if reason:
             raise RuntimeError(f"Cannot start the browser: {reason}.")
-        from playwright.sync_api import sync_playwright
-
         self._profile = tempfile.mkdtemp(prefix="mvit2-chromium-")
-        self._playwright = sync_playwright().start()
+        playwright = _start_driver()
         try:
-            self._context = self._playwright.chromium.launch_persistent_context(
+            self._context = playwright.chromium.launch_persistent_context(
                 self._profile, executable_path=executable or find_chromium(), headless=True,
                 args=list(CHROMIUM_FLAGS), viewport={"width": 900, "height": 520})
         except Exception:
-            self._playwright.stop()
+            _stop_driver()
             shutil.rmtree(self._profile, ignore_errors=True)
             raise
         self.version = self._context.browser.version if self._context.browser else "?"
@@ -103,7 +123,7 @@ class Browser:
 
     def close(self) -> None:
         self._context.close()
-        self._playwright.stop()
+        _stop_driver()
         shutil.rmtree(self._profile, ignore_errors=True)
 
     def __enter__(self) -> Browser:

@@ -112,7 +112,8 @@ class WebTarget(ExportTarget):
 
         runtime_dir()  # a missing runtime fails before the conversion, not after
         with tempfile.TemporaryDirectory() as work:
-            tflite = os.path.join(work, MODEL_FILE)
+            stem = os.path.basename(os.fspath(path).rstrip("/" + os.sep)).removesuffix(".web")
+            tflite = os.path.join(work, f"{stem or 'model'}.tflite")  # the page shows the name
             get_target("tflite").convert(
                 model, tflite, quantization=quantization, class_names=class_names,
                 calibration_data=calibration_data, metadata=metadata, image_size=image_size,
