@@ -196,9 +196,9 @@ DET_STEPS = 120
 @pytest.fixture(scope="module")
 def detector(classifier):
     """SSDLite at 64x64 on the trained classifier's backbone, DET_STEPS steps on pasted
-    Fashion-MNIST (the recipe of tests/test_mediapipe_clients.py; at 80 steps the scores
-    crowd the threshold and the float32 op and numpy part on one box an image), and 200
-    validation images as uint8."""
+    Fashion-MNIST (the recipe of tests/test_mediapipe_clients.py: at 80 steps 70-100 weak
+    boxes an image crowd the score threshold and the 100-box cap, and the float32 op and
+    numpy part on a box in some images), and 200 validation images as uint8."""
     from keras_mvit2.tasks import AnchorConfig, SSDLite
     from keras_mvit2.tasks import data as td
     from keras_mvit2.tasks import train as tt

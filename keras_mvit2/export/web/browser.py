@@ -145,8 +145,8 @@ class WebPage:
         self._page = page
         self._errors: list[str] = []
         page.on("pageerror", lambda err: self._errors.append(str(err)))
-        page.goto(url)
         page.set_default_timeout(timeout_s * 1000)
+        page.goto(url)
         try:
             self.config = page.evaluate("window.mvit2Ready")
         except Exception as err:

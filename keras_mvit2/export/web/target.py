@@ -160,6 +160,7 @@ class WebTarget(ExportTarget):
         call: image in, results out), as a `keras_mvit2.latency` record (platform
         ``"browser"``). Setting: ``browser``, a running `Browser` to use (else one is
         started); the host LiteRT ones are ignored."""
+        from keras_mvit2.latency.host import tflite_model_entry
         from keras_mvit2.latency.host_info import host_device
         from keras_mvit2.latency.schema import BenchResult, LatencyStats
 
@@ -174,10 +175,11 @@ class WebTarget(ExportTarget):
             device = {**host_device(), "platform": "browser",
                       "browser": f"Chromium {page.browser_version} (headless)"}
         meta = report.metadata or {}
+        model = tflite_model_entry(_model_file(path),
+                                   name=os.path.basename(os.fspath(path).rstrip("/")))
         return BenchResult(
-            model={"name": os.path.basename(os.fspath(path).rstrip("/")),
-                   "path": os.fspath(path), "format": f"web ({meta.get('quantization')})",
-                   "size_bytes": report.tflite.size_bytes, "input_shape": list(shape)},
+            model={**model, "path": os.path.abspath(path), "format": "web",
+                   "quantization": meta.get("quantization")},
             device=device,
             runtime={"name": "mediapipe-tasks-web", "version": TASKS_VISION_VERSION,
                      "threads": 1, "delegate": "xnnpack (wasm)", "batch_size": 1},
