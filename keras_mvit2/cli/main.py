@@ -17,6 +17,7 @@ from keras_mvit2.cli import (
     task_cmd,
     train_cmd,
     visualize_cmd,
+    web_cmd,
     weights_cmd,
 )
 from keras_mvit2.cli.failure import CommandFailedError
@@ -24,7 +25,8 @@ from keras_mvit2.training.divergence import TrainingDivergedError
 from keras_mvit2.utils.quiet import native_chatter_filtered, quiet_libraries
 
 _COMMANDS = (demo_cmd, predict_cmd, models_cmd, weights_cmd, visualize_cmd, bench_cmd,
-             bench_android_cmd, qat_cmd, export_cmd, optimize_cmd, task_cmd, train_cmd)
+             bench_android_cmd, qat_cmd, export_cmd, optimize_cmd, task_cmd, train_cmd,
+             web_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

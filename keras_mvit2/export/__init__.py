@@ -1,7 +1,8 @@
 """Export to mobile formats: TFLite / LiteRT (Android) and Core ML (iPhone), and validation.
 
-`keras_mvit2.export.tflite` and `keras_mvit2.export.coreml` hold one package per target,
-each registered as an `ExportTarget` (`keras_mvit2.export.target`: `get_target("tflite")`,
+`keras_mvit2.export.tflite`, `keras_mvit2.export.coreml` and `keras_mvit2.export.web` (the
+browser page) hold one package per target, each registered as an `ExportTarget`
+(`keras_mvit2.export.target`: `get_target("tflite")`,
 `target_for_path(path)`), the interface `validate`, `mvit2 export`, `mvit2 bench` and the
 demo dispatch through; `calibration` (calibration and labelled images), `class_names` and
 `validate` serve every target; `optimize` (`keras_mvit2.export.optimizer`) ships the
@@ -47,6 +48,7 @@ from keras_mvit2.export.validate import (
     save_reports,
     validate,
 )
+from keras_mvit2.export.web import WebTarget, build_site, open_page
 
 __all__ = [
     "IO_DTYPES",
@@ -60,13 +62,16 @@ __all__ = [
     "TensorDetails",
     "UnsupportedOpError",
     "ValidationReport",
+    "WebTarget",
     "available_targets",
+    "build_site",
     "calibration_images",
     "coreml_predictions_available",
     "get_target",
     "inspect_coreml",
     "inspect_tflite",
     "load_labelled_images",
+    "open_page",
     "optimize",
     "print_reports",
     "read_tflite_metadata",

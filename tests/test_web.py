@@ -1,0 +1,298 @@
+"""The exports in a real browser: MediaPipe Tasks for the web in headless Chromium.
+
+The page of the web target (`mvit2 export -o NAME.web`, `mvit2 web`) is served on
+127.0.0.1 and driven by Playwright; the oracles are the Keras model (top-1 agreement, class
+names), LiteRT on the same `.tflite` (scores, the int8 agreement figure) and
+`postprocess_detections` (the detector's boxes). One Chromium for the module; the 200 test
+images go through each page in batches. Skips, with the reason, where Chromium, Playwright
+or the page's runtime are absent (`.ci/run` installs all three).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import urllib.request
+
+import keras
+import numpy as np
+import pytest
+from shared_fixtures import CLASSIFIER_SIZE, fashion_mnist_ready
+
+from keras_mvit2.data.sources import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
+from keras_mvit2.export import get_target, run_tflite
+from keras_mvit2.export.web import Browser, browser_unavailable, serve
+
+SIZE = CLASSIFIER_SIZE
+NUM_TEST = 200
+#: Latency: median of this many timed runs (after 10 untimed ones).
+BENCH_RUNS = 50
+REASON = browser_unavailable()
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(REASON is not None, reason=f"no browser here: {REASON}"),
+    pytest.mark.skipif(not fashion_mnist_ready(), reason="Fashion-MNIST not installed "
+                       "(apt-get install dataset-fashion-mnist)"),
+]
+
+
+def _rgb_uint8(images: np.ndarray) -> np.ndarray:
+    """28x28 gray uint8 -> SIZE x SIZE RGB uint8 (what a page has of a photo)."""
+    import tensorflow as tf
+
+    resized = tf.image.resize(images[..., None].astype("float32"), (SIZE, SIZE), "bilinear",
+                              antialias=True)
+    return np.repeat(np.clip(np.round(np.asarray(resized)), 0, 255).astype(np.uint8), 3, -1)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with Browser() as chromium:
+        yield chromium
+
+
+@pytest.fixture(scope="module")
+def data():
+    x, _ = load_fashion_mnist_arrays("train")
+    xs, ys = load_fashion_mnist_arrays("test")
+    return _rgb_uint8(x[:200]), _rgb_uint8(xs[:NUM_TEST]), ys[:NUM_TEST]
+
+
+@pytest.fixture(scope="module")
+def classifier(trained_classifier_path):
+    """The run's trained Fashion-MNIST MobileViTV2-0.5 (32x32) with a softmax."""
+    import keras_mvit2 as mv
+
+    trained = keras.saving.load_model(trained_classifier_path)
+    model = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
+    model.set_weights(trained.get_weights())
+    return model
+
+
+@pytest.fixture(scope="module")
+def pages(classifier, data, tmp_path_factory):
+    """The float32 and full-int8 (float I/O) exports as `.web` page folders."""
+    folder = tmp_path_factory.mktemp("web")
+    web = get_target("web")
+    out = {}
+    for quantization in ("float32", "int8"):
+        path = folder / f"classifier_{quantization}.web"
+        report = web.convert(classifier, path, quantization=quantization,
+                             class_names=list(FASHION_MNIST_CLASSES),
+                             calibration_data=data[0] if quantization == "int8" else None)
+        assert {"index.html", "app.js", "config.json", "model.tflite",
+                "mediapipe/vision_wasm_internal.wasm"} <= set(report.files)
+        assert web.metadata(path)["quantization"] == quantization
+        out[quantization] = path
+    return out
+
+
+def test_classifier_pages_agree_with_keras_and_litert(browser, pages, classifier, data,
+                                                      record_property, tmp_path):
+    _, images, labels = data
+    keras_top1 = np.asarray(classifier.predict(images / 255.0, verbose=0)).argmax(-1)
+    assert np.mean(keras_top1 == labels) >= 0.6  # trained: the agreement means something
+    figures = {}
+    for quantization, path in pages.items():
+        litert = run_tflite(path / "model.tflite", images / 255.0)
+        with serve(path) as url:
+            page = browser.open(url)
+            assert page.config["task"] == "classifier"
+            assert page.config["class_names"] == list(FASHION_MNIST_CLASSES)
+            scores, names = page.classify(images)
+            if quantization == "float32":
+                shown = page.screenshot(tmp_path / "page.png", images[0])
+            page.close()
+        top1 = scores.argmax(-1)
+        assert names == [FASHION_MNIST_CLASSES[i] for i in top1], quantization
+        agreement = float(np.mean(top1 == keras_top1))
+        litert_agreement = float(np.mean(litert.argmax(-1) == keras_top1))
+        figures[quantization] = {"browser_vs_keras": agreement,
+                                 "litert_vs_keras": litert_agreement,
+                                 "browser_vs_litert": float(np.mean(top1 == litert.argmax(-1))),
+                                 "max_abs_score_vs_litert": float(np.abs(scores - litert).max())}
+        minimum = 0.99 if quantization == "float32" else min(0.95, litert_agreement)
+        assert agreement >= minimum, (quantization, figures)
+        # The same file in the same kernels (XNNPACK): the browser is LiteRT's twin.
+        assert figures[quantization]["browser_vs_litert"] >= 0.99, figures
+    assert figures["float32"]["max_abs_score_vs_litert"] < 1e-3, figures
+    # The screenshot shows the first image's top-5 with its names, top-1 first.
+    assert shown.startswith(FASHION_MNIST_CLASSES[keras_top1[0]]), shown
+    with open(tmp_path / "page.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("MVIT2_WEB_SCREENSHOT"):  # docs/web-page.png is made this way
+        shutil.copyfile(tmp_path / "page.png", os.environ["MVIT2_WEB_SCREENSHOT"])
+    record_property("web_top1_agreement", json.dumps(figures))
+    print("MediaPipe Tasks web (Chromium) top-1 agreement:", figures, file=sys.stderr)
+
+
+def test_latency_in_the_browser_beside_litert(browser, pages, record_property):
+    """Median ms per image over BENCH_RUNS runs: the page's task call (image in, results
+    out) in Chromium, and LiteRT's invoke on this host, 1 thread and the cores' count."""
+    from keras_mvit2.latency.host import bench_tflite
+
+    web = get_target("web")
+    figures = {}
+    for quantization, path in pages.items():
+        record = web.bench(path, runs=BENCH_RUNS, warmup=10, browser=browser)
+        assert record.runtime["name"] == "mediapipe-tasks-web"
+        assert record.device["platform"] == "browser" and record.latency_ms.runs == BENCH_RUNS
+        row = {"browser_1_thread": record.latency_ms.median}
+        for threads in sorted({1, os.cpu_count() or 1}):
+            litert = bench_tflite(path / "model.tflite", threads=threads, runs=BENCH_RUNS,
+                                  warmup=10, measure_memory=False)
+            row[f"litert_{threads}_threads"] = litert.latency_ms.median
+        figures[quantization] = row
+        assert 0 < row["browser_1_thread"] < 1000, row
+    record_property("web_latency_ms", json.dumps(figures))
+    print(f"median ms of {BENCH_RUNS} runs:", figures, file=sys.stderr)
+
+
+def test_mvit2_web_serves_the_page_on_localhost(pages, data, tmp_path):
+    """`mvit2 web MODEL.tflite --images DIR` in a subprocess: the printed address serves
+    the page, the model's config (task, names) and the listed images, on 127.0.0.1."""
+    from PIL import Image
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i, image in enumerate(data[1][:3]):
+        Image.fromarray(image).save(folder / f"test_{i}.png")
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from keras_mvit2.cli.main import main; "
+         "sys.exit(main())", "web", str(pages["int8"] / "model.tflite"),
+         "--images", str(folder)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in process.stdout:
+            match = re.search(r"Serving on (http://127\.0\.0\.1:\d+/)", line)
+            if match:
+                break
+        else:
+            pytest.fail(f"mvit2 web printed no address: {process.stderr.read()[-2000:]}")
+        url = match.group(1)
+        config = json.load(urllib.request.urlopen(url + "config.json", timeout=10))
+        assert config["task"] == "classifier" and config["quantization"] == "int8"
+        assert config["class_names"] == list(FASHION_MNIST_CLASSES)
+        assert len(config["images"]) == 3
+        page = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert '<script type="module" src="app.js">' in page
+        image = urllib.request.urlopen(url + config["images"][0], timeout=10).read()
+        assert image.startswith(b"\x89PNG")
+        wasm = urllib.request.urlopen(url + "mediapipe/vision_wasm_internal.wasm", timeout=10)
+        assert wasm.headers["Content-Type"] == "application/wasm"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+DET_SIZE = 64
+DET_SCORE_THRESHOLD = 0.3
+DET_STEPS = 120
+
+
+@pytest.fixture(scope="module")
+def detector(classifier):
+    """SSDLite at 64x64 on the trained classifier's backbone, DET_STEPS steps on pasted
+    Fashion-MNIST (the recipe of tests/test_mediapipe_clients.py: at 80 steps 70-100 weak
+    boxes an image crowd the score threshold and the 100-box cap, and the float32 op and
+    numpy part on a box in some images), and 200 validation images as uint8."""
+    from keras_mvit2.tasks import AnchorConfig, SSDLite
+    from keras_mvit2.tasks import data as td
+    from keras_mvit2.tasks import train as tt
+
+    anchors = AnchorConfig(output_strides=(8, 16, 32, -1),
+                           aspect_ratios=((2,), (2, 3), (2, 3), (2,)),
+                           min_scale=0.15, max_scale=0.9)
+    train = td.pasted_fashion_mnist(1024, DET_SIZE, scale_range=(0.4, 0.8),
+                                    objects_per_image=(1, 2), seed=2)
+    test = td.pasted_fashion_mnist(NUM_TEST, DET_SIZE, scale_range=(0.4, 0.8),
+                                   objects_per_image=(1, 2), split="val", seed=3)
+    keras.utils.set_random_seed(0)
+    model = SSDLite(0.5, input_shape=(DET_SIZE, DET_SIZE, 3), classes=train.num_classes,
+                    anchor_config=anchors, proj_channels=(64, 64, 64, 32),
+                    backbone_weights=classifier)
+    tt.compile_detection(model, tt.task_optimizer(
+        tt.TaskOptimizerConfig("adamw", 3e-3, 3e-4, 0.01, 10, 3e-4, 10.0, None), DET_STEPS))
+    dataset = td.detection_dataset(train.images, train.boxes, train.labels, model.anchors, 16,
+                                   training=True, config=anchors, augment=None, seed=0)
+    model.fit(dataset, epochs=1, steps_per_epoch=DET_STEPS, verbose=0)
+    images = np.clip(np.round(test.images * 255.0), 0, 255).astype(np.uint8)
+    return model, images, list(train.class_names)
+
+
+def _client_pixels(box: np.ndarray) -> np.ndarray:
+    """A normalized (x1, y1, x2, y2) box in MediaPipe's integer pixels: origin and size
+    each truncated (``originX = int(xmin * W)``, ``width = int((xmax - xmin) * W)``)."""
+    origin = np.floor(box[:2] * DET_SIZE)
+    return np.concatenate([origin, origin + np.floor((box[2:] - box[:2]) * DET_SIZE)])
+
+
+def test_detector_page_boxes_equal_postprocess_detections(browser, detector, tmp_path,
+                                                          record_property):
+    """Every box the page reports is `postprocess_detections`' box of the same class on
+    the same image within 1 pixel (x1, y1, x2, y2), with the same number of boxes per image.
+
+    MediaPipe reports integer pixels, origin and size each truncated (`_client_pixels`):
+    the comparison is in those; against the unrounded box that truncation alone moves a
+    corner by up to 2 pixels."""
+    from keras_mvit2.export import with_detection_postprocess
+    from keras_mvit2.export.web import build_site
+    from keras_mvit2.tasks import postprocess_detections
+
+    model, images, names = detector
+    tflite = tmp_path / "detector.tflite"
+    get_target("tflite").convert(
+        with_detection_postprocess(model, score_threshold=DET_SCORE_THRESHOLD), tflite,
+        class_names=names)
+    raw = np.asarray(model.predict(images / 255.0, verbose=0))
+    expected = postprocess_detections(raw, model.anchors, model.anchor_config,
+                                      score_threshold=DET_SCORE_THRESHOLD, top_k=100,
+                                      max_detections=100)
+    assert sum(len(d) for d in expected) >= NUM_TEST // 2  # trained: confident boxes
+    assert build_site(tflite, tmp_path / "detector.web")["task"] == "detector"
+    with serve(tmp_path / "detector.web") as url:
+        page = browser.open(url)
+        results = page.run_batch(images)
+        page.close()
+    errors, unrounded, counts = [], [], []
+    for i, (out, want) in enumerate(zip(results, expected, strict=True)):
+        counts.append((len(out["detections"]), len(want)))
+        for d in out["detections"]:
+            assert d["name"] in names, (i, d)
+            cls = names.index(d["name"])
+            candidates = np.nonzero(want.classes == cls + 1)[0]
+            assert len(candidates), (i, d, want.classes)
+            box = np.asarray(d["box"], np.float64)
+            errors.append(min(float(np.abs(box - _client_pixels(want.boxes[j])).max())
+                              for j in candidates))
+            unrounded.append(min(float(np.abs(box - want.boxes[j] * DET_SIZE).max())
+                                 for j in candidates))
+    assert all(a == b for a, b in counts), [c for c in counts if c[0] != c[1]][:10]
+    figures = {"images": NUM_TEST, "boxes": len(errors), "max_px_error": max(errors),
+               "mean_px_error": float(np.mean(errors)),
+               "max_px_error_vs_unrounded": max(unrounded)}
+    record_property("web_detector", json.dumps(figures))
+    print("MediaPipe Tasks web ObjectDetector vs postprocess_detections:", figures,
+          file=sys.stderr)
+    assert max(errors) <= 1.0 and max(unrounded) < 2.0, figures
+
+
+def test_segmenter_run_gives_litert_masks(tmp_path):
+    """`WebTarget.run` on a segmenter page (DeepLabV3, random weights: the browser is
+    compared with LiteRT on the same file, not with a trained truth): MediaPipe's
+    confidence masks are the file's outputs, its category mask their argmax."""
+    from keras_mvit2.tasks import DeepLabV3
+
+    keras.utils.set_random_seed(0)
+    model = DeepLabV3(0.5, input_shape=(SIZE, SIZE, 3), classes=4, aspp_channels=32)
+    web = get_target("web")
+    path = tmp_path / "segmenter.web"
+    web.convert(model, path, class_names=["background", "a", "b", "c"])
+    images = np.random.default_rng(0).integers(0, 256, (8, SIZE, SIZE, 3), np.uint8)
+    litert = run_tflite(path / "model.tflite", images / 255.0)
+    masks = web.run(path, images / 255.0)
+    assert masks.shape == litert.shape == (8, SIZE, SIZE, 4)
+    np.testing.assert_allclose(masks, litert, atol=1e-3)
