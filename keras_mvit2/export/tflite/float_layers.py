@@ -110,9 +110,14 @@ def float_ops_outside(
     for subgraph in fb.subgraphs or []:
         tensors = subgraph.tensors or []
         ops = list(subgraph.operators or [])
+        # An op of a named layer: by its output's name or, where quantized I/O renamed the
+        # output (``Identity1``), by its weights' names (constant inputs).
         allowed = {
-            id(op) for op in ops for i in tensor_indices(op.outputs)[:1]
-            if names.selected(decode_name(tensors[i].name), float_layers)
+            id(op) for op in ops
+            if any(names.selected(decode_name(tensors[i].name), float_layers)
+                   for i in tensor_indices(op.outputs)[:1] + [
+                       j for j in tensor_indices(op.inputs)
+                       if j >= 0 and _is_constant(fb, tensors[j])])
         }
         producer = {i: op for op in ops for i in tensor_indices(op.outputs)}
         consumers: dict[int, list] = collections.defaultdict(list)
@@ -142,3 +147,9 @@ def float_ops_outside(
                 continue
             counts[kind] += 1
     return dict(sorted(counts.items()))
+
+
+def _is_constant(fb, tensor) -> bool:
+    buffer = fb.buffers[tensor.buffer] if 0 < tensor.buffer < len(fb.buffers or []) else None
+    return buffer is not None and ((buffer.data is not None and len(buffer.data) > 0)
+                                   or bool(getattr(buffer, "size", 0)))

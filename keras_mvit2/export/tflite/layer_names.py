@@ -12,7 +12,10 @@ batch norm, a bias add, ...), several such names joined by ``;``. The rule used 
   ``"stem_conv"``);
 * an op **belongs to** the first of its parts' layers that holds a kernel (a convolution or
   dense layer: a batch norm folded into its convolution is reported as the convolution),
-  else to the first part's layer; an op whose parts map to no layer keeps its tensor name;
+  else to the first part's layer; the ops that write the traced function's outputs
+  (``Identity``, ``Identity_1``, ... and nothing else) belong to the layers that produce
+  the model's outputs (the classifier's ``predictions``); an op whose parts map to no
+  layer keeps its tensor name;
 * an op is **selected** by a layer path ``p`` (`float_layers`) when any of its parts maps
   to ``p`` or to a layer nested in ``p`` (``"stage3_block1"`` selects every op of that
   block, ``"stem_bn"`` the convolution it was folded into).
@@ -85,11 +88,19 @@ class LayerNames:
         self._known = _layer_names(model)
         self._paths = layer_paths(model)
         self._cache: dict[str, list[str]] = {}
+        self._outputs = {}
+        for i, output in enumerate(getattr(model, "outputs", None) or []):
+            history = getattr(output, "_keras_history", None)
+            layer = getattr(history, "operation", None) if history is not None else None
+            if layer is not None and layer.name in self._paths:
+                self._outputs["Identity" if i == 0 else f"Identity_{i}"] = layer.name
 
     def parts(self, tensor_name: str) -> list[str]:
         """The layer paths of the ``;``-separated parts of `tensor_name`, in order, unique."""
         if tensor_name not in self._cache:
             found: list[str] = []
+            if tensor_name in self._outputs:
+                found.append(self._outputs[tensor_name])
             for part in tensor_name.split(";"):
                 path = _layer_path(part, self._known, self.model_name)
                 if path and path not in found:
