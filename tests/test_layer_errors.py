@@ -114,6 +114,10 @@ def test_float_layers_check_still_catches_other_float_ops(tmp_path):
     reference = np.asarray(model(images))
     assert np.abs(run_tflite(report.path, images) - reference).max() < 0.05 * np.abs(
         reference).max()
+    # The ranking of that recipe leaves the float layers out (no int8 op to measure).
+    assert {e.layer for e in layer_errors(model, images[:8])} >= {"first", "last"}
+    ranked = layer_errors(model, images[:8], float_layers=["last"])
+    assert "first" in {e.layer for e in ranked} and "last" not in {e.layer for e in ranked}
 
 
 def test_plot_layer_errors(tmp_path):
