@@ -188,8 +188,9 @@ def layer_errors(
 
             nodes = selected_nodes(bytes(debugger.calibrated_model), names, float_layers)
             debugger.options = debug.QuantizationDebugOptions(denylisted_nodes=nodes)
-        rows = _measure(bytes(debugger.quant_model), x,
-                        _tensor_names(bytes(debugger.calibrated_model)))
+        debug_model = bytes(debugger.quant_model)
+        shipped_names = _tensor_names(bytes(debugger.calibrated_model))
+    rows = _measure(debug_model, x, shipped_names)  # outside: its warning must show
     return _aggregate(rows, names, depth, rank_by)
 
 
@@ -230,7 +231,10 @@ def _measure(debug_model: bytes, x: np.ndarray, names: set[str]) -> list[dict[st
         if kinds[op.opcodeIndex] == _NUMERIC_VERIFY:
             inputs = tensor_indices(op.inputs)  # (int8 result, float twin's result)
             verify.append((tensor_indices(op.outputs)[0], inputs[0], inputs[-1]))
-    interpreter = tf.lite.Interpreter(model_content=debug_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tf.lite.Interpreter's deprecation notice
+        # TF's interpreter, not LiteRT's: it has the NumericVerify kernel.
+        interpreter = tf.lite.Interpreter(model_content=debug_model)
     interpreter.allocate_tensors()
     index = interpreter.get_input_details()[0]["index"]
     sums = np.zeros((len(verify), 3))  # mean square, mean per image
