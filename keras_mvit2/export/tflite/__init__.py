@@ -11,7 +11,10 @@ One module per concern:
   `standard_metadata`: the standard ``TFLITE_METADATA`` (MediaPipe Tasks, Task Library),
   through the generated `metadata_schema`;
 * `flatbuffer`: reading and writing flatbuffers; `pointwise_fusion`: the 1x1 convolution
-  fusion; `detection_postprocess`: SSDLite ending in ``TFLite_Detection_PostProcess``.
+  fusion; `detection_postprocess`: SSDLite ending in ``TFLite_Detection_PostProcess``;
+* `layer_errors`: the int8 error of each Keras layer (`layer_errors`, `plot_layer_errors`),
+  `layer_names`: TFLite tensor names -> Keras layer paths, `float_layers`: int8 files with
+  named layers kept in float (`to_tflite(float_layers=...)`).
 """
 
 from keras_mvit2.export.tflite.convert import CALIBRATED, IO_DTYPES, QUANTIZATIONS, to_tflite
@@ -22,6 +25,12 @@ from keras_mvit2.export.tflite.inspect import (
     TFLiteReport,
     inspect_tflite,
     summarize_flatbuffer,
+)
+from keras_mvit2.export.tflite.layer_errors import (
+    LayerError,
+    layer_errors,
+    layer_errors_of_file,
+    plot_layer_errors,
 )
 from keras_mvit2.export.tflite.metadata import (
     METADATA_FORMAT,
@@ -43,6 +52,7 @@ __all__ = [
     "METADATA_VERSION",
     "QUANTIZATIONS",
     "TFLITE",
+    "LayerError",
     "TFLiteReport",
     "TFLiteTarget",
     "TensorDetails",
@@ -50,6 +60,9 @@ __all__ = [
     "embed_all_metadata",
     "embed_metadata",
     "inspect_tflite",
+    "layer_errors",
+    "layer_errors_of_file",
+    "plot_layer_errors",
     "read_tflite_metadata",
     "run_tflite",
     "summarize_flatbuffer",
