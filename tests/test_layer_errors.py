@@ -132,6 +132,9 @@ def test_plot_layer_errors(tmp_path):
     assert json.loads(json.dumps(errors[0].to_dict()))["layer"] == "stage0_block0"
     with pytest.raises(ValueError, match="top"):
         plot_layer_errors(errors, tmp_path / "x.png", top=0)
+    with pytest.raises(ValueError, match="metric"):
+        plot_layer_errors(errors, tmp_path / "x.png", metric="mse")
+    assert not os.path.exists(tmp_path / "x.png")
 
 
 def test_per_layer_needs_an_int8_file(tmp_path):

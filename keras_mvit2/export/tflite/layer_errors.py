@@ -350,19 +350,23 @@ def _nanmax(values) -> float:
 
 
 def plot_layer_errors(errors: Sequence[LayerError], path: str | os.PathLike,
-                      top: int = 20) -> str:
-    """Writes a horizontal bar chart (PNG) of the `top` layers' ``rmse_over_scale``, worst
-    at the top, with the rounding-only level (0.29) marked; atomically. Returns the path."""
+                      top: int = 20, metric: str = "rmse_over_scale") -> str:
+    """Writes a horizontal bar chart (PNG) of the first `top` of `errors` (in their order:
+    `layer_errors` ranks them) by `metric` (``"rmse_over_scale"`` or
+    ``"std_error_over_scale"``), with the rounding-only level (0.29) marked; atomically.
+    Returns the path."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ValueError(f"top must be a positive int. Received: top={top!r}")
-    shown = [e for e in errors if not math.isnan(e.rmse_over_scale)][:top]
+    if metric not in _RANK_BY:
+        raise ValueError(f"metric must be one of {_RANK_BY}. Received: metric={metric!r}")
+    shown = [e for e in errors if not math.isnan(getattr(e, metric))][:top]
     if not shown:
         raise ValueError("plot_layer_errors needs at least one measured layer.")
     labels = [_short(e.layer) for e in shown][::-1]
-    values = [e.rmse_over_scale for e in shown][::-1]
+    values = [getattr(e, metric) for e in shown][::-1]
     figure = Figure(figsize=(8.0, 1.2 + 0.3 * len(shown)))
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
@@ -371,7 +375,8 @@ def plot_layer_errors(errors: Sequence[LayerError], path: str | os.PathLike,
                  label="rounding only (0.29)")
     if max(values) / max(min(values), 1e-12) > 30:
         axes.set_xscale("log")
-    axes.set_xlabel("RMS error / int8 scale (worst op of the layer)")
+    what = "RMS error" if metric == "rmse_over_scale" else "error std (no constant shift)"
+    axes.set_xlabel(f"{what} / int8 scale (worst op of the layer)")
     axes.set_title(f"int8 quantization error per Keras layer (top {len(shown)})")
     axes.legend(loc="lower right")
     figure.tight_layout()
