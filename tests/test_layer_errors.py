@@ -4,8 +4,9 @@ The broken layer, made from the trained classifier: the classifier (`predictions
 Dense on the pooled features) gets, for the input feature it uses least, a weight of
 1000 x its largest weight towards every class. That feature is first made exactly 0 (the
 last block's `proj_bn` gamma and beta of that channel set to 0: the logits move by less
-than 0.1 and no test prediction changes), so the outlier adds exactly 0 in float: the Keras
-model is the oracle and computes the same logits with or without it. In int8 each class's
+than 0.1 and at most 1 % of the test predictions, near-ties, change), so the outlier
+adds exactly 0 in float: the Keras model is the oracle and computes the same logits with
+or without it. In int8 each class's
 weight scale becomes outlier / 127, every real weight of the classifier rounds to 0 and the
 int8 logits are the bias: the classifier's own quantization error is far above any other
 layer's, and only quantization suffers. (Breaking an earlier layer this way also pushes
@@ -183,8 +184,8 @@ def broken(trained_classifier_path, tmp_path_factory):
         value[feature] = 0.0
         weight.assign(value)
     dead = np.asarray(model(images, training=False))
-    assert np.abs(dead - before).max() < 0.1
-    assert np.array_equal(dead.argmax(-1), before.argmax(-1))
+    assert np.abs(dead - before).max() < 0.1  # still sane: a near-tie may flip
+    assert np.mean(dead.argmax(-1) == before.argmax(-1)) >= 0.99
     kernel[feature, :] = 1000.0 * np.abs(kernel).max()
     dense.kernel.assign(kernel)
     after = np.asarray(model(images, training=False))
