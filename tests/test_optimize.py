@@ -123,6 +123,7 @@ def test_no_candidate_within_the_budget_is_an_error_naming_the_closest(tiny, tmp
     ({"max_drop": -1}, "max_drop is the top-1 drop"),
     ({"only": ["int3"]}, "Unknown candidates"),
     ({"target": "onnx"}, "Unknown export target"),
+    ({"target": "web"}, r"no optimizer candidates\. Optimize for one of \['coreml', 'tflite'\]"),
 ])
 def test_bad_arguments_are_clear_errors(tiny, tmp_path, kwargs, message):
     model, data = tiny

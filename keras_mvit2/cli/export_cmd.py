@@ -65,6 +65,15 @@ def register(sub) -> None:
                         "1.0 for fashion_mnist)")
     p.add_argument("--threads", type=int, default=1, help="TFLite interpreter threads")
     p.add_argument("--json", dest="json_path", help="also write the reports to this JSON file")
+    p.add_argument("--per-layer", action="store_true",
+                   help="full-int8 .tflite files: rank the Keras layers by their own int8 "
+                        "error (TFLite's QuantizationDebugger, calibrated as the file "
+                        "records), print the top ones and write a bar chart")
+    p.add_argument("--per-layer-plot", metavar="PATH",
+                   help="where the bar chart goes (default: next to the --json report, "
+                        "else next to the file: <file>.per_layer.png)")
+    p.add_argument("--per-layer-top", type=int, default=10, metavar="N",
+                   help="layers printed and plotted (default 10)")
     p.set_defaults(handler=_guarded(_validate, "validate"))
 
 
@@ -207,6 +216,11 @@ def _validate(args: argparse.Namespace) -> int:
     for path in args.exported:
         if not os.path.exists(path):
             raise FileNotFoundError(f"Exported model not found: {path!r}")
+    if args.per_layer_plot and not args.per_layer:
+        raise ValueError("--per-layer-plot is for --per-layer; add --per-layer.")
+    if args.per_layer_plot and len(args.exported) > 1:
+        raise ValueError("--per-layer-plot names one chart: validate one file with it, or "
+                         "leave it out (each chart then goes next to its file).")
     model = load_model(args.reference, args)
     shape = tuple(model.inputs[0].shape[1:3])
     data = load_labelled_images(
@@ -227,11 +241,44 @@ def _validate(args: argparse.Namespace) -> int:
             class_names=data.class_names,
             reference_outputs=outputs,
             num_threads=args.threads,
+            per_layer=args.per_layer,
         )
         for path in args.exported
     ]
     print_reports(reports)
+    for report in reports:
+        if report.per_layer is not None:
+            _print_per_layer(report, args)
     if args.json_path:
         save_reports(reports, args.json_path)
         print(f"wrote {args.json_path}")
     return 0
+
+
+def _print_per_layer(report, args: argparse.Namespace) -> None:
+    """The top layers of `report.per_layer` as a table, and the bar chart written."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from keras_mvit2.export.tflite.layer_errors import LayerError, plot_layer_errors
+
+    errors = [LayerError(**e) for e in report.per_layer]
+    top = max(1, args.per_layer_top)
+    table = Table(title=f"int8 error per Keras layer: {report.exported_path} "
+                        f"(top {min(top, len(errors))} of {len(errors)}; 0.29 = rounding only)")
+    for column in ("#", "layer", "RMSE / scale", "error std / scale", "mean err / scale",
+                   "max |err| / scale", "ops", "worst op"):
+        table.add_column(column, overflow="fold")  # narrow terminals: wrap, never cut
+    for rank, e in enumerate(errors[:top], 1):
+        table.add_row(str(rank), e.layer, f"{e.rmse_over_scale:.3g}",
+                      f"{e.std_error_over_scale:.3g}", f"{e.mean_error_over_scale:+.3g}",
+                      f"{e.max_abs_error_over_scale:.3g}", str(e.num_ops), e.worst_op)
+    Console().print(table)
+    if args.per_layer_plot:
+        plot_path = args.per_layer_plot
+    elif args.json_path:
+        plot_path = os.path.splitext(args.json_path)[0] + "." + os.path.basename(
+            report.exported_path) + ".per_layer.png"
+    else:
+        plot_path = report.exported_path + ".per_layer.png"
+    print(f"wrote {plot_layer_errors(errors, plot_path, top=top)}")

@@ -72,6 +72,9 @@ class ValidationReport:
         num_ops_outside_xnnpack: ops left on the plain TFLite kernels.
         ops_outside_xnnpack: histogram of those ops.
         notes: remarks (e.g. the Core ML platform note, class-name mismatches).
+        per_layer: with ``validate(per_layer=True)``, the int8 file's layers ranked by their
+            own quantization error (`keras_mvit2.export.tflite.layer_errors`:
+            `LayerError.to_dict()` each, worst first), else None.
     """
 
     exported_path: str
@@ -100,6 +103,7 @@ class ValidationReport:
     num_ops_outside_xnnpack: int | None
     ops_outside_xnnpack: dict[str, int] | None
     notes: list[str]
+    per_layer: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict."""
@@ -179,6 +183,8 @@ def validate(
     class_names: Sequence[str] | None = None,
     reference_outputs: np.ndarray | None = None,
     num_threads: int = 1,
+    per_layer: bool = False,
+    per_layer_images: int = 100,
 ) -> ValidationReport:
     """Compares an exported model with its Keras reference on labelled images.
 
@@ -194,6 +200,11 @@ def validate(
             (`keras_mvit2.export.validate.reference_outputs`), to validate several
             exports of one model without recomputing them.
         num_threads: TFLite interpreter threads.
+        per_layer: also rank the layers of a full-int8 `.tflite` by their own quantization
+            error (`keras_mvit2.export.tflite.layer_errors.layer_errors_of_file`: the Keras
+            model converted with the calibration the file's metadata records, measured on
+            the first `per_layer_images` images); a ValueError for any other file.
+        per_layer_images: images the ranking runs on (default 100).
 
     Returns:
         A `ValidationReport`.
@@ -219,6 +230,13 @@ def validate(
     num_classes = int(ref.shape[-1])
     weights = int(sum(int(np.prod(v.shape)) for v in reference_model.weights))
     notes: list[str] = []
+    ranking = None
+    if per_layer:  # first: a wrong file fails before anything runs
+        from keras_mvit2.export.tflite.layer_errors import layer_errors_of_file
+
+        errors, more = layer_errors_of_file(reference_model, path, x[:per_layer_images])
+        ranking = [e.to_dict() for e in errors]
+        notes.extend(more)
 
     from keras_mvit2.export.target import target_for_path
 
@@ -288,6 +306,7 @@ def validate(
         num_ops_outside_xnnpack=getattr(report, "num_ops_outside_xnnpack", None),
         ops_outside_xnnpack=getattr(report, "ops_outside_xnnpack", None),
         notes=notes,
+        per_layer=ranking,
     )
 
 

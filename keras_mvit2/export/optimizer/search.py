@@ -101,7 +101,7 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
         OverBudgetError: no candidate meets `max_drop` (the report is still written).
     """
     from keras_mvit2.export.optimizer.report import plot_pareto, write_report
-    from keras_mvit2.export.target import get_target
+    from keras_mvit2.export.target import available_targets, get_target
 
     export_target = get_target(target)
     objective = _checked(objective, max_drop, model)
@@ -118,8 +118,12 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
         )
     keras_top1 = reference.argmax(-1)
     reference_top1 = float(np.mean(keras_top1 == data.labels))
-    candidates = export_target.candidates(model, calibration_data=data.calibration,
-                                          held_out=data.held_out, class_names=names)
+    try:
+        candidates = export_target.candidates(model, calibration_data=data.calibration,
+                                              held_out=data.held_out, class_names=names)
+    except NotImplementedError as err:
+        optimizable = [n for n in available_targets() if _has_candidates(get_target(n))]
+        raise ValueError(f"{err} Optimize for one of {optimizable}.") from None
     candidates = _selected(candidates, only)
     folder = os.path.join(out, CANDIDATES_FOLDER)
     os.makedirs(folder, exist_ok=True)
@@ -168,6 +172,12 @@ def _checked(objective: str, max_drop: Any, model: Any) -> str:
             "keras_mvit2.models.input_size.with_input_size(model, (H, W))."
         )
     return objective
+
+
+def _has_candidates(export_target: Any) -> bool:
+    from keras_mvit2.export.target import ExportTarget
+
+    return type(export_target).candidates is not ExportTarget.candidates
 
 
 def _selected(candidates: list[Candidate], only: Sequence[str] | None) -> list[Candidate]:

@@ -14,7 +14,10 @@ One module per concern:
   fusion; `detection_postprocess`: SSDLite ending in ``TFLite_Detection_PostProcess``;
 * `signature`: the ``serving_default`` SignatureDef every file carries;
 * `edge_quantizer`: `quantize_with_edge_quantizer`, ai-edge-quantizer recipes (int4 weights,
-  static int8 / int16x8, per-layer float / int16x8) on a float32 export.
+  static int8 / int16x8, per-layer float / int16x8) on a float32 export;
+* `layer_errors`: the int8 error of each Keras layer (`layer_errors`, `plot_layer_errors`),
+  `layer_names`: TFLite tensor names -> Keras layer paths, `float_layers`: int8 files with
+  named layers kept in float (`to_tflite(float_layers=...)`).
 """
 
 from keras_mvit2.export.tflite.convert import CALIBRATED, IO_DTYPES, QUANTIZATIONS, to_tflite
@@ -30,6 +33,12 @@ from keras_mvit2.export.tflite.inspect import (
     TFLiteReport,
     inspect_tflite,
     summarize_flatbuffer,
+)
+from keras_mvit2.export.tflite.layer_errors import (
+    LayerError,
+    layer_errors,
+    layer_errors_of_file,
+    plot_layer_errors,
 )
 from keras_mvit2.export.tflite.metadata import (
     METADATA_FORMAT,
@@ -54,6 +63,7 @@ __all__ = [
     "QUANTIZATIONS",
     "SERVING_SIGNATURE",
     "TFLITE",
+    "LayerError",
     "TFLiteReport",
     "TFLiteTarget",
     "TensorDetails",
@@ -61,6 +71,9 @@ __all__ = [
     "embed_all_metadata",
     "embed_metadata",
     "inspect_tflite",
+    "layer_errors",
+    "layer_errors_of_file",
+    "plot_layer_errors",
     "quantize_with_edge_quantizer",
     "read_tflite_metadata",
     "run_tflite",

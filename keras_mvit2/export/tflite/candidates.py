@@ -7,6 +7,10 @@
 | `dynamic_int8` | int8 weights, float activations                                    |
 | `int8`         | full int8 (`mvit2 export`'s int8 file)                             |
 | `int16x8`      | int16 activations, int8 weights, whole model                       |
+| `int8_float_topK` | full int8, the K (1, 3) layers of largest int8 error kept float      |
+
+The mixed int8 / float candidates rank the layers with `layer_errors` on calibration images
+(never the held-out ones) by the error's standard deviation in output steps.
 
 | candidate               | made by ai-edge-quantizer from the float32 file (weights only) |
 |-------------------------|------------------------------------------------------------------|
@@ -38,7 +42,9 @@ import numpy as np
 
 from keras_mvit2.export.candidate import Candidate
 
-__all__ = ["EDGE_WEIGHT_ONLY", "FORM_TIMING_RUNS", "tflite_candidates"]
+__all__ = [
+    "EDGE_WEIGHT_ONLY", "FORM_TIMING_RUNS", "RANK_BY", "SENSITIVE_FLOAT_K", "tflite_candidates",
+]
 
 _MEASURED_BY = "LiteRT"
 #: Timed runs per token-sum form of a float candidate (median compared).
@@ -51,7 +57,8 @@ def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
     """The TFLite candidates for `model` (see the module docstring)."""
     from keras_mvit2.attention import names_in
 
-    def convert(quantization: str, path: str, *, product_mean: bool = False) -> None:
+    def convert(quantization: str, path: str, *, product_mean: bool = False,
+                float_layers: Sequence[str] | None = None) -> None:
         from keras_mvit2.export.tflite.convert import to_tflite
         from keras_mvit2.layers.export_forms import elementwise_token_pooling
 
@@ -62,6 +69,7 @@ def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
                       representative_data=(calibration_data if quantization in _CALIBRATED
                                            else None),
                       num_calibration_samples=len(calibration_data),
+                      float_layers=float_layers,
                       metadata={"token_sum": "product_mean" if product_mean else "matmul"})
 
     two_forms = "separable" in names_in(model)
@@ -78,6 +86,15 @@ def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
             recipe["calibration_images"] = len(calibration_data)
         candidates.append(Candidate(quantization, recipe, _plain(convert, quantization),
                                     _MEASURED_BY))
+    ranking = _Ranking(model, calibration_data)
+    for k in SENSITIVE_FLOAT_K:
+        candidates.append(Candidate(
+            f"int8_float_top{k}",
+            {"quantization": "int8", "quantizer": "TFLite converter",
+             "calibration_images": len(calibration_data),
+             "float_layers": f"the {k} layer(s) of largest int8 error",
+             "ranked_by": RANK_BY},
+            _int8_with_float_layers(convert, ranking, k), _MEASURED_BY))
     if _edge_quantizer_installed():
         float_source = _FloatSource(convert)
         for name, recipe in EDGE_WEIGHT_ONLY.items():
@@ -86,6 +103,45 @@ def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
                        "from": "float32"},
                 _edge(float_source, recipe, class_names), _MEASURED_BY))
     return candidates
+
+
+#: How many of the most sensitive layers the mixed int8 / float candidates keep in float.
+SENSITIVE_FLOAT_K = (1, 3)
+#: The `layer_errors` metric the mixed candidates rank by: the error's standard deviation in
+#: output steps (TF's debug interpreter shows constant offsets on BATCH_MATMUL outputs that
+#: LiteRT does not have; the standard deviation leaves them out).
+RANK_BY = "std_error_over_scale"
+_RANKING_IMAGES = 100
+
+
+class _Ranking:
+    """The layers of `model`'s int8 file ranked by measured error, computed once, on
+    calibration images (never the held-out ones)."""
+
+    def __init__(self, model: Any, calibration_data: np.ndarray):
+        self._model = model
+        self._calibration = calibration_data
+        self._layers: list[str] | None = None
+
+    def top(self, k: int) -> list[str]:
+        if self._layers is None:
+            from keras_mvit2.export.tflite.layer_errors import layer_errors
+
+            errors = layer_errors(self._model, self._calibration[:_RANKING_IMAGES],
+                                  calibration_data=self._calibration,
+                                  num_calibration_samples=len(self._calibration),
+                                  rank_by=RANK_BY)
+            self._layers = [e.layer for e in errors if e.mapped]
+        return self._layers[:k]
+
+
+def _int8_with_float_layers(convert: Callable, ranking: _Ranking,
+                            k: int) -> Callable[[str], dict[str, Any]]:
+    def build(path: str) -> dict[str, Any]:
+        layers = ranking.top(k)
+        convert("int8", path, float_layers=layers)
+        return {"float_layers": layers}
+    return build
 
 
 #: Candidate name -> ai-edge-quantizer recipe (`export.tflite.edge_quantizer.EDGE_RECIPES`).

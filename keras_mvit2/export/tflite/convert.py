@@ -106,6 +106,7 @@ def to_tflite(
     calibration_seed: int = 0,
     fuse_pointwise: bool = True,
     image_size: int | tuple[int, int] | None = None,
+    float_layers: Sequence[str] | None = None,
 ) -> TFLiteReport:
     """Converts a Keras 3 model to a TFLite file with builtin ops only, optionally quantized.
 
@@ -185,6 +186,14 @@ def to_tflite(
         image_size: the input size to export at, an int or ``(height, width)``: for a
             dynamic-size model, defaults to its checkpoint's size (384 for the
             ``_384`` weights) or 256; for a fixed-size model it must be that size.
+        float_layers: for ``"int8"``, Keras layers whose ops stay float (between a
+            DEQUANTIZE and a QUANTIZE) while the rest is int8, e.g. the most sensitive
+            ones by `keras_mvit2.export.tflite.layer_errors`: top-level layer names
+            (``"stem_conv"``, ``"stage3_block1"``: every op inside) or nested paths
+            (``"stage3_block1/transformer_0/attn"``). Their float ops need no
+            `allow_float_ops`; any other float op is still an error. Recorded in the
+            metadata as ``calibration["float_layers"]``
+            (`keras_mvit2.export.tflite.float_layers`).
 
     Returns:
         The `TFLiteReport` of the written file (with `float_ops` and `metadata`).
@@ -211,13 +220,18 @@ def to_tflite(
         class_names=class_names,
         num_calibration_samples=num_calibration_samples,
         metadata=metadata,
+        float_layers=float_layers,
     )
+    float_layers = tuple(float_layers or ())
     calibration, calibration_info = _calibration_data(
         representative_data, quantization, input_shape, num_calibration_samples,
         calibration_seed,
     )
+    if float_layers:
+        calibration_info = {**(calibration_info or {}), "float_layers": list(float_layers)}
     flatbuffer, fusions = _convert_model(
-        model, input_shape, quantization, io_dtype, calibration, fuse_pointwise
+        model, input_shape, quantization, io_dtype, calibration, fuse_pointwise,
+        float_layers=float_layers,
     )
     flatbuffer = _with_postprocess_and_metadata(
         flatbuffer,
@@ -237,6 +251,7 @@ def to_tflite(
         calibration=calibration,
         dynamic_batch=batch_size is None,
         allow_float_ops=allow_float_ops,
+        float_layers=float_layers,
     )
     report = inspect_tflite(path)
     if sidecar:  # what read_tflite_metadata returns: our JSON and the standard metadata
@@ -260,6 +275,7 @@ def _checked_arguments(
     class_names: Any,
     num_calibration_samples: Any,
     metadata: Mapping[str, Any] | None,
+    float_layers: Sequence[str] | None = None,
 ) -> tuple[keras.Model, tuple[int | None, ...], list[str] | None]:
     """Checks `to_tflite`'s arguments (ValueError on the first bad one) and returns the
     model to convert (at `image_size` for a dynamic-size model), its export input shape and
@@ -281,6 +297,15 @@ def _checked_arguments(
             json.dumps(dict(metadata))
         except (TypeError, ValueError) as err:
             raise ValueError(f"metadata must be JSON-serializable: {err}") from err
+    if float_layers:
+        if quantization != "int8":
+            raise ValueError(
+                "float_layers keeps layers in float inside a full-integer model: it needs "
+                f"quantization='int8'. Received: quantization={quantization!r}"
+            )
+        from keras_mvit2.export.tflite.layer_names import check_layer_names
+
+        check_layer_names(float_layers, model, what="float_layers")
     return model, input_shape, class_names
 
 
@@ -376,6 +401,8 @@ def _calibration_data(
         "source": describe_source(representative_data),
         "num_samples": len(calibration),
     }
+    if seed != 0:  # recorded when not the default, so the calibration can be repeated
+        calibration_info["seed"] = seed
     return calibration, calibration_info
 
 
@@ -415,8 +442,11 @@ def _convert_model(
     io_dtype: str,
     calibration: np.ndarray | None,
     fuse_pointwise: bool = True,
+    *,
+    float_layers: Sequence[str] = (),
 ) -> tuple[bytes, list[PointwiseFusion]]:
-    """The converted flatbuffer and the 1x1 convolution pairs fused in it."""
+    """The converted flatbuffer and the 1x1 convolution pairs fused in it (`float_layers`:
+    see `keras_mvit2.export.tflite.float_layers`)."""
     from tensorflow.lite.python.convert_phase import ConverterError
 
     concrete_function = _concrete_function(model, input_shape)
@@ -428,6 +458,10 @@ def _convert_model(
     fusions: list[PointwiseFusion] = []
     if fuse_pointwise and quantization in CALIBRATED:
         _fuse_before_calibration(converter, fusions)
+    if float_layers:
+        from keras_mvit2.export.tflite.float_layers import quantize_with_float_layers
+
+        quantize_with_float_layers(converter, model, float_layers)
     try:
         with warnings.catch_warnings():
             # "Statistics for quantized inputs were expected, but not specified" (harmless).
@@ -604,6 +638,7 @@ def _write_checked(
     calibration: np.ndarray | None,
     dynamic_batch: bool,
     allow_float_ops: bool,
+    float_layers: Sequence[str] = (),
 ) -> None:
     """Writes `flatbuffer` to `path` only if it runs in ``ai_edge_litert`` (and, for int8,
     has no float ops left unless allowed); on any error `path` is left as it was."""
@@ -614,18 +649,29 @@ def _write_checked(
         if calibration is not None:
             _sanity_check(model, tmp_path, calibration, quantization)
         if quantization == "int8" and not allow_float_ops:
-            _check_no_float_ops(tmp_path)
+            _check_no_float_ops(tmp_path, model, float_layers)
 
 
-def _check_no_float_ops(path: str) -> None:
-    """RuntimeError when the full-integer model at `path` still computes ops in float."""
-    left = _read_flatbuffer(path).float_ops
+def _check_no_float_ops(
+    path: str, model: keras.Model | None = None, float_layers: Sequence[str] = ()
+) -> None:
+    """RuntimeError when the full-integer model at `path` still computes ops in float
+    (other than those of `float_layers`)."""
+    if float_layers:
+        from keras_mvit2.export.tflite.float_layers import float_ops_outside
+
+        with open(path, "rb") as f:
+            left = float_ops_outside(f.read(), model, float_layers)
+    else:
+        left = _read_flatbuffer(path).float_ops
     if left:
         raise RuntimeError(
             "The full-integer (int8) model still computes these ops in float: "
             f"{_format_histogram(left)} (besides the input QUANTIZE / output "
-            "DEQUANTIZE). They run as float islands between DEQUANTIZE/QUANTIZE "
-            "pairs, which integer-only accelerators cannot run. Fix: rewrite the "
-            "layer with int8-quantizable ops (e.g. x * x instead of SQUARE, no NEG), "
-            "or pass allow_float_ops=True to accept a mixed model."
+            f"DEQUANTIZE{' and the ops of float_layers' if float_layers else ''}). They "
+            "run as float islands between DEQUANTIZE/QUANTIZE pairs, which integer-only "
+            "accelerators cannot run. Fix: rewrite the layer with int8-quantizable ops "
+            "(e.g. x * x instead of SQUARE, no NEG), "
+            "keep those layers in float with float_layers=[...], or pass "
+            "allow_float_ops=True to accept a mixed model."
         )

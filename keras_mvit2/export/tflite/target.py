@@ -36,7 +36,7 @@ class TFLiteTarget(ExportTarget):
 
     Options of `convert` besides the shared ones: those of `to_tflite` (`io_dtype`,
     `batch_size`, `num_calibration_samples`, `sidecar`, `allow_float_ops`,
-    `calibration_seed`, `fuse_pointwise`).
+    `calibration_seed`, `fuse_pointwise`, `float_layers`).
     """
 
     name = "tflite"
@@ -74,6 +74,10 @@ class TFLiteTarget(ExportTarget):
                                 "(<output>.json)")
         group.add_argument("--allow-float-ops", action="store_true",
                            help="int8: accept ops left in float instead of failing")
+        group.add_argument("--float-layers", metavar="LAYER[,LAYER...]",
+                           help="int8: keep these Keras layers in float (comma-separated "
+                                "names or paths as `mvit2 validate --per-layer` lists "
+                                "them); the rest stays int8")
         group.add_argument("--no-fuse-pointwise", dest="fuse_pointwise", action="store_false",
                            help="keep back-to-back 1x1 convolutions apart (by default each "
                                 "such pair is fused into one: same function, fewer MACs)")
@@ -91,7 +95,15 @@ class TFLiteTarget(ExportTarget):
                 "few hundred real images to calibrate the activation ranges (or use "
                 "--quantization dynamic_int8, which needs no data)."
             )
+        float_layers = [n.strip() for n in (args.float_layers or "").split(",") if n.strip()]
+        if float_layers and quantization != "int8":
+            raise ValueError(
+                "--float-layers keeps layers in float inside a full-int8 model: it needs "
+                f"--quantization int8. Received: --quantization {quantization}"
+            )
+        options = {"float_layers": float_layers} if float_layers else {}
         return {
+            **options,
             "quantization": quantization,
             "calibration_data": args.calibration_data,
             "num_calibration_samples": args.num_calibration_samples,

@@ -1,0 +1,155 @@
+"""Full-int8 files with chosen Keras layers kept in float (`to_tflite(float_layers=...)`).
+
+The route: TF 2.21's converter calibrates and quantizes in ``TFLiteConverter._quantize``,
+which calls the MLIR quantizer (``tensorflow.lite.python.convert.mlir_quantize``) on the
+calibrated float flatbuffer. That quantizer takes ``denylisted_nodes``: output tensor names
+of ops to leave in float, between a DEQUANTIZE and a QUANTIZE (the mechanism behind
+``tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=...)`` and the debugger's
+``get_nondebug_quantized_model()``, which however always writes float I/O).
+`quantize_with_float_layers` wraps ``converter._quantize``: it lets the converter calibrate
+only, picks the ops of the named layers in the calibrated graph (`LayerNames.selected`)
+and makes the same ``mlir_quantize`` call as the converter with those ops denylisted, so
+everything else (I/O types, uint8 I/O included, per-channel weights) is what a plain int8
+conversion gives.
+
+`float_ops_outside` is the float-op check of such a file: the ops of the named layers and
+the QUANTIZE / DEQUANTIZE at the edges of their float islands are expected; any other op
+that computes in float is still an error.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+import keras
+
+from keras_mvit2.export.tflite.flatbuffer import (
+    decode_name,
+    op_names,
+    parse_flatbuffer,
+    tensor_indices,
+)
+from keras_mvit2.export.tflite.inspect import _FLOAT_TENSOR_TYPES
+from keras_mvit2.export.tflite.layer_names import LayerNames
+
+__all__ = ["float_ops_outside", "quantize_with_float_layers", "selected_nodes"]
+
+
+def selected_nodes(flatbuffer: bytes, names: LayerNames, float_layers: Sequence[str]) -> list[str]:
+    """Output tensor names of the ops of `float_layers` in `flatbuffer` (main graph); a
+    ValueError when a named layer has no op there."""
+    model = parse_flatbuffer(flatbuffer)
+    tensors = model.subgraphs[0].tensors or []
+    outputs = [
+        decode_name(tensors[i].name)
+        for op in model.subgraphs[0].operators or []
+        for i in tensor_indices(op.outputs)[:1]
+    ]
+    nodes = [n for n in outputs if names.selected(n, float_layers)]
+    empty = [layer for layer in float_layers if not any(names.selected(n, [layer]) for n in nodes)]
+    if empty:
+        raise ValueError(
+            f"float_layers names layers with no op in the converted graph: {empty} (e.g. a "
+            "dropout or input layer, or one the converter removed). Name the layers that "
+            "compute, as `layer_errors` lists them."
+        )
+    return nodes
+
+
+def quantize_with_float_layers(converter, model: keras.Model, float_layers: Sequence[str]) -> None:
+    """Makes `converter` (full int8) keep the ops of `float_layers` in float.
+
+    Wraps ``converter._quantize`` (after any other wrapper, e.g. the 1x1 fusion of
+    `convert._fuse_before_calibration`, so the names are those of the graph it calibrates).
+    """
+    from tensorflow.lite.python.convert import mlir_quantize
+
+    quantize = converter._quantize
+    names = LayerNames(model)
+
+    def calibrate_then_quantize(float_model, input_type, output_type, activations_type,
+                                bias_type, allow_float, enable_variable_quantization,
+                                debug_options):
+        calibrate_only = converter._experimental_calibrate_only
+        converter._experimental_calibrate_only = True
+        try:
+            calibrated = quantize(float_model, input_type, output_type, activations_type,
+                                  bias_type, allow_float, enable_variable_quantization,
+                                  debug_options)
+        finally:
+            converter._experimental_calibrate_only = calibrate_only
+        if calibrate_only:  # e.g. a QuantizationDebugger asked for the calibrated model
+            return calibrated
+        # The call TFLiteConverter._quantize makes (TF 2.21), plus denylisted_nodes.
+        return mlir_quantize(
+            calibrated,
+            converter._experimental_disable_per_channel,
+            input_data_type=input_type,
+            output_data_type=output_type,
+            enable_variable_quantization=enable_variable_quantization,
+            disable_per_channel_for_dense_layers=(
+                converter._experimental_disable_per_channel_quantization_for_dense_layers),
+            debug_options_str=debug_options.SerializeToString(),
+            denylisted_nodes=selected_nodes(bytes(calibrated), names, float_layers),
+        )
+
+    converter._quantize = calibrate_then_quantize
+
+
+def float_ops_outside(
+    flatbuffer: bytes, model: keras.Model, float_layers: Sequence[str]
+) -> dict[str, int]:
+    """Histogram of the ops that compute in float, apart from the ops of `float_layers`,
+    the QUANTIZE / DEQUANTIZE at the edges of their islands and the float I/O boundary
+    (the same exceptions as `TFLiteReport.float_ops`)."""
+    fb = parse_flatbuffer(flatbuffer)
+    kinds = op_names(fb)
+    names = LayerNames(model)
+    counts: collections.Counter[str] = collections.Counter()
+    for subgraph in fb.subgraphs or []:
+        tensors = subgraph.tensors or []
+        ops = list(subgraph.operators or [])
+        # An op of a named layer: by its output's name or, where quantized I/O renamed the
+        # output (``Identity1``), by its weights' names (constant inputs).
+        allowed = {
+            id(op) for op in ops
+            if any(names.selected(decode_name(tensors[i].name), float_layers)
+                   for i in tensor_indices(op.outputs)[:1] + [
+                       j for j in tensor_indices(op.inputs)
+                       if j >= 0 and _is_constant(fb, tensors[j])])
+        }
+        producer = {i: op for op in ops for i in tensor_indices(op.outputs)}
+        consumers: dict[int, list] = collections.defaultdict(list)
+        for op in ops:
+            for i in tensor_indices(op.inputs):
+                consumers[i].append(op)
+        graph_inputs = set(tensor_indices(subgraph.inputs))
+        graph_outputs = set(tensor_indices(subgraph.outputs))
+
+        is_float = {
+            i for i, t in enumerate(tensors) if int(t.type) in _FLOAT_TENSOR_TYPES
+        }.__contains__
+        for op in ops:
+            kind = kinds[op.opcodeIndex]
+            float_in = {i for i in tensor_indices(op.inputs) if is_float(i)}
+            float_out = {i for i in tensor_indices(op.outputs) if is_float(i)}
+            if (not float_in and not float_out) or id(op) in allowed:
+                continue
+            if kind == "QUANTIZE" and all(
+                i in graph_inputs or id(producer.get(i)) in allowed for i in float_in
+            ):
+                continue
+            if kind == "DEQUANTIZE" and all(
+                i in graph_outputs or (consumers[i] and all(id(c) in allowed for c in consumers[i]))
+                for i in float_out
+            ):
+                continue
+            counts[kind] += 1
+    return dict(sorted(counts.items()))
+
+
+def _is_constant(fb, tensor) -> bool:
+    buffer = fb.buffers[tensor.buffer] if 0 < tensor.buffer < len(fb.buffers or []) else None
+    return buffer is not None and ((buffer.data is not None and len(buffer.data) > 0)
+                                   or bool(getattr(buffer, "size", 0)))
