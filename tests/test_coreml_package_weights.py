@@ -1,0 +1,299 @@
+"""Core ML packages run on Linux with their own (decompressed) weights, and the
+compression recipes: `keras_mvit2.export.coreml.package_weights`, `.recipes`,
+`.activation_quantization`.
+
+Oracles: the Keras model (an uncompressed float32 package must reproduce it), a numpy
+decompression of the palettized weights written here from the MIL op's own attributes,
+numpy loops for the convolution padding modes, and the packages' sizes on disk."""
+
+import inspect
+import os
+
+import numpy as np
+import pytest
+
+from keras_mvit2.export.coreml.compress import check_compression
+from keras_mvit2.export.coreml.recipes import COMPRESSION_RECIPES
+
+NUM_IMAGES = 500  # Fashion-MNIST test images for the top-1 agreement
+
+
+# --------------------------------------------------------------------------------------
+# fast: the recipe table and the argument checks (no conversion)
+
+
+def test_recipe_table_is_what_to_coreml_takes():
+    from keras_mvit2.export.coreml.convert import to_coreml
+
+    expected = {"fp16", "int8_linear", "palettize_8bit", "palettize_6bit", "palettize_4bit",
+                "palettize_8bit_grouped", "palettize_6bit_grouped", "palettize_4bit_grouped",
+                "w8a8"}
+    assert expected <= set(COMPRESSION_RECIPES)
+    parameters = set(inspect.signature(to_coreml).parameters)
+    for name, recipe in COMPRESSION_RECIPES.items():
+        assert recipe.name == name
+        assert set(recipe.arguments) <= parameters, name
+        options = recipe.options(np.zeros((1, 8, 8, 3), np.float32))
+        check_compression(options.get("weight_compression"),
+                          bits=options.get("palettize_bits", 4), sparsity=0.5,
+                          granularity=options.get("palettize_granularity", "per_tensor"),
+                          group_size=options.get("palettize_group_size", 16),
+                          minimum_deployment_target=options.get("minimum_deployment_target",
+                                                                "iOS16"))
+    grouped = [r for r in COMPRESSION_RECIPES.values() if "grouped" in r.name]
+    assert len(grouped) == 3
+    assert all(r.arguments["minimum_deployment_target"] == "iOS18" for r in grouped)
+    w8a8 = COMPRESSION_RECIPES["w8a8"]
+    assert not w8a8.measurable and w8a8.needs_calibration
+    assert all(r.measurable for r in COMPRESSION_RECIPES.values() if r is not w8a8)
+    with pytest.raises(ValueError, match="calibration_images"):
+        w8a8.options()
+    assert "calibration_images" not in COMPRESSION_RECIPES["palettize_4bit"].options()
+
+
+def test_grouped_palettization_needs_ios18():
+    with pytest.raises(ValueError, match="minimum_deployment_target='iOS18'"):
+        check_compression("palettize", bits=4, sparsity=0.5, granularity="per_grouped_channel",
+                          group_size=16, minimum_deployment_target="iOS17")
+    with pytest.raises(ValueError, match="palettize_granularity must be one of"):
+        check_compression("palettize", bits=4, sparsity=0.5, granularity="per_channel",
+                          group_size=16, minimum_deployment_target="iOS18")
+    with pytest.raises(ValueError, match="palettize_bits"):
+        check_compression("palettize", bits=5, sparsity=0.5, granularity="per_tensor",
+                          group_size=16, minimum_deployment_target="iOS16")
+
+
+# --------------------------------------------------------------------------------------
+# slow: real packages
+
+ct = pytest.importorskip("coremltools")
+
+
+def _package_bytes(path) -> int:
+    return sum(os.path.getsize(os.path.join(folder, name))
+               for folder, _, names in os.walk(path) for name in names)
+
+
+@pytest.fixture(scope="module")
+def trained(trained_classifier_path):
+    import keras
+
+    return keras.saving.load_model(trained_classifier_path)
+
+
+@pytest.fixture(scope="module")
+def fashion_test(trained):
+    """`NUM_IMAGES` Fashion-MNIST test images at the classifier's size, and labels."""
+    from shared_fixtures import fashion_mnist_rgb
+
+    from keras_mvit2.data.sources import load_fashion_mnist_arrays
+
+    images, labels = load_fashion_mnist_arrays("test")
+    return fashion_mnist_rgb(images[:NUM_IMAGES], trained.input_shape[1]), labels[:NUM_IMAGES]
+
+
+@pytest.fixture(scope="module")
+def recipe_packages(trained, tmp_path_factory):
+    """name -> `.mlpackage` of the trained classifier (made once per module, on demand)."""
+    from keras_mvit2.export.coreml import to_coreml
+
+    folder, made = tmp_path_factory.mktemp("recipes"), {}
+
+    def package(name: str) -> str:
+        if name not in made:
+            made[name] = str(folder / f"{name}.mlpackage")
+            to_coreml(trained, made[name], class_names=[str(i) for i in range(10)],
+                      **COMPRESSION_RECIPES[name].options())
+        return made[name]
+
+    return package
+
+
+@pytest.mark.slow
+def test_float32_package_reproduces_keras(trained, fashion_test, tmp_path):
+    """Every weight of the program found and used where Core ML uses it: the folded batch
+    norms, the fused 1x1 pairs and the channels-first transformer give Keras' logits."""
+    from keras_mvit2.export.coreml import to_coreml
+    from keras_mvit2.export.coreml.package_weights import (
+        measurement_kind,
+        package_weights,
+        predict_with_package_weights,
+    )
+
+    path = tmp_path / "fp32.mlpackage"
+    report = to_coreml(trained, path, quantization="float32")       # logits output
+    assert report.metadata["keras_mvit2.pointwise_fusions"] != "[]"  # fused pairs present
+    weights = package_weights(path)
+    assert len(weights) > 60 and all(w.dtype == np.float32 for w in weights.values())
+    images = fashion_test[0][:128]
+    want = trained.predict(images, verbose=0)
+    got = predict_with_package_weights(trained, path, images, batch_size=50)
+    assert got.shape == want.shape == (128, 10)
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * scale)
+    assert measurement_kind(path) == "exact"
+    with pytest.raises(ValueError, match="takes"):
+        predict_with_package_weights(trained, path, np.zeros((1, 64, 64, 3), np.float32))
+
+
+def _numpy_lut_to_dense(op) -> np.ndarray:
+    """The iOS 16 ``constexpr_lut_to_dense`` written from its definition: `indices` are
+    `nbits`-bit entries packed into bytes, least significant bit first."""
+    lut, packed, shape = op.lut.val, op.indices.val, tuple(op.shape.val)
+    nbits = int(np.log2(lut.size))
+    count = int(np.prod(shape))
+    bits = np.unpackbits(packed.astype(np.uint8), bitorder="little")[:count * nbits]
+    indices = bits.reshape(count, nbits).astype(np.int64) @ (1 << np.arange(nbits))
+    return lut[indices].reshape(shape)
+
+
+@pytest.mark.slow
+def test_palettized_weights_are_the_look_up_tables_applied(trained, fashion_test,
+                                                         recipe_packages, capsys):
+    from keras_mvit2.export.coreml.package_weights import (
+        load_package_program,
+        measurement_kind,
+        predict_with_package_weights,
+    )
+
+    path = recipe_packages("palettize_4bit")
+    program = load_package_program(path)
+    luts = [op for op in program.function.operations if op.op_type == "constexpr_lut_to_dense"]
+    assert len(luts) > 40
+    float_weights = load_package_program(recipe_packages("fp16")).weights
+    for op in luts:
+        name = op.outputs[0].name
+        recovered = program.weights[name]
+        np.testing.assert_array_equal(recovered, _numpy_lut_to_dense(op))
+        assert len(np.unique(recovered)) <= 16
+        original = float_weights[name.removesuffix("_palettized")]
+        assert recovered.shape == original.shape and recovered.dtype == original.dtype
+        assert not np.array_equal(recovered, original)
+    assert measurement_kind(path) == "approximate: float16 activations"
+
+    images, labels = fashion_test
+    float_probs = predict_with_package_weights(trained, recipe_packages("fp16"), images)
+    probs = predict_with_package_weights(trained, path, images)
+    keras_top1 = trained.predict(images, verbose=0).argmax(1)
+    agreement = float(np.mean(probs.argmax(1) == keras_top1))
+    with capsys.disabled():
+        print(f"\n[coreml] palettize_4bit on the trained classifier: top-1 agreement with "
+              f"Keras {agreement:.3f} on {len(images)} Fashion-MNIST test images (fp16: "
+              f"{np.mean(float_probs.argmax(1) == keras_top1):.3f}); top-1 "
+              f"{np.mean(probs.argmax(1) == labels):.3f} vs Keras "
+              f"{np.mean(keras_top1 == labels):.3f}; mean |dp| "
+              f"{np.abs(probs - float_probs).mean():.4f}")
+    assert np.mean(float_probs.argmax(1) == keras_top1) >= 0.99
+    assert 1e-4 < np.abs(probs - float_probs).mean() < 0.1   # changed, plausibly
+    assert 0.85 <= agreement < 1.0
+
+
+@pytest.mark.slow
+def test_palettized_sizes_shrink_with_bits(recipe_packages):
+    sizes = {bits: _package_bytes(recipe_packages(f"palettize_{bits}bit")) for bits in (8, 6, 4)}
+    fp16 = _package_bytes(recipe_packages("fp16"))
+    assert fp16 > sizes[8] > sizes[6] > sizes[4]
+    # the weights dominate: about bits / 16 of the float16 file, plus the unpalettized rest
+    assert sizes[4] < 0.45 * fp16 and sizes[8] < 0.75 * fp16
+
+
+@pytest.mark.slow
+def test_w8a8_is_calibrated_here_and_labelled_not_measurable(tmp_path, rng):
+    """coremltools calibrates W8A8 with Core ML predictions (macOS only); here the
+    program's MIL run in TensorFlow gives the ranges, and the result is labelled as a
+    simulation. A small CNN keeps it quick."""
+    import keras
+
+    from keras_mvit2.export.coreml import to_coreml
+    from keras_mvit2.export.coreml.package_weights import (
+        load_package_program,
+        measurement_kind,
+        predict_with_package_weights,
+    )
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([
+        keras.Input((16, 16, 3)), keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.Conv2D(32, 3, strides=2, padding="same", activation="relu"),
+        keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+    images = rng.uniform(0, 1, (32, 16, 16, 3)).astype(np.float32)
+    recipe = COMPRESSION_RECIPES["w8a8"]
+    with pytest.raises(ValueError, match="iOS17"):
+        to_coreml(model, tmp_path / "old.mlpackage", quantization="float32",
+                  activation_quantization="int8", calibration_images=images)
+    path = tmp_path / "w8a8.mlpackage"
+    report = to_coreml(model, path, **recipe.options(images[:16]))
+    ops = report.op_histogram
+    assert ops.get("quantize", 0) >= 3 and ops.get("dequantize", 0) >= 3
+    assert ops.get("constexpr_affine_dequantize", 0) + ops.get(
+        "constexpr_blockwise_shift_scale", 0) >= 2                 # int8 weights too
+    assert report.spec_version >= 8                                # iOS 17
+    assert measurement_kind(path) == "simulated: activation quantization"
+    program = load_package_program(path)
+    assert program.activation_quantization
+    simulated = predict_with_package_weights(model, path, images)
+    want = model.predict(images, verbose=0)
+    error = np.abs(simulated - want).max() / np.abs(want).max()
+    assert 0 < error < 0.1    # int8 activations, simulated: close, not equal
+
+
+@pytest.mark.slow
+def test_interpreter_convolutions_against_numpy(tmp_path, rng):
+    """MIL conv padding modes and a depthwise multiplier against numpy loops, and an op the
+    interpreter lacks is an error naming it (never skipped)."""
+    from coremltools.converters.mil import Builder as mb  # noqa: N813
+
+    from keras_mvit2.export.coreml.package_weights import load_package_program, run_program
+
+    images = rng.uniform(size=(2, 7, 6, 3)).astype(np.float32)          # (B, H, W, C)
+    dense = rng.normal(size=(5, 3, 3, 3)).astype(np.float32)
+    depthwise = rng.normal(size=(6, 1, 2, 2)).astype(np.float32)        # 2 outputs per channel
+
+    def numpy_conv(x, w, stride, pads, groups):                          # x: (C, H, W)
+        x = np.pad(x, [(0, 0), *pads])
+        cout, cin_group, kh, kw = w.shape
+        h, wd = (x.shape[1] - kh) // stride + 1, (x.shape[2] - kw) // stride + 1
+        y = np.zeros((cout, h, wd))
+        for o in range(cout):
+            g = o // (cout // groups)
+            for i in range(h):
+                for j in range(wd):
+                    patch = x[g * cin_group:(g + 1) * cin_group, i * stride:i * stride + kh,
+                              j * stride:j * stride + kw]
+                    y[o, i, j] = np.sum(patch * w[o])
+        return y
+
+    def run(build, name):
+        program = mb.program(input_specs=[mb.TensorSpec(shape=(1, 7, 6, 3))],
+                             opset_version=ct.target.iOS16)(build)
+        mlmodel = ct.convert(program, convert_to="mlprogram",
+                             compute_precision=ct.precision.FLOAT32,
+                             minimum_deployment_target=ct.target.iOS16,
+                             pass_pipeline=ct.PassPipeline.EMPTY)
+        mlmodel.save(str(tmp_path / name))
+        return run_program(load_package_program(tmp_path / name), images)
+
+    pads = {"same": [(1, 1), (0, 1)], "same_lower": [(1, 1), (1, 0)], "valid": [(0, 0), (0, 0)]}
+    def strided_conv(pad_type):
+        def conv(t):
+            return mb.conv(x=mb.transpose(x=t, perm=[0, 3, 1, 2]), weight=dense,
+                           strides=[2, 2], pad_type=pad_type)
+        return conv
+
+    for pad_type, pad in pads.items():     # a 3x3 kernel, stride 2, on 7x6
+        got = run(strided_conv(pad_type), f"conv_{pad_type}.mlpackage")
+        for image, out in zip(images, got, strict=True):
+            np.testing.assert_allclose(out, numpy_conv(image.transpose(2, 0, 1), dense, 2, pad,
+                                                       1), atol=1e-5)
+
+    def depthwise_conv(t):
+        return mb.conv(x=mb.transpose(x=t, perm=[0, 3, 1, 2]), weight=depthwise, strides=[1, 1],
+                       pad_type="custom", pad=[0, 1, 1, 0], groups=3)
+
+    got = run(depthwise_conv, "depthwise.mlpackage")
+    for image, out in zip(images, got, strict=True):
+        np.testing.assert_allclose(out, numpy_conv(image.transpose(2, 0, 1), depthwise, 1,
+                                                   [(0, 1), (1, 0)], 3), atol=1e-5)
+
+    with pytest.raises(NotImplementedError, match="'cumsum'"):
+        run(lambda t: mb.cumsum(x=t, axis=1), "cumsum.mlpackage")
