@@ -154,19 +154,27 @@ def test_palettized_weights_are_the_look_up_tables_applied(trained, fashion_test
     luts = [op for op in program.function.operations if op.op_type == "constexpr_lut_to_dense"]
     assert len(luts) > 40
     float_weights = load_package_program(fp32_package).weights
-    compared = 0
+    compared = approximated = 0
     for op in luts:
         name = op.outputs[0].name
         recovered = program.weights[name]
         np.testing.assert_array_equal(recovered, _numpy_lut_to_dense(op))
-        assert len(np.unique(recovered)) <= 16
+        # (float32: numpy's float16 sort is not reliable here, so neither is its unique)
+        assert len(np.unique(recovered.astype(np.float32))) <= 16
         original = float_weights.get(name.removesuffix("_palettized").removesuffix("_to_fp16"))
-        if original is not None:     # the same weight, uncompressed (names kept by the passes)
-            compared += 1
-            assert recovered.shape == original.shape and len(np.unique(original)) > 16
-            error = np.abs(recovered.astype(np.float32) - original).max()
-            assert 0 < error < 0.5 * np.abs(original).max()
+        if original is None:
+            continue
+        compared += 1                 # the same weight, uncompressed (names kept by the passes)
+        assert recovered.shape == original.shape
+        if len(np.unique(original)) <= 16:   # e.g. the unfold's 0/1 kernels: kept exactly
+            np.testing.assert_array_equal(recovered, original)
+        else:
+            approximated += 1
+            error = recovered.astype(np.float32) - original
+            relative = np.sqrt(np.mean(error ** 2) / np.mean(original ** 2))
+            assert 1e-3 < relative < 0.5     # 4-bit k-means: ~10 % RMS error
     assert compared >= len(luts) - 1    # the classifier's matrix is renamed (transposed)
+    assert approximated >= len(luts) - 5
     assert measurement_kind(path) == "approximate: float16 activations"
 
     images, labels = fashion_test

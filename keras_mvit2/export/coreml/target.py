@@ -54,7 +54,7 @@ class CoreMLTarget(ExportTarget):
         if calibration_data is not None:
             if options.get("activation_quantization") is None:
                 raise ValueError(
-                    "Core ML exports are calibrated only for activation_quantization='int8' "
+                    "Core ML exports are not calibrated unless activation_quantization='int8' "
                     "(W8A8): drop calibration_data, or set it (or compress the weights only, "
                     "with weight_compression='int8' / 'palettize')."
                 )
