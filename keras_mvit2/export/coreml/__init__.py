@@ -3,7 +3,12 @@
 One module per concern:
 
 * `convert`: `to_coreml` (trace, convert with coremltools, metadata, atomic save);
-* `compress`: weight compression (int8, palettization, pruning);
+* `compress`: weight compression (int8, palettization per tensor or grouped, pruning);
+  `activation_quantization`: W8A8, calibrated here; `recipes`: `COMPRESSION_RECIPES`, the
+  candidates an optimizer measures;
+* `package_weights`: a package's own MIL program and decompressed weights run with
+  TensorFlow on any OS (`predict_with_package_weights`; ops in `mil_ops`), the accuracy of
+  a compressed package measured without macOS;
 * `inspect`: `CoreMLReport`, `inspect_coreml` (ops, ranks, inputs, outputs, metadata on any
   OS), `run_coreml` and `coreml_predictions_available` (predictions need macOS);
 * `detection`: `to_coreml_detector`, SSDLite as the pipeline Vision's object detection reads;
@@ -27,18 +32,29 @@ from keras_mvit2.export.coreml.inspect import (
     inspect_coreml,
     run_coreml,
 )
+from keras_mvit2.export.coreml.package_weights import (
+    measurement_kind,
+    package_weights,
+    predict_with_package_weights,
+)
+from keras_mvit2.export.coreml.recipes import COMPRESSION_RECIPES, CoreMLRecipe
 from keras_mvit2.export.coreml.target import COREML, CoreMLTarget
 
 __all__ = [
+    "COMPRESSION_RECIPES",
     "COMPUTE_UNITS_GUIDANCE",
     "COREML",
     "DEPLOYMENT_TARGETS",
     "PRECISIONS",
     "WEIGHT_COMPRESSIONS",
+    "CoreMLRecipe",
     "CoreMLReport",
     "CoreMLTarget",
     "coreml_predictions_available",
     "inspect_coreml",
+    "measurement_kind",
+    "package_weights",
+    "predict_with_package_weights",
     "run_coreml",
     "to_coreml",
     "to_coreml_detector",

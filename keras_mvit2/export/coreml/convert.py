@@ -13,10 +13,16 @@ import os
 from collections.abc import Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_mvit2.export.class_names import check_class_names
-from keras_mvit2.export.coreml.compress import WEIGHT_COMPRESSIONS, compress_weights
+from keras_mvit2.export.coreml.activation_quantization import (
+    ACTIVATION_QUANTIZATIONS,
+    MIN_IOS,
+    quantize_activations,
+)
+from keras_mvit2.export.coreml.compress import DEPLOYMENT_IOS, check_compression, compress_weights
 from keras_mvit2.export.coreml.inspect import CoreMLReport, _coremltools, inspect_coreml
 from keras_mvit2.export.coreml.layout import coreml_layout
 from keras_mvit2.layers.separable_self_attention import elementwise_token_pooling
@@ -62,6 +68,10 @@ def to_coreml(
     fuse_pointwise: bool = True,
     precision: str | None = None,
     class_labels: Sequence[str] | None = None,
+    palettize_granularity: str = "per_tensor",
+    palettize_group_size: int = 16,
+    activation_quantization: str | None = None,
+    calibration_images: np.ndarray | None = None,
 ) -> CoreMLReport:
     """Converts `model` to a Core ML ML Program and saves it atomically.
 
@@ -77,13 +87,23 @@ def to_coreml(
             model becomes a Core ML classifier (outputs `classLabel` and
             `classLabel_probs`). A logits model gets a softmax appended.
         minimum_deployment_target: one of `DEPLOYMENT_TARGETS`.
-        weight_compression: `None`, `"int8"` (linear symmetric weights),
-            `"palettize"` (k-means look-up table of `palettize_bits` bits) or
-            `"prune"` (magnitude pruning to `prune_sparsity`), applied with
-            `coremltools.optimize.coreml`.
+        weight_compression: `None`, `"int8"` (linear symmetric weights, one scale per
+            output channel), `"palettize"` (k-means look-up table of `palettize_bits`
+            bits, per `palettize_granularity`) or `"prune"` (magnitude pruning to
+            `prune_sparsity`), applied with `coremltools.optimize.coreml`
+            (`keras_mvit2.export.coreml.compress`; ready-made sets of these options:
+            `keras_mvit2.export.coreml.recipes.COMPRESSION_RECIPES`).
+        palettize_granularity: `"per_tensor"` (one table per weight) or
+            `"per_grouped_channel"` (one per `palettize_group_size` output channels;
+            needs `minimum_deployment_target="iOS18"`).
+        activation_quantization: `None` or `"int8"`: int8 activations (W8A8 with
+            `weight_compression="int8"`; iOS17+), calibrated on `calibration_images`
+            `(N, H, W, 3)` in [0, 1] by running the program's MIL with TensorFlow
+            (`keras_mvit2.export.coreml.activation_quantization`; works on Linux).
         metadata: extra user-defined metadata strings (besides ``keras_mvit2.version``,
             ``keras_mvit2.model``, ``keras_mvit2.preprocessing``, ``keras_mvit2.precision``,
-            ``keras_mvit2.weight_compression``, ``keras_mvit2.pointwise_fusions`` and
+            ``keras_mvit2.weight_compression``, ``keras_mvit2.compression`` (JSON: the
+            compression options), ``keras_mvit2.pointwise_fusions`` and
             ``keras_mvit2.compute_units``, which are always written).
         precision: deprecated name of `quantization` (removed in 0.4.0).
         class_labels: deprecated name of `class_names` (removed in 0.4.0).
@@ -110,6 +130,11 @@ def to_coreml(
         image_input=image_input, class_labels=class_labels,
         arguments=(precision_argument, labels_argument),
     )
+    check_compression(weight_compression, bits=palettize_bits, sparsity=prune_sparsity,
+                      granularity=palettize_granularity, group_size=palettize_group_size,
+                      minimum_deployment_target=minimum_deployment_target)
+    _check_activation_quantization(activation_quantization, calibration_images,
+                                   minimum_deployment_target, shape)
     add_softmax = class_labels is not None and not _is_probability_output(model)
     mlmodel, fusions = _convert(
         ct, model, shape, add_softmax=add_softmax, image_input=image_input,
@@ -118,7 +143,13 @@ def to_coreml(
     )
     if not class_labels:
         mlmodel = _with_output_name(ct, mlmodel, model)
-    mlmodel = compress_weights(mlmodel, weight_compression, palettize_bits, prune_sparsity)
+    if activation_quantization is not None:
+        mlmodel = quantize_activations(mlmodel, calibration_images)
+    mlmodel = compress_weights(mlmodel, weight_compression, palettize_bits, prune_sparsity,
+                               granularity=palettize_granularity, group_size=palettize_group_size)
+    compression = _compression_info(weight_compression, palettize_bits, palettize_granularity,
+                                    palettize_group_size, activation_quantization)
+    metadata = {"keras_mvit2.compression": json.dumps(compression), **(metadata or {})}
     _add_metadata(mlmodel, model, shape, precision, weight_compression, fusions, metadata)
     with atomic_output(path) as tmp:
         mlmodel.save(tmp)
@@ -149,11 +180,6 @@ def _checked_arguments(
             f"{precision_argument} must be one of {PRECISIONS}. "
             f"Received: {precision_argument}={precision!r}"
         )
-    if weight_compression not in WEIGHT_COMPRESSIONS:
-        raise ValueError(
-            f"weight_compression must be one of {WEIGHT_COMPRESSIONS}. "
-            f"Received: weight_compression={weight_compression!r}"
-        )
     if minimum_deployment_target not in DEPLOYMENT_TARGETS:
         raise ValueError(
             f"minimum_deployment_target must be one of {DEPLOYMENT_TARGETS}. "
@@ -179,6 +205,28 @@ def _checked_arguments(
             f"of shape (batch, classes). Received: output shape {output_shape}"
         )
     return model, shape, class_labels
+
+
+def _check_activation_quantization(method: str | None, images, target: str,
+                                   shape: tuple[int, ...]) -> None:
+    """A ValueError for an activation quantization `to_coreml` cannot make."""
+    if method not in ACTIVATION_QUANTIZATIONS:
+        raise ValueError(f"activation_quantization must be one of {ACTIVATION_QUANTIZATIONS}. "
+                         f"Received: activation_quantization={method!r}")
+    if method is None:
+        if images is not None:
+            raise ValueError("calibration_images are only read with "
+                             "activation_quantization='int8': drop them or set it.")
+        return
+    if DEPLOYMENT_IOS.get(target, 0) < MIN_IOS:
+        raise ValueError(
+            "activation_quantization='int8' needs the iOS 17 opset (quantize / dequantize): "
+            f"pass minimum_deployment_target='iOS17' or later. Received: {target!r}")
+    if images is None or np.ndim(images) != 4 or tuple(np.shape(images)[1:]) != shape:
+        raise ValueError(
+            "activation_quantization='int8' calibrates on images: pass calibration_images "
+            f"of shape (N, {', '.join(map(str, shape))}) in [0, 1]. Received: "
+            f"{None if images is None else np.shape(images)}")
 
 
 def _convert(ct, model: keras.Model, shape: tuple[int, ...], *, add_softmax: bool,
@@ -222,6 +270,18 @@ def _convert(ct, model: keras.Model, shape: tuple[int, ...], *, add_softmax: boo
             pass_pipeline=pipeline_with_pointwise_fusion() if fuse_pointwise else None,
         )
     return mlmodel, fusions
+
+
+def _compression_info(weight_compression: str | None, bits: int, granularity: str,
+                      group_size: int, activation_quantization: str | None) -> dict:
+    """The ``keras_mvit2.compression`` metadata: what was compressed, and how."""
+    info: dict = {"weight_compression": weight_compression,
+                  "activation_quantization": activation_quantization}
+    if weight_compression == "palettize":
+        info.update(palettize_bits=bits, palettize_granularity=granularity)
+        if granularity == "per_grouped_channel":
+            info["palettize_group_size"] = group_size
+    return info
 
 
 def _with_output_name(ct, mlmodel, model: keras.Model):

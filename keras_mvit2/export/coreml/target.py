@@ -31,8 +31,10 @@ class CoreMLTarget(ExportTarget):
     """`.mlpackage` ML Programs for iPhone (Core ML), float16 by default.
 
     Options of `convert` besides the shared ones: those of `to_coreml` (`image_input`,
-    `minimum_deployment_target`, `weight_compression`, `palettize_bits`, `prune_sparsity`,
-    `fuse_pointwise`). Core ML is not calibrated: `calibration_data` must be None.
+    `minimum_deployment_target`, `weight_compression`, `palettize_bits`,
+    `palettize_granularity`, `palettize_group_size`, `prune_sparsity`, `fuse_pointwise`,
+    `activation_quantization`; ready-made sets: `recipes.COMPRESSION_RECIPES`). Only
+    activation quantization (W8A8) is calibrated: `calibration_data` must be None otherwise.
     """
 
     name = "coreml"
@@ -50,10 +52,22 @@ class CoreMLTarget(ExportTarget):
                 **options: Any) -> CoreMLReport:
         self.check_options(options, to_coreml)
         if calibration_data is not None:
-            raise ValueError(
-                "Core ML exports are not calibrated: drop calibration_data (compress the "
-                "weights with weight_compression='int8' / 'palettize' instead)."
-            )
+            if options.get("activation_quantization") is None:
+                raise ValueError(
+                    "Core ML exports are not calibrated unless activation_quantization='int8' "
+                    "(W8A8): drop calibration_data, or set it (or compress the weights only, "
+                    "with weight_compression='int8' / 'palettize')."
+                )
+            from keras_mvit2.export.calibration import calibration_images
+
+            size = image_size or tuple(model.input_shape[1:3])
+            if isinstance(size, int):
+                size = (size, size)
+            if None in size:
+                raise ValueError("A model of dynamic input size needs image_size to calibrate "
+                                 "its Core ML activations.")
+            options["calibration_images"] = calibration_images(calibration_data,
+                                                               image_size=tuple(size))
         return to_coreml(model, path, quantization=self.check_format(quantization),
                          class_names=class_names,
                          metadata=None if metadata is None else dict(metadata),
