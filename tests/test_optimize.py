@@ -174,7 +174,12 @@ def test_mvit2_optimize_on_a_trained_classifier_keeps_the_budget(trained_classif
     shipped = _litert_top1(out / "best.tflite", data.held_out)
     drop = 100 * (reference - np.mean(shipped == data.labels))
     assert drop <= 0.5 and drop == pytest.approx(best["drop_points"])
-    int8 = next(c for c in report["candidates"] if c["name"] == "int8")
+    by_name = {c["name"]: c for c in report["candidates"]}
+    assert not [c["error"] for c in report["candidates"] if c["error"]]
+    assert len(by_name["int8_float_top3"]["recipe"]["float_layers"]) == 3
+    assert by_name["float16"]["recipe"]["token_sum"] in ("matmul", "product_mean")
+    assert by_name["weight_only_int4"]["size_bytes"] < by_name["int8"]["size_bytes"]
+    int8 = by_name["int8"]
     if int8["within_budget"]:
         assert best["size_bytes"] <= int8["size_bytes"]
     assert f"best: {report['best']}" in printed

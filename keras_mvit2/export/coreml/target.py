@@ -117,6 +117,25 @@ class CoreMLTarget(ExportTarget):
     def inspect(self, path: str | os.PathLike) -> CoreMLReport:
         return inspect_coreml(path)
 
+    def candidates(self, model: Any, *, calibration_data: np.ndarray,
+                   held_out: np.ndarray,
+                   class_names: Sequence[str] | None = None) -> list[Any]:
+        """`keras_mvit2.export.coreml.candidates.coreml_candidates`."""
+        from keras_mvit2.export.coreml.candidates import coreml_candidates
+
+        return coreml_candidates(model, calibration_data=calibration_data,
+                                 class_names=class_names, runs_here=self.can_run())
+
+    def outputs_here(self, model: Any, path: str | os.PathLike,
+                     images: np.ndarray) -> np.ndarray:
+        """Core ML's outputs on macOS; elsewhere the package's own MIL program run in
+        TensorFlow with its own (decompressed) weights (`predict_with_package_weights`)."""
+        if self.can_run():
+            return self.run(path, images)
+        from keras_mvit2.export.coreml.package_weights import predict_with_package_weights
+
+        return predict_with_package_weights(model, path, images)
+
     def can_run(self) -> bool:
         return coreml_predictions_available()
 
