@@ -199,3 +199,29 @@ def _mediapipe_names_match(tmp_path, path, images, names) -> None:
     index = out["best.index"]
     assert [str(n) for n in out["best.names"]] == [names[i] for i in index]
     assert np.mean(index == _litert_top1(path, images)) >= 0.9
+
+
+@pytest.mark.slow
+def test_coreml_ships_the_smallest_measured_package_never_a_simulated_one(tiny, tmp_path):
+    """Core ML on Linux: every package's accuracy from its own MIL program and weights;
+    W8A8 (activation quantization: only simulated here) is built and reported, never chosen."""
+    from keras_mvit2.export.coreml import package_weights, predict_with_package_weights
+
+    model, data = tiny
+    result = optimize(model, tmp_path, target="coreml", data=data, max_drop=100.0,
+                      only=["fp16", "palettize_4bit", "w8a8"], verbose=False)
+    by_name = {r.name: r for r in result.candidates}
+    assert not [r.error for r in result.candidates if r.error]
+    assert by_name["w8a8"].top1 is None and not by_name["w8a8"].within_budget
+    assert by_name["w8a8"].size_bytes < by_name["fp16"].size_bytes
+    assert result.best.name == "palettize_4bit"
+    assert result.best_path == str(tmp_path / "best.mlpackage")
+    assert result.latency_setup is None and result.best.latency_ms is None  # no Core ML here
+    top1 = predict_with_package_weights(model, result.best_path, data.held_out).argmax(-1)
+    assert result.best.top1 == pytest.approx(np.mean(top1 == data.labels))
+    weights = package_weights(result.best_path)
+    kernel = next(w for name, w in weights.items() if w.ndim == 4 and w.shape[0] == 32)
+    assert len(np.unique(kernel.astype(np.float32))) <= 16  # 4-bit look-up table
+    assert mv.export.get_target("coreml").class_names(result.best_path) == data.class_names
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["best"] == "palettize_4bit"
