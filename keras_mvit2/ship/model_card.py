@@ -110,13 +110,31 @@ def _classes_section(run: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _augmentation(a: dict[str, Any]) -> str:
+    """The augmentations that are on, in words (`AugmentConfig` fields)."""
+    used = []
+    if a.get("random_resized_crop"):
+        lo, hi = a.get("rrc_scale", (0.08, 1.0))
+        used.append(f"random resized crop (area {lo:g}-{hi:g})")
+    if a.get("horizontal_flip"):
+        used.append("horizontal flip")
+    if a.get("rand_augment"):
+        used.append(f"RandAugment ({a['rand_augment_ops']} ops, magnitude "
+                    f"{a['rand_augment_magnitude']:g})")
+    if a.get("random_erasing"):
+        used.append(f"random erasing (p {a['random_erasing']:g})")
+    if a.get("mixup_alpha"):
+        used.append(f"MixUp (alpha {a['mixup_alpha']:g})")
+    if a.get("cutmix_alpha"):
+        used.append(f"CutMix (alpha {a['cutmix_alpha']:g})")
+    return ", ".join(used) or "none"
+
+
 def _recipe_section(recipe: dict[str, Any]) -> list[str]:
-    augment = recipe.get("augmentation") or {}
     trained = ("frozen backbone (classifier only)" if recipe["freeze_backbone"]
                else "all layers trained")
-    used = [f"{k}={v}" for k, v in augment.items() if v not in (False, 0, 0.0, None)]
     return [
-        f"- {recipe['epochs']} epochs, {recipe['optimizer']} (peak learning rate "
+        f"- {recipe['epochs']} epoch(s), {recipe['optimizer']} (peak learning rate "
         f"{recipe['peak_lr']:.3g}, weight decay {recipe['weight_decay']:g}), "
         f"{recipe['schedule']} schedule with {recipe['warmup_epochs']:g} warm-up epoch(s), "
         f"global batch {recipe['global_batch_size']}, label smoothing "
@@ -124,7 +142,7 @@ def _recipe_section(recipe: dict[str, Any]) -> list[str]:
         f"{trained}.",
         f"- Input {recipe['image_size']}x{recipe['image_size']} RGB in [0, 1]; "
         f"{recipe['precision']}; {recipe['images_per_second']:.1f} training images/s.",
-        f"- Augmentation: {', '.join(used) or 'none'}.",
+        f"- Augmentation: {_augmentation(recipe.get('augmentation') or {})}.",
     ]
 
 
