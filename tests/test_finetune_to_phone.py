@@ -319,7 +319,8 @@ def test_finetune_from_a_file_and_from_an_hf_id_records_and_uses_those_weights(
     ported = mv.create_model(MODEL, weights=hub["file"], input_shape=(SIZE, SIZE, 3),
                              include_top=False)
     quick = ["--epochs", "1", "--set", "data.batch_size=8", "--set",
-             "training.steps_per_epoch=1", "--val", "0", "--freeze-backbone"]
+             "training.steps_per_epoch=1", "--set", "ema.enabled=false", "--val", "0",
+             "--freeze-backbone"]
     for weights, kind in ((hub["file"], "file"), (f"hf://{OTHER_REPO}", "hf")):
         out = tmp_path / kind
         # file: the size given; hf: the size of its config.json, and a uint8-I/O int8 file
