@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from keras_mvit2.training import TrainConfig
 
-__all__ = ["FULL", "SMALL", "DemoResult", "DemoSettings", "DemoStep", "print_summary",
-           "run_demo", "train_config"]
+__all__ = ["FULL", "SMALL", "DemoResult", "DemoSettings", "DemoStep", "print_steps",
+           "print_summary", "run_demo", "train_config"]
 
 Log = Callable[[str], None]
 
@@ -402,21 +402,26 @@ def run_demo(
 
 def print_summary(result: DemoResult, console: Any = None) -> None:
     """Prints the one-table summary (rich): each step's key figure and its artefact."""
+    print_steps(f"mvit2 demo: MobileViTV2-0.5 on Fashion-MNIST, {result.seconds:.0f} s",
+                result.steps, result.output_dir, "summary.json: all figures", console)
+
+
+def print_steps(title: str, steps: list[DemoStep], output_dir: str, where_all: str,
+                console: Any = None) -> None:
+    """The summary table of a pipeline (rich): step, result, file (relative to
+    `output_dir`), time; the caption names `output_dir` and `where_all`."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(
-        title=f"mvit2 demo: MobileViTV2-0.5 on Fashion-MNIST, {result.seconds:.0f} s",
-        caption=f"files in {escape(_display_path(result.output_dir))}/ (summary.json: all "
-                "figures)",
-    )
+    table = Table(title=title,
+                  caption=f"files in {escape(_display_path(output_dir))}/ ({where_all})")
     table.add_column("step")
     table.add_column("result")
     table.add_column("file")
     table.add_column("time", justify="right")
-    for row in result.steps:
-        where = "-" if row.artefact is None else os.path.relpath(row.artefact, result.output_dir)
+    for row in steps:
+        where = "-" if row.artefact is None else os.path.relpath(row.artefact, output_dir)
         table.add_row(row.name, escape(row.figure), escape(where),
                       f"{row.seconds:.0f} s" if row.seconds else "")
     console = console or Console()

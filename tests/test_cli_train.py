@@ -176,7 +176,7 @@ def test_finetune_with_a_frozen_backbone_keeps_it(run, folder, tmp_path):
     source.save_weights(weights)
     target = tmp_path / "finetuned"
     code = main(["finetune", "--config", "fashion_mnist", "--weights", str(weights),
-                 "--freeze-backbone", "--data", str(folder), "-o", str(target),
+                 "--freeze-backbone", "--data", str(folder), "-o", str(target), "--export", "none",
                  *_sets([*TINY, "training.epochs=1"])])
     assert code == 0
     tuned = keras.saving.load_model(target / "model.keras")

@@ -10,6 +10,7 @@ from keras_mvit2.cli import (
     bench_cmd,
     demo_cmd,
     export_cmd,
+    finetune_cmd,
     models_cmd,
     optimize_cmd,
     predict_cmd,
@@ -26,7 +27,7 @@ from keras_mvit2.utils.quiet import native_chatter_filtered, quiet_libraries
 
 _COMMANDS = (demo_cmd, predict_cmd, models_cmd, weights_cmd, visualize_cmd, bench_cmd,
              bench_android_cmd, qat_cmd, export_cmd, optimize_cmd, task_cmd, train_cmd,
-             web_cmd)
+             finetune_cmd, web_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

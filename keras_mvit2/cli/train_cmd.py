@@ -1,4 +1,4 @@
-"""`mvit2 train`, `mvit2 finetune` and `mvit2 eval`: the training library on the command line.
+"""`mvit2 train` and `mvit2 eval`: the training library on the command line.
 
 - `train --config CFG [--data DIR] [--set key=value ...] [--output DIR] [--strategy S]
   [--resume]` runs `keras_mvit2.training.train` and prints the final metrics and where the
@@ -9,7 +9,7 @@
   folder or `--set output.resume=false` starts over);
   `train --task segmentation|detection ...` trains a downstream task model instead
   (`keras_mvit2.cli.task_cmd.train_task`).
-- `finetune --config CFG --weights FILE [--freeze-backbone] ...`: `training.finetune`.
+- `finetune`: `keras_mvit2.cli.finetune_cmd` (photos in, phone files out).
 - `eval MODEL --data DIR|fashion_mnist`: top-1 / top-5, per-class accuracy, a
   confusion-matrix PNG and a JSON report (`training.write_eval_report`).
 
@@ -83,18 +83,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     task_cmd.add_train_arguments(p.add_argument_group(
         "segmentation / detection (--task segmentation|detection only)"))
     p.set_defaults(handler=_train)
-
-    p = sub.add_parser(
-        "finetune",
-        help="fine-tune pretrained weights with a new classifier",
-        description="Fine-tune from pretrained weights (ml-cvnets .pt, timm "
-        ".pth/.bin/.safetensors or a Keras .weights.h5) with a new classifier for the data.",
-    )
-    _add_config_arguments(p, config_required=True)
-    p.add_argument("--weights", required=True, metavar="FILE", help="pretrained weights")
-    p.add_argument("--freeze-backbone", action="store_true",
-                   help="train only the classifier (the BatchNorms keep their statistics)")
-    p.set_defaults(handler=_finetune)
 
     p = sub.add_parser(
         "eval",
@@ -252,20 +240,6 @@ def _train(args: argparse.Namespace) -> int:
 
     _print_run(training.train(config_from_args(args), replan=args.resume,
                               on_plan=_print_plan))
-    return 0
-
-
-def _finetune(args: argparse.Namespace) -> int:
-    from keras_mvit2 import training
-
-    if not os.path.exists(args.weights):
-        raise FileNotFoundError(f"--weights: file not found: {args.weights!r}. Pass an "
-                                "ml-cvnets .pt, a timm .pth/.bin/.safetensors or a Keras "
-                                ".weights.h5.")
-    result = training.finetune(config_from_args(args), args.weights,
-                               freeze_backbone=args.freeze_backbone, replan=args.resume,
-                               on_plan=_print_plan)
-    _print_run(result)
     return 0
 
 

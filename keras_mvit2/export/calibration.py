@@ -249,7 +249,7 @@ def _parse_fashion_mnist(spec: str, default_split: str) -> str | None:
 
 
 def load_labelled_images(
-    data: str | os.PathLike,
+    data: Any,
     *,
     image_size: tuple[int, int],
     limit: int | None = None,
@@ -262,8 +262,9 @@ def load_labelled_images(
     """Reads a folder of class sub-folders or Fashion-MNIST, with labels, at `image_size`.
 
     Args:
-        data: a folder path (one sub-folder per class) or ``"fashion_mnist"`` (optionally
-            ``"fashion_mnist:train"`` / ``":test"``).
+        data: a folder path (one sub-folder per class), ``"fashion_mnist"`` (optionally
+            ``"fashion_mnist:train"`` / ``":test"``) or a `keras_mvit2.data.ImageSource`
+            (e.g. the validation split of a folder, `training.make_sources`).
         image_size: `(height, width)` of the output images.
         limit: read at most this many images (default: all).
         split: the Fashion-MNIST split used when `data` names none (``"test"`` for
@@ -290,9 +291,14 @@ def load_labelled_images(
 
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive int or None. Received: limit={limit!r}")
-    spec = os.fspath(data)
-    fm_split = _parse_fashion_mnist(spec, split)
-    if fm_split is not None:
+    from keras_mvit2.data import ImageSource
+
+    spec = data.skipped.where if isinstance(data, ImageSource) else os.fspath(data)
+    fm_split = None if isinstance(data, ImageSource) else _parse_fashion_mnist(spec, split)
+    if isinstance(data, ImageSource):  # a split of a folder, say: read as it is
+        source, description = data, spec
+        ratio = DEFAULT_FOLDER_CROP_RATIO if crop_ratio is None else crop_ratio
+    elif fm_split is not None:
         shuffle = shuffle and fm_split == "train"
         source = fashion_mnist(fm_split, limit=None if shuffle else limit)
         ratio = 1.0 if crop_ratio is None else crop_ratio

@@ -107,6 +107,20 @@ def write_run_files(config: TrainConfig, out: str, run_info: dict[str, Any]) -> 
     write_json(os.path.join(out, "run.json"), run_info)
 
 
+def update_run_json(out: str, fields: dict[str, Any]) -> None:
+    """Adds `fields` to the run folder's `run.json` (atomically; keys already there are
+    replaced), for what is known only after training (weights provenance, exports)."""
+    import json
+
+    path = os.path.join(out, "run.json")
+    info: dict[str, Any] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            info = json.load(f)
+    info.update(fields)
+    write_json(path, info)
+
+
 @dataclasses.dataclass
 class InferenceModels:
     """The float32 models with softmax a run saves (raw and EMA weights) and their paths."""

@@ -79,6 +79,7 @@ from keras_mvit2.training.records import (
     TrainResult,
     make_run_info,
     save_inference_models,
+    update_run_json,
     write_metrics,
     write_run_files,
 )
@@ -97,6 +98,7 @@ from keras_mvit2.training.run_folder import (
     prepare_folder,
 )
 from keras_mvit2.training.train_step import ClassifierTrainer, ops_cast
+from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
 
 # What this module held before it was split into the modules above stays importable from
 # here (tests and benchmarks import some of the private names too).
@@ -328,7 +330,7 @@ def _finish(config: TrainConfig, trainer: ClassifierTrainer, data: RunData, val_
 
 def finetune(
     config: TrainConfig | str | os.PathLike | dict,
-    weights: str | os.PathLike,
+    weights: str | os.PathLike | WeightsSource | None,
     *,
     freeze_backbone: bool = False,
     new_head: bool = True,
@@ -338,14 +340,19 @@ def finetune(
 ) -> TrainResult:
     """Fine-tunes from pretrained weights with a new classifier for the config's data.
 
-    Same as `train(config)` with `model.weights=weights`, `model.freeze_backbone` and
-    `model.new_head` set: the backbone comes from an ml-cvnets / timm / HF checkpoint
-    (ported by `load_torch_weights`) or a Keras `.weights.h5`, the classifier is new
-    (sized for the data's classes) unless `new_head=False` and the sizes match.
+    Same as `train(config)` with `model.weights` set to the resolved file,
+    `model.freeze_backbone` and `model.new_head` set: the backbone comes from an ml-cvnets
+    / timm / HF checkpoint (ported by `load_torch_weights`) or a Keras `.weights.h5`, the
+    classifier is new (sized for the data's classes) unless `new_head=False` and the sizes
+    match. Where the weights came from (kind, tag, repository, SHA-256, licence) is added
+    to `run.json` under `"weights"`.
 
     Args:
         config: as `train` (e.g. the packaged `finetune_small_data` recipe).
-        weights: the pretrained weights file.
+        weights: a checkpoint file, a published tag of `config.model.name` (`"imagenet"`,
+            downloaded once and cached), a KerasHub preset name, an `hf://<owner>/<repo>`
+            id, None / `"none"` for random initialization, or a resolved `WeightsSource`
+            (`keras_mvit2.weights.source`).
         freeze_backbone: train only the classifier; the frozen BatchNorms use their
             pretrained statistics.
         new_head: always start from a new classifier.
@@ -355,6 +362,11 @@ def finetune(
     """
     if not isinstance(config, TrainConfig):
         config = load_config(config)
-    config = config.replace(model={"weights": os.fspath(weights),
+    source = weights if isinstance(weights, WeightsSource) else resolve_weights_source(
+        weights, config.model.name)
+    config = config.replace(model={"weights": source.path,
                                    "freeze_backbone": freeze_backbone, "new_head": new_head})
-    return train(config, callbacks=callbacks, replan=replan, on_plan=on_plan)
+    result = train(config, callbacks=callbacks, replan=replan, on_plan=on_plan)
+    if result.model_path is not None:  # the chief wrote the run folder
+        update_run_json(result.output_dir, {"weights": source.to_dict()})
+    return result

@@ -118,8 +118,9 @@ def native_chatter_filtered() -> Iterator[None]:
 
 
 def quiet_libraries() -> None:
-    """Mutes TensorFlow's, absl's and coremltools' chatter for the rest of the process."""
-    for name in ("tensorflow", "absl", "coremltools", "h5py", "matplotlib"):
+    """Mutes TensorFlow's, absl's, coremltools' and huggingface_hub's chatter (its retry
+    warnings) for the rest of the process."""
+    for name in ("tensorflow", "absl", "coremltools", "h5py", "matplotlib", "huggingface_hub"):
         logging.getLogger(name).setLevel(logging.ERROR)
     with contextlib.suppress(ImportError):
         from absl import logging as absl_logging
@@ -127,5 +128,7 @@ def quiet_libraries() -> None:
         absl_logging.set_verbosity(absl_logging.ERROR)
     # coremltools draws its conversion passes with tqdm, which reads this at each bar.
     os.environ["TQDM_DISABLE"] = "1"
+    # huggingface_hub sets its logger's level when first imported (after this, maybe).
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")
     warnings.filterwarnings("ignore", message=r"The structure of `inputs` doesn't match")
     warnings.filterwarnings("ignore", category=DeprecationWarning)

@@ -1,0 +1,144 @@
+"""`mvit2 finetune` on a folder of photos, timed: the whole command, as a user runs it.
+
+    python benchmarks/finetune_photos.py [--images 1000] [--epochs N]
+        [--work /tmp/finetune_photos] [--out benchmarks/results]
+
+Writes `--images` Fashion-MNIST training images (the first of each class, 10 classes) to
+disk as PNG files in class folders, then runs, each in a fresh process and timed,
+
+    mvit2 finetune PHOTOS --model mobilevitv2_050 --weights imagenet -o RUN   # stand-in hub
+    mvit2 finetune PHOTOS --model mobilevitv2_050 --weights none -o RUN       # random init
+
+at the default settings (the packaged `finetune_small_data` recipe at the checkpoint's
+256x256; `--epochs` shortens the run). `--weights imagenet` is downloaded from the
+loopback stand-in of the Hugging Face hub of the tests (tests/hub_standin.py), which
+serves a timm checkpoint with random weights made by tests/torch_oracle.py (torch, in a
+subprocess): it exercises the download, port and fine-tuning path, but these are not the
+real ImageNet weights, so its accuracy says nothing about them. Records wall time, top-1
+on the held-out images, the int8 file's top-1 and agreement with Keras, sizes and the load
+average, in `finetune_photos.json` / `.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TESTS = os.path.join(ROOT, "tests")
+MODEL = "mobilevitv2_050"
+REPO = f"timm/{MODEL}.cvnets_in1k"
+
+
+def write_photos(folder: str, count: int) -> dict[str, int]:
+    """The first `count // 10` training images of each Fashion-MNIST class, as RGB PNGs."""
+    import numpy as np
+    from PIL import Image
+
+    from keras_mvit2.data.sources import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
+
+    x, y = load_fashion_mnist_arrays("train")
+    per_class = count // len(FASHION_MNIST_CLASSES)
+    written: dict[str, int] = {}
+    for label, name in enumerate(FASHION_MNIST_CLASSES):
+        safe = name.replace("/", "-")
+        os.makedirs(os.path.join(folder, safe), exist_ok=True)
+        for i, index in enumerate(np.flatnonzero(y == label)[:per_class]):
+            Image.fromarray(x[index]).convert("RGB").save(
+                os.path.join(folder, safe, f"{i:05d}.png"))
+        written[safe] = per_class
+    return written
+
+
+def standin_checkpoint(work: str) -> bytes:
+    """A timm `model.safetensors` of MODEL with random weights (tests/torch_oracle.py)."""
+    subprocess.run([sys.executable, os.path.join(TESTS, "torch_oracle.py"), "--out-dir", work,
+                    "--models", MODEL, "--sizes", "32x32", "--block-sizes", "8x8",
+                    "--batch", "1"], check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(work, f"{MODEL}.safetensors"), "rb") as f:
+        return f.read()
+
+
+def run_command(args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Runs `mvit2 ARGS` in a fresh process; returns (wall seconds, mean load average)."""
+    start = time.monotonic()
+    load0 = os.getloadavg()[0]
+    code = subprocess.call([sys.executable, "-c", "from keras_mvit2.cli import main; "
+                            "raise SystemExit(main())", *args], env=env)
+    if code:
+        raise SystemExit(f"mvit2 {' '.join(args)} failed with status {code}")
+    return time.monotonic() - start, (load0 + os.getloadavg()[0]) / 2
+
+
+def figures(run_dir: str) -> dict:
+    """The run's figures, from its run.json."""
+    with open(os.path.join(run_dir, "run.json")) as f:
+        run = json.load(f)
+    exports = {r["target"]: r for r in run["exports"]}
+    tflite = exports["tflite"]
+    return {
+        "top1": run["evaluation"]["top1"], "top5": run["evaluation"]["top5"],
+        "held_out_images": run["evaluation"]["num_examples"],
+        "int8_top1": tflite["top1"], "int8_agreement": tflite["top1_agreement"],
+        "int8_size_bytes": tflite["size_bytes"],
+        "int8_latency_ms": (tflite.get("latency") or {}).get("median_ms"),
+        "coreml_size_bytes": (exports.get("coreml") or {}).get("size_bytes"),
+        "epochs": run["recipe"]["epochs"], "image_size": run["recipe"]["image_size"],
+        "images_per_second": run["recipe"]["images_per_second"],
+        "weights": {k: run["weights"].get(k) for k in ("kind", "value", "repo_id", "sha256")},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=int, default=1000)
+    parser.add_argument("--epochs", type=int, help="default: the recipe's (30)")
+    parser.add_argument("--work", default="/tmp/finetune_photos")
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--only", choices=("standin", "random"),
+                        help="run one of the two commands")
+    args = parser.parse_args()
+    sys.path.insert(0, TESTS)
+    from hub_standin import HubStandIn
+
+    photos = os.path.join(args.work, "photos")
+    if not os.path.isdir(photos):
+        write_photos(photos, args.images)
+    server = HubStandIn()
+    server.serve(REPO, "model.safetensors", standin_checkpoint(args.work))
+    env = {**os.environ, "HF_ENDPOINT": server.url, "HF_HOME": os.path.join(args.work, "hf"),
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": ROOT}
+    env.pop("HF_HUB_OFFLINE", None)
+    extra = [] if args.epochs is None else ["--epochs", str(args.epochs)]
+    results = {"images": args.images, "cpus": os.cpu_count(), "runs": {}}
+    for name, weights in (("standin", "imagenet"), ("random", "none")):
+        if args.only and args.only != name:
+            continue
+        run_dir = os.path.join(args.work, f"run_{name}")
+        command = ["finetune", photos, "--model", MODEL, "--weights", weights, "-o", run_dir,
+                   "--set", "output.resume=false", *extra]
+        seconds, load = run_command(command, env)
+        results["runs"][name] = {"command": "mvit2 " + " ".join(command), "wall_s": seconds,
+                                 "load_average": load, **figures(run_dir)}
+    server.stop()
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "finetune_photos.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    lines = ["| start | epochs | wall time | top-1 (Keras) | int8 top-1 | int8 agreement |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, r in results["runs"].items():
+        lines.append(f"| {name} | {r['epochs']} | {r['wall_s'] / 60:.1f} min | "
+                     f"{100 * r['top1']:.1f} % | {100 * r['int8_top1']:.1f} % | "
+                     f"{100 * r['int8_agreement']:.1f} % |")
+    with open(os.path.join(args.out, "finetune_photos.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The phone files of a fine-tuning run: export, validate and time each one.
+
+`_export_phone_files(model, run_dir, data, ...)` is the one export step of
+`keras_mvit2.ship.finetune_to_phone`: a full-integer int8 `.tflite` calibrated on training
+images (float or uint8 I/O) and a float16 Core ML package, both carrying the folder's class
+names and the standard metadata, each converted through its `ExportTarget`, validated on
+the held-out images (`keras_mvit2.export.validate`: top-1, agreement with Keras) and timed
+on this host where its runtime runs here. A budgeted export (the optimizer of
+`keras_mvit2.export.optimize`, `--max-drop`) replaces this function's conversion loop and
+returns the same records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DEFAULT_TARGETS", "PHONE_FOLDER", "PhoneData", "_export_phone_files"]
+
+#: What `--export` exports by default.
+DEFAULT_TARGETS = ("tflite", "coreml")
+#: The phone files' folder in the run folder.
+PHONE_FOLDER = "phone"
+#: target name -> (file name, quantization) of the default exports.
+_FILES = {"tflite": ("model_int8.tflite", "int8"), "coreml": ("model.mlpackage", "float16")}
+
+
+@dataclasses.dataclass
+class PhoneData:
+    """The images the export step uses, at the model's input size, float32 in [0, 1].
+
+    Attributes:
+        calibration: `(n, H, W, 3)` training images (int8 calibration).
+        images: `(m, H, W, 3)` held-out images (validation), or None without any.
+        labels: `(m,)` int64 class indices of `images`, or None.
+    """
+
+    calibration: np.ndarray
+    images: np.ndarray | None
+    labels: np.ndarray | None
+
+
+def _coreml_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("coremltools") is not None
+
+
+def _latency(target: Any, path: str, runs: int) -> dict[str, Any] | None:
+    """Host latency (batch 1, one thread) in ms, or None where the runtime is not here."""
+    if not target.can_run():
+        return None
+    try:
+        bench = target.bench(path, threads=1, runs=runs, warmup=max(1, runs // 10),
+                             measure_memory=False)
+    except NotImplementedError:
+        return None
+    stats = bench.latency_ms
+    return {"median_ms": float(stats.median),
+            "p90_ms": None if stats.p90 is None else float(stats.p90),
+            "threads": 1, "runtime": target.runtime, "runs": runs,
+            "cpu": bench.device.get("cpu") or bench.device.get("machine")}
+
+
+def _export_phone_files(
+    model: Any,
+    run_dir: str | os.PathLike,
+    data: PhoneData,
+    *,
+    class_names: Sequence[str],
+    targets: Sequence[str] = DEFAULT_TARGETS,
+    io_dtype: str = "float32",
+    bench_runs: int = 50,
+    log: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Exports `model` for phones into `run_dir/phone/`, validates and times each file.
+
+    Args:
+        model: the Keras inference model (fixed input size, softmax).
+        run_dir: the run folder.
+        data: calibration and held-out images (`PhoneData`).
+        class_names: written into each file, in label order.
+        targets: export target names (`"tflite"`, `"coreml"`); Core ML is skipped, with a
+            note, where coremltools is not installed.
+        io_dtype: the int8 `.tflite`'s input / output type: `"float32"` (pixels / 255 in,
+            probabilities out) or `"uint8"` (camera pixels in).
+        bench_runs: timed runs of the host latency measurement.
+        log: called with one line per step.
+
+    Returns:
+        One record per target: `target`, `format`, `path` (relative to `run_dir`),
+        `quantization`, `io_dtype`, `size_bytes`, `num_ops`, `validation`
+        (`ValidationReport.to_dict()` of the held-out images, None without any),
+        `top1`, `keras_top1`, `top1_agreement` (None where not run), `latency`
+        (`median_ms`, `p90_ms`, ... or None), `note`.
+    """
+    from keras_mvit2.export import get_target, validate
+    from keras_mvit2.export.validate import reference_outputs
+
+    log = log or (lambda line: None)
+    run_dir = os.path.abspath(os.fspath(run_dir))
+    folder = os.path.join(run_dir, PHONE_FOLDER)
+    os.makedirs(folder, exist_ok=True)
+    reference = None
+    if data.images is not None and len(data.images):
+        reference = reference_outputs(model, data.images)
+    records = []
+    for name in targets:
+        target = get_target(name)
+        filename, quantization = _FILES[name]
+        path = os.path.join(folder, filename)
+        record: dict[str, Any] = {"target": name, "format": target.display_name,
+                                  "path": os.path.relpath(path, run_dir),
+                                  "quantization": quantization, "note": None}
+        if name == "coreml" and not _coreml_installed():
+            record.update(path=None, note="skipped: pip install 'keras_mvit2[coreml]'")
+            records.append(record)
+            continue
+        log(f"exporting {target.display_name} ({quantization})")
+        options: dict[str, Any] = {}
+        if name == "tflite":
+            options = {"calibration_data": data.calibration, "io_dtype": io_dtype,
+                       "num_calibration_samples": len(data.calibration)}
+            record["io_dtype"] = io_dtype
+        report = target.convert(model, path, quantization=quantization,
+                                class_names=list(class_names), **options)
+        record.update(size_bytes=int(report.size_bytes), num_ops=int(report.num_ops))
+        record.update(validation=None, top1=None, keras_top1=None, top1_agreement=None)
+        if reference is not None:
+            log(f"validating {target.display_name} on {len(data.images)} held-out images")
+            checked = validate(path, model, data.images, data.labels,
+                               class_names=list(class_names), reference_outputs=reference)
+            record.update(validation=checked.to_dict(), top1=checked.accuracy,
+                          keras_top1=checked.reference_accuracy,
+                          top1_agreement=checked.top1_agreement)
+            if not checked.numeric:
+                record["note"] = target.host_note()
+        record["latency"] = _latency(target, path, bench_runs)
+        records.append(record)
+    return records

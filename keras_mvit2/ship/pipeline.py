@@ -1,0 +1,287 @@
+"""From a folder of photos to labelled phone models: `finetune_to_phone` (`mvit2 finetune`).
+
+The steps, each the library's own function:
+
+1. data      `check_training_data`: the classes and their counts per split (printed before
+             training), warnings for tiny or imbalanced classes, one clear error for data
+             that cannot work;
+2. weights   `keras_mvit2.weights.source.resolve_weights_source` (a tag, a KerasHub
+             preset, an `hf://` id, a file, or none), downloaded once and cached;
+3. train     `keras_mvit2.training.finetune` (the run folder: resume, refuse, start over);
+4. evaluate  the shipped model (EMA weights where the recipe keeps an EMA) on the held-out
+             images: top-1 / top-5, per class, confusion matrix (`eval/`);
+5. export    `keras_mvit2.ship.phone_files._export_phone_files`: int8 `.tflite` and Core
+             ML fp16 in `phone/`, validated and timed;
+6. describe  `run.json` gains `data`, `recipe`, `evaluation`, `exports`, `created`,
+             `limits`; `MODEL_CARD.md` is written from `run.json`
+             (`keras_mvit2.ship.model_card`).
+
+```python
+from keras_mvit2 import training
+from keras_mvit2.ship import finetune_to_phone
+
+config = training.load_config("finetune_small_data", [
+    "data.train=photos", "model.name=mobilevitv2_050", "output.dir=run"])
+result = finetune_to_phone(config, "imagenet")
+print(result.paths["tflite"], result.paths["model_card"])
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from keras_mvit2.demo import DemoStep
+from keras_mvit2.ship.data_check import DataCheck, check_training_data
+from keras_mvit2.ship.phone_files import DEFAULT_TARGETS, PhoneData, _export_phone_files
+
+__all__ = ["KNOWN_LIMITS", "ShipResult", "finetune_to_phone"]
+
+Log = Callable[[str], None]
+
+#: The known limits every card states (the data-specific ones are added per run).
+KNOWN_LIMITS = (
+    "Trained on the photos of one folder: expect lower accuracy on images unlike them "
+    "(other cameras, lighting, backgrounds, framing) and no meaningful answer for objects "
+    "of none of its classes (the model always picks one of them).",
+    "The accuracy figures come from the held-out images of that folder; with few images "
+    "per class they are uncertain by several points.",
+    "The int8 file's agreement with the Keras model is measured on the same held-out images; "
+    "Core ML predictions can only be checked on macOS.",
+    "Latencies were measured on the machine that trained the model (host CPU, LiteRT), not "
+    "on a phone.",
+)
+#: Held-out images used at most to validate the exports.
+MAX_VALIDATION_IMAGES = 2000
+
+
+@dataclasses.dataclass
+class ShipResult:
+    """What `finetune_to_phone` trained, measured and wrote.
+
+    Attributes:
+        run_dir: the run folder (absolute).
+        data: the `DataCheck` (classes, counts, warnings).
+        train: the `TrainResult` of `training.finetune`.
+        evaluation: the shipped model's `EvalResult` on the held-out images (None without).
+        exports: the records of `_export_phone_files`.
+        paths: `model`, `tflite`, `coreml`, `confusion_matrix`, `model_card`, `run_json`
+            -> absolute path (None when not written).
+        steps: the summary rows (`keras_mvit2.demo.DemoStep`, as `mvit2 demo` prints).
+        seconds: wall time of the whole call.
+    """
+
+    run_dir: str
+    data: DataCheck
+    train: Any
+    evaluation: Any
+    exports: list[dict[str, Any]]
+    paths: dict[str, str | None]
+    steps: list[DemoStep]
+    seconds: float
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f} %"
+
+
+def _size(size_bytes: int | None) -> str:
+    return "-" if size_bytes is None else f"{size_bytes / 1e6:.2f} MB"
+
+
+def _recipe(config: Any, train: Any, freeze_backbone: bool) -> dict[str, Any]:
+    augment = dataclasses.asdict(config.augment) if dataclasses.is_dataclass(
+        config.augment) else dict(config.augment)
+    return {
+        "model": config.model.name, "image_size": config.model.image_size,
+        "epochs": config.training.epochs, "optimizer": config.optimizer.name,
+        "peak_lr": train.learning_rate, "weight_decay": config.optimizer.weight_decay,
+        "global_batch_size": train.global_batch_size, "schedule": config.schedule.name,
+        "warmup_epochs": config.schedule.warmup_epochs,
+        "label_smoothing": config.training.label_smoothing,
+        "ema": config.ema.enabled, "freeze_backbone": freeze_backbone,
+        "augmentation": augment, "precision": train.precision,
+        "images_per_second": train.images_per_second,
+    }
+
+
+def _phone_data(config: Any, train_source: Any, val_source: Any, size: int,
+                num_calibration: int) -> PhoneData:
+    from keras_mvit2.export.calibration import load_labelled_images
+
+    crop = config.data.crop_ratio
+    calibration = load_labelled_images(train_source, image_size=(size, size),
+                                       limit=num_calibration, shuffle=True,
+                                       crop_ratio=crop).images
+    if val_source is None:
+        return PhoneData(calibration, None, None)
+    held = load_labelled_images(val_source, image_size=(size, size), shuffle=False,
+                                limit=MAX_VALIDATION_IMAGES, crop_ratio=crop)
+    return PhoneData(calibration, held.images, held.labels)
+
+
+def finetune_to_phone(
+    config: Any,
+    weights: Any = "imagenet",
+    *,
+    freeze_backbone: bool = False,
+    export: Sequence[str] = DEFAULT_TARGETS,
+    io_dtype: str = "float32",
+    num_calibration_samples: int = 200,
+    bench_runs: int = 50,
+    replan: bool = False,
+    log: Log | None = None,
+    on_plan: Callable[[Any], None] | None = None,
+) -> ShipResult:
+    """Fine-tunes on a folder of photos and writes labelled phone files and a model card.
+
+    Args:
+        config: a `TrainConfig` whose data is an image folder (the packaged
+            `finetune_small_data` recipe, say, with `data.train` set).
+        weights: what `training.finetune` takes: a tag (`"imagenet"`), a KerasHub preset
+            name, an `hf://` id, a file, None / `"none"`, or a resolved `WeightsSource`.
+        freeze_backbone: train only the classifier.
+        export: target names (`"tflite"`, `"coreml"`), or empty for none.
+        io_dtype: the int8 `.tflite`'s I/O type, `"float32"` or `"uint8"`.
+        num_calibration_samples: training images that calibrate the int8 file.
+        bench_runs: timed runs of each host latency measurement.
+        replan: as `training.train`.
+        log: called with progress lines and the data warnings (default: the warnings go
+            to `warnings.warn`, nothing else is said).
+        on_plan: as `training.train`.
+
+    Returns:
+        A `ShipResult`; the run folder holds `model.keras` / `model_ema.keras`,
+        `eval/`, `phone/`, `run.json` and `MODEL_CARD.md`.
+    """
+    import keras
+
+    from keras_mvit2 import training
+    from keras_mvit2._version import __version__
+    from keras_mvit2.ship.model_card import write_model_card
+    from keras_mvit2.training.records import update_run_json
+    from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
+
+    if io_dtype not in ("float32", "uint8"):
+        raise ValueError(f"io_dtype must be 'float32' or 'uint8'. Received: {io_dtype!r}")
+    start = time.monotonic()
+    say = log or (lambda line: None)
+    steps: list[DemoStep] = []
+
+    checked, train_source, val_source = check_training_data(config)
+    say(f"{len(checked.class_names)} classes:")
+    for line in checked.lines():
+        say(line)
+    for message in checked.warnings:
+        if log is None:
+            warnings.warn(message, stacklevel=2)
+        else:
+            log(f"warning: {message}")
+
+    t = time.monotonic()
+    source = weights if isinstance(weights, WeightsSource) else resolve_weights_source(
+        weights, config.model.name)
+    say(f"starting from {_describe_source(source)}")
+    result = training.finetune(config, source, freeze_backbone=freeze_backbone,
+                               replan=replan, on_plan=on_plan)
+    run_dir = result.output_dir
+    steps.append(DemoStep(
+        "train", f"{sum(checked.counts['train'])} images x {config.training.epochs} epochs "
+        f"at {config.model.image_size}x{config.model.image_size} from "
+        f"{_describe_source(source)}, {result.images_per_second:.1f} images/s",
+        result.ema_model_path or result.model_path, time.monotonic() - t))
+
+    shipped = result.ema_model_path or result.model_path
+    evaluation = result.metrics.get("ema") or result.metrics.get("raw")
+    paths: dict[str, str | None] = {"model": shipped, "tflite": None, "coreml": None,
+                                    "confusion_matrix": None,
+                                    "run_json": os.path.join(run_dir, "run.json")}
+    eval_facts = None
+    if evaluation is not None:
+        report = training.write_eval_report(evaluation, os.path.join(run_dir, "eval"), info={
+            "model": os.path.basename(shipped), "data": "held-out images"})
+        paths["confusion_matrix"] = report["confusion_matrix"]
+        eval_facts = {**evaluation.to_dict(), "model": os.path.basename(shipped),
+                      "confusion_matrix_image": os.path.relpath(report["confusion_matrix"],
+                                                                run_dir)}
+        steps.append(DemoStep(
+            "evaluate", f"top-1 {_pct(evaluation.top1)}, top-5 {_pct(evaluation.top5)} on "
+            f"{evaluation.num_examples} held-out images", report["confusion_matrix"], 0.0))
+    else:
+        steps.append(DemoStep("evaluate", "no held-out images (--val 0): not measured",
+                              None, 0.0))
+
+    records: list[dict[str, Any]] = []
+    if export:
+        t = time.monotonic()
+        model = keras.saving.load_model(shipped, compile=False)
+        size = int(model.input_shape[1])
+        data = _phone_data(config, train_source, val_source, size, num_calibration_samples)
+        records = _export_phone_files(model, run_dir, data, class_names=checked.class_names,
+                                      targets=export, io_dtype=io_dtype,
+                                      bench_runs=bench_runs, log=say)
+        per_file = (time.monotonic() - t) / max(1, len(records))
+        for record in records:
+            if record["path"] is not None:
+                paths[record["target"]] = os.path.join(run_dir, record["path"])
+            steps.append(_export_step(record, run_dir, per_file))
+
+    facts = {
+        "data": {"train": config.data.train, "validation": config.data.validation,
+                 "validation_fraction": config.data.validation_fraction,
+                 "class_names": checked.class_names, "per_class": checked.per_class(),
+                 "warnings": checked.warnings},
+        "recipe": _recipe(config, result, freeze_backbone),
+        "evaluation": eval_facts,
+        "exports": records,
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "keras_mvit2": __version__,
+        "limits": [*KNOWN_LIMITS, *_data_limits(checked, source)],
+    }
+    if result.model_path is not None:  # the chief writes the run folder
+        update_run_json(run_dir, facts)
+        paths["model_card"] = write_model_card(run_dir)
+        steps.append(DemoStep("model card", "classes, weights and licence, recipe, "
+                              "figures, limits", paths["model_card"], 0.0))
+    return ShipResult(run_dir=run_dir, data=checked, train=result, evaluation=evaluation,
+                      exports=records, paths=paths, steps=steps,
+                      seconds=time.monotonic() - start)
+
+
+def _describe_source(source: Any) -> str:
+    if source.kind == "random":
+        return "random initialization"
+    if source.kind == "file":
+        return f"the file {os.path.basename(source.value)}"
+    what = source.tag or source.value
+    return f"{what} ({source.repo_id})" if source.repo_id else str(what)
+
+
+def _data_limits(checked: DataCheck, source: Any) -> list[str]:
+    limits = list(checked.warnings)
+    if source.kind == "random":
+        limits.append("Trained from random initialization, not from pretrained weights: "
+                      "expect far lower accuracy than a fine-tuned checkpoint.")
+    return limits
+
+
+def _export_step(record: dict[str, Any], run_dir: str, seconds: float) -> DemoStep:
+    name = f"{record['format']} {record['quantization']}"
+    if record["path"] is None:
+        return DemoStep(name, record["note"] or "skipped", None, 0.0)
+    parts = [_size(record.get("size_bytes"))]
+    if record.get("top1_agreement") is not None:
+        parts.append(f"top-1 {_pct(record['top1'])}, agrees with Keras on "
+                     f"{_pct(record['top1_agreement'])}")
+    elif record.get("note"):
+        parts.append("structure checked (predictions need macOS)")
+    latency = record.get("latency")
+    if latency:
+        parts.append(f"{latency['median_ms']:.2f} ms on this host")
+    return DemoStep(name, ", ".join(parts), os.path.join(run_dir, record["path"]), seconds)

@@ -1,0 +1,347 @@
+"""`mvit2 finetune PHOTOS --weights ...`: a folder of photos to labelled phone files and a
+model card in one command (keras_mvit2.ship, keras_mvit2.weights.source).
+
+The photos are Fashion-MNIST training images written as PNG class folders (3 classes).
+Published weights come from the loopback stand-in of the Hugging Face hub
+(tests/hub_standin.py) serving the run's timm oracle checkpoint of MobileViTV2-0.5 (random
+timm weights, tests/torch_oracle.py): the tag `imagenet`, an `hf://` id of another
+repository (with timm's `config.json`) and the same file given as a path. The slow tier
+runs the command three times at 32x32 (one short epoch): once to the end (exports,
+validation, card; its assertions share it), twice with `--export none` to check where the
+weights came from (a frozen backbone keeps the ported checkpoint's values).
+
+Oracles: LiteRT and MediaPipe Tasks running the exported file, the Keras model, the ported
+checkpoint (`create_model(weights=file)`), huggingface_hub's model-card parser, `run.json`.
+"""
+
+import hashlib
+import importlib
+import json
+import os
+import re
+import subprocess
+
+import keras
+import numpy as np
+import pytest
+from hub_standin import HubStandIn, free_port
+from PIL import Image
+
+from keras_mvit2.cli.main import main
+from keras_mvit2.data.sources import (
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_DIR,
+    load_fashion_mnist_arrays,
+)
+from keras_mvit2.ship import check_training_data
+from keras_mvit2.training import load_config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MODEL = "mobilevitv2_050"
+REPO = f"timm/{MODEL}.cvnets_in1k"
+OTHER_REPO = "someone/mobilevitv2-050-clothes"
+SIZE = 32
+CLASSES = ("Bag", "Sneaker", "Trouser")
+PER_CLASS = 12
+TINY = ["--image-size", str(SIZE), "--epochs", "1", "--set", "data.batch_size=8",
+        "--set", "data.validation_fraction=0.25"]
+
+needs_fashion = pytest.mark.skipif(
+    not os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
+    reason="Debian's dataset-fashion-mnist is not installed")
+
+
+def _write_photos(folder, classes=CLASSES, per_class=PER_CLASS) -> None:
+    x, y = load_fashion_mnist_arrays("train")
+    for name in classes:
+        label = FASHION_MNIST_CLASSES.index(name)
+        os.makedirs(folder / name, exist_ok=True)
+        for i, index in enumerate(np.flatnonzero(y == label)[:per_class]):
+            Image.fromarray(x[index]).convert("RGB").save(folder / name / f"{i:03d}.png")
+
+
+def _reload_hub_constants() -> None:
+    import huggingface_hub.constants
+
+    importlib.reload(huggingface_hub.constants)
+
+
+def _hub_environment(mp: pytest.MonkeyPatch, endpoint: str, home) -> None:
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HF_TOKEN"):
+        mp.delenv(var, raising=False)
+    mp.setenv("HF_ENDPOINT", endpoint)
+    mp.setenv("HF_HOME", str(home / "hf"))
+    mp.setenv("KERAS_HOME", str(home / "keras"))
+    mp.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    _reload_hub_constants()
+
+
+def _errors(capsys, argv) -> str:
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    return lines[0]
+
+
+# --------------------------------------------------------------------------------------
+# Fast: bad --weights values, data checks
+# --------------------------------------------------------------------------------------
+
+
+@needs_fashion
+def test_bad_weights_values_give_one_clear_line_each(tmp_path, capsys):
+    photos = tmp_path / "photos"
+    _write_photos(photos, per_class=2)
+    base = ["finetune", str(photos), "--model", MODEL, "--export", "none", "-o",
+            str(tmp_path / "run")]
+    cases = {
+        "imagenet21k": ["neither a file nor a published tag", "'imagenet'", "hf://"],
+        "missing.weights.h5": ["--weights: file not found", "missing.weights.h5"],
+        "hf://no-owner": ["hf://<owner>/<repo>"],
+        "mobilevitv2_100_imagenet": ["holds a mobilevitv2_100", "--model mobilevitv2_100"],
+        "imagenet22k_ft_in1k": ["No weights 'imagenet22k_ft_in1k' for mobilevitv2_050",
+                                "'imagenet'"],
+        str(tmp_path): ["is a folder"],
+    }
+    for value, expected in cases.items():
+        line = _errors(capsys, [*base, "--weights", value])
+        for text in expected:
+            assert text in line, (value, line)
+    with pytest.MonkeyPatch.context() as mp:  # the hub cannot be reached
+        _hub_environment(mp, f"http://127.0.0.1:{free_port()}", tmp_path)
+        mp.setattr("time.sleep", lambda seconds: None)  # huggingface_hub's retry back-off
+        line = _errors(capsys, [*base, "--weights", "imagenet"])
+    _reload_hub_constants()
+    assert "Cannot download" in line and REPO in line and "HF_ENDPOINT" in line
+    assert not (tmp_path / "run").exists()  # nothing trained, nothing written
+
+
+@needs_fashion
+def test_data_checks_warn_on_small_or_imbalanced_classes_and_refuse_bad_folders(
+        tmp_path, capsys):
+    def check(folder, fraction=0.0):
+        return check_training_data(load_config("finetune_small_data", [
+            f"data.train={folder}", f"data.validation_fraction={fraction}"]))
+
+    photos = tmp_path / "photos"
+    _write_photos(photos, classes=("Bag", "Sneaker"), per_class=40)
+    _write_photos(photos, classes=("Trouser",), per_class=4)
+    checked, _, val = check(photos, 0.25)
+    assert checked.class_names == ["Bag", "Sneaker", "Trouser"]
+    assert checked.counts == {"train": [30, 30, 3], "validation": [10, 10, 1]}
+    assert val.num_examples == 21
+    few, imbalance = checked.warnings
+    assert "fewer than 10 training images: Trouser (3)" in few
+    assert "imbalanced" in imbalance and "Bag has 30" in imbalance and "Trouser 3" in imbalance
+    assert "Trouser" in checked.lines()[2] and "3 training" in checked.lines()[2]
+
+    balanced = tmp_path / "balanced"
+    _write_photos(balanced, classes=("Bag", "Sneaker"), per_class=12)
+    assert check(balanced)[0].warnings == []
+
+    one = tmp_path / "one"
+    _write_photos(one, classes=("Bag",), per_class=3)
+    (tmp_path / "empty").mkdir()
+    for folder, expected in ((one, "needs at least two classes"),
+                             (tmp_path / "empty", "is empty"),
+                             (tmp_path / "nowhere", "not found")):
+        line = _errors(capsys, ["finetune", str(folder), "--weights", "none"])
+        assert expected in line, line
+
+
+# --------------------------------------------------------------------------------------
+# Slow: the command end to end, through the stand-in hub
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hub(timm_oracle_dir, tmp_path_factory):
+    """The stand-in hub serving the oracle's MobileViTV2-0.5 as the `imagenet` tag's repo
+    and as another repo with timm's config.json (input 32x32); HF_* / KERAS_HOME in tmp."""
+    home = tmp_path_factory.mktemp("hub_home")
+    checkpoint = (timm_oracle_dir / f"{MODEL}.safetensors").read_bytes()
+    config = {"architecture": MODEL, "num_classes": 1000,
+              "pretrained_cfg": {"input_size": [3, SIZE, SIZE], "crop_pct": 1.0,
+                                 "interpolation": "bicubic"}}
+    server = HubStandIn()
+    server.serve(REPO, "model.safetensors", checkpoint)
+    server.serve(OTHER_REPO, "model.safetensors", checkpoint)
+    server.serve(OTHER_REPO, "config.json", json.dumps(config).encode())
+    with pytest.MonkeyPatch.context() as mp:
+        _hub_environment(mp, server.url, home)
+        yield {"server": server, "checkpoint": checkpoint,
+               "sha256": hashlib.sha256(checkpoint).hexdigest(),
+               "file": str(timm_oracle_dir / f"{MODEL}.safetensors")}
+    server.stop()
+    _reload_hub_constants()
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("photos") / "clothes"
+    _write_photos(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def run(hub, photos, tmp_path_factory):
+    """One whole `mvit2 finetune` from the tag, its output and its run.json."""
+    import io
+    from contextlib import redirect_stdout
+
+    out = tmp_path_factory.mktemp("runs") / "clothes_run"
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        code = main(["finetune", str(photos), "--model", MODEL, "--weights", "imagenet",
+                     "-o", str(out), *TINY])
+    stdout = buffer.getvalue()
+    assert code == 0, stdout[-3000:]
+    with open(out / "run.json") as f:
+        facts = json.load(f)
+    return out, stdout, facts
+
+
+@needs_fashion
+def test_finetune_from_a_tag_through_the_standin_hub_leaves_labelled_phone_files(run, hub):
+    from keras_mvit2.export import get_target
+
+    out, stdout, facts = run
+    assert any(path.startswith(f"/{REPO}/resolve/") for _, path in hub["server"].requests)
+    weights = facts["weights"]
+    assert weights["kind"] == "tag" and weights["repo_id"] == REPO
+    assert weights["sha256"] == hub["sha256"]
+    assert weights["license"]["id"] == "other" and "ml-cvnets" in weights["license"]["link"]
+    for name in CLASSES:  # the class list, printed before training
+        assert name in stdout.split("Run folder")[0]
+    for key in ("model_ema.keras", "phone/model_int8.tflite", "phone/model.mlpackage",
+                "MODEL_CARD.md", "eval/confusion_matrix.png"):
+        assert (out / key).exists(), key
+        assert str(out / key) in stdout  # printed where it is
+    tflite, coreml = get_target("tflite"), get_target("coreml")
+    assert tflite.class_names(out / "phone/model_int8.tflite") == list(CLASSES)
+    assert coreml.class_names(out / "phone/model.mlpackage") == list(CLASSES)
+    assert tflite.metadata(out / "phone/model_int8.tflite")["quantization"] == "int8"
+
+    # The recorded agreement is the files': LiteRT vs Keras on the held-out images.
+    from keras_mvit2.export.calibration import load_labelled_images
+    from keras_mvit2.training import make_sources
+
+    _, val = make_sources(load_config(str(out / "config.yaml")))
+    held = load_labelled_images(val, image_size=(SIZE, SIZE), shuffle=False)
+    model = keras.saving.load_model(out / "model_ema.keras")
+    keras_top1 = np.asarray(model.predict(held.images, verbose=0)).argmax(-1)
+    int8_top1 = tflite.run(out / "phone/model_int8.tflite", held.images).argmax(-1)
+    record = {r["target"]: r for r in facts["exports"]}
+    assert record["tflite"]["top1_agreement"] == pytest.approx(np.mean(int8_top1 == keras_top1))
+    assert record["tflite"]["top1"] == pytest.approx(np.mean(int8_top1 == held.labels))
+    assert facts["evaluation"]["top1"] == pytest.approx(np.mean(keras_top1 == held.labels))
+    assert record["tflite"]["size_bytes"] == os.path.getsize(out / "phone/model_int8.tflite")
+    assert record["tflite"]["latency"]["median_ms"] > 0
+    assert facts["data"]["per_class"] == {n: {"train": 9, "validation": 3} for n in CLASSES}
+
+
+@needs_fashion
+def test_model_card_holds_the_measured_numbers_of_run_json(run):
+    from huggingface_hub import ModelCard
+
+    out, _, facts = run
+    text = (out / "MODEL_CARD.md").read_text()
+    card = ModelCard(text)  # huggingface_hub's parser: front matter and model-index
+    meta = card.data.to_dict()
+    assert meta["library_name"] == "keras" and meta["license"] == "other"
+    assert meta["license_link"] == facts["weights"]["license"]["link"]
+    assert meta["base_model"] == REPO and "image-classification" in meta["tags"]
+    results = {r.metric_name: r.metric_value for r in card.data.eval_results}
+    assert results["Top-1 accuracy (Keras)"] == round(facts["evaluation"]["top1"], 4)
+    record = {r["target"]: r for r in facts["exports"]}
+    assert results["Top-1 accuracy (TFLite int8)"] == round(record["tflite"]["top1"], 4)
+    pct = "{:.2f} %".format
+    body = card.text
+    expected = [pct(100 * facts["evaluation"]["top1"]), pct(100 * facts["evaluation"]["top5"]),
+                pct(100 * record["tflite"]["top1_agreement"]),
+                f"{record['tflite']['size_bytes'] / 1e6:.2f} MB",
+                f"{record['coreml']['size_bytes'] / 1e6:.2f} MB",
+                f"{record['tflite']['latency']['median_ms']:.2f} ms",
+                facts["weights"]["sha256"], f"{facts['recipe']['peak_lr']:.3g}",
+                facts["created"], facts["keras_mvit2"],
+                f"({facts['evaluation']['confusion_matrix_image']})"]
+    for name, accuracy in facts["evaluation"]["per_class_accuracy"].items():
+        counts = facts["data"]["per_class"][name]
+        expected.append(f"| {name} | {counts['train']} | {counts['validation']} | "
+                        f"{pct(100 * accuracy)} |")
+    for value in expected:
+        assert value in body, value
+    for placeholder in (r"\bNone\b", r"\bnan\b", r"[{}]", r"\bTODO\b"):
+        assert not re.search(placeholder, body), placeholder
+
+
+def _mediapipe_python() -> str | None:
+    python = os.environ.get("MVIT2_MEDIAPIPE_PYTHON") or os.path.join(
+        ROOT, ".venv-mediapipe", "bin", "python")
+    return python if os.path.exists(python) else None
+
+
+@needs_fashion
+@pytest.mark.skipif(_mediapipe_python() is None, reason="no MediaPipe virtualenv (.ci/run "
+                    "makes .venv-mediapipe, or set MVIT2_MEDIAPIPE_PYTHON)")
+def test_tflite_classifies_in_mediapipe_with_the_folder_class_names(run, photos, tmp_path):
+    from keras_mvit2.export import get_target
+
+    out, _, _ = run
+    path = out / "phone/model_int8.tflite"
+    files = sorted(p for name in CLASSES for p in (photos / name).glob("*.png"))
+    pixels = np.stack([np.asarray(Image.open(p).convert("RGB").resize((SIZE, SIZE)))
+                       for p in files]).astype(np.uint8)
+    np.save(tmp_path / "images.npy", pixels)
+    request = {"images": str(tmp_path / "images.npy"), "out": str(tmp_path / "out.npz"),
+               "models": [{"task": "classifier", "path": str(path), "key": "m"}]}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    done = subprocess.run([_mediapipe_python(), os.path.join(HERE, "mediapipe_client.py"),
+                           str(tmp_path / "request.json")], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stderr[-3000:]
+    with np.load(tmp_path / "out.npz") as result:
+        index, names = result["m.index"], [str(n) for n in result["m.names"]]
+    assert names == [CLASSES[i] for i in index]  # the folder's names, from the file
+    litert = get_target("tflite").run(path, pixels.astype(np.float32) / 255.0).argmax(-1)
+    assert np.mean(index == litert) >= 0.9
+
+
+@needs_fashion
+def test_finetune_from_a_file_and_from_an_hf_id_records_and_uses_those_weights(
+        hub, photos, tmp_path):
+    import keras_mvit2 as mv
+    from keras_mvit2.export import get_target
+
+    ported = mv.create_model(MODEL, weights=hub["file"], input_shape=(SIZE, SIZE, 3),
+                             include_top=False)
+    quick = ["--epochs", "1", "--set", "data.batch_size=8", "--set",
+             "training.steps_per_epoch=1", "--set", "ema.enabled=false", "--val", "0",
+             "--freeze-backbone"]
+    for weights, kind in ((hub["file"], "file"), (f"hf://{OTHER_REPO}", "hf")):
+        out = tmp_path / kind
+        # file: the size given; hf: the size of its config.json, and a uint8-I/O int8 file
+        extra = (["--image-size", str(SIZE), "--export", "none"] if kind == "file"
+                 else ["--export", "tflite", "--io-dtype", "uint8"])
+        assert main(["finetune", str(photos), "--model", MODEL, "--weights", weights,
+                     "-o", str(out), *quick, *extra]) == 0
+        facts = json.loads((out / "run.json").read_text())
+        assert facts["weights"]["kind"] == kind and facts["weights"]["sha256"] == hub["sha256"]
+        assert facts["recipe"]["image_size"] == SIZE
+        tuned = keras.saving.load_model(out / "model.keras")
+        for layer in ("stem_conv", "stem_bn"):  # frozen: the checkpoint's values
+            for a, b in zip(ported.get_layer(layer).get_weights(),
+                            tuned.get_layer(layer).get_weights(), strict=True):
+                np.testing.assert_array_equal(a, b)
+        assert "Source weights" in (out / "MODEL_CARD.md").read_text()
+    assert facts["weights"]["repo_id"] == OTHER_REPO
+    (record,) = facts["exports"]
+    assert record["io_dtype"] == "uint8" and record["top1_agreement"] is None  # no held-out
+    report = get_target("tflite").inspect(tmp_path / "hf" / record["path"])
+    assert report.input_dtype == "uint8" and report.output_dtype == "uint8"
+    assert get_target("tflite").class_names(tmp_path / "hf" / record["path"]) == list(CLASSES)
+    assert any(path.startswith(f"/{OTHER_REPO}/resolve/") and path.endswith("config.json")
+               for _, path in hub["server"].requests)
