@@ -225,3 +225,24 @@ def test_coreml_ships_the_smallest_measured_package_never_a_simulated_one(tiny, 
     assert mv.export.get_target("coreml").class_names(result.best_path) == data.class_names
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["best"] == "palettize_4bit"
+
+
+@pytest.mark.slow
+def test_finetune_export_step_ships_the_optimizers_choice(tiny, tmp_path):
+    """`mvit2 finetune --max-drop`: the phone file is the optimizer's best, validated on the
+    same held-out images like the default files."""
+    from keras_mvit2.ship.phone_files import PhoneData, _export_phone_files
+
+    model, data = tiny
+    phone = PhoneData(data.calibration, data.held_out, data.labels)
+    [record] = _export_phone_files(model, tmp_path, phone, class_names=data.class_names,
+                                   targets=("tflite",), max_drop=0.0, bench_runs=3)
+    report = json.loads((tmp_path / record["optimizer_report"]).read_text())
+    assert record["path"] == os.path.join("phone", "optimize_tflite", "best.tflite")
+    assert record["quantization"] == report["best"]
+    best = next(c for c in report["candidates"] if c["name"] == report["best"])
+    assert best["drop_points"] <= 0.0 and record["top1"] == pytest.approx(best["top1"])
+    top1 = _litert_top1(tmp_path / record["path"], data.held_out)
+    assert record["top1"] == pytest.approx(np.mean(top1 == data.labels))
+    int8 = next(c for c in report["candidates"] if c["name"] == "int8")
+    assert int8["drop_points"] > 0  # the near-tied classes: int8 was measured and refused

@@ -71,6 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--io-dtype", choices=("float32", "uint8"), default="float32",
                    help="the int8 .tflite's input/output type (default float32: pixels / 255 "
                    "in, probabilities out; uint8: camera pixels in)")
+    p.add_argument("--max-drop", type=float, metavar="POINTS",
+                   help="instead of int8 / fp16, ship per target the smallest file whose "
+                   "top-1 drop against Keras on the held-out images is at most POINTS "
+                   "(mvit2 optimize's search; exits 1 if a target has none)")
     p.add_argument("-o", "--output", metavar="RUN",
                    help="run folder (a folder holding a run resumes it)")
     p.add_argument("--strategy", choices=("default", "mirrored", "multi_worker", "tpu"),
@@ -169,16 +173,24 @@ def _finetune(args: argparse.Namespace) -> int:
     console = Console()
     result = finetune_to_phone(
         config, source, freeze_backbone=args.freeze_backbone, export=targets,
-        io_dtype=args.io_dtype, replan=args.resume, on_plan=_print_plan,
+        io_dtype=args.io_dtype, max_drop=args.max_drop, replan=args.resume,
+        on_plan=_print_plan,
         log=lambda line: console.print(escape(line), highlight=False))
     title = (f"mvit2 finetune: {config.model.name} on {len(result.data.class_names)} classes, "
              f"{result.seconds:.0f} s")
     print_steps(title, result.steps, result.run_dir, "run.json: all figures", console)
-    labels = {"model": "Keras model", "tflite": "int8 TFLite", "coreml": "Core ML",
+    labels = {"model": "Keras model",
+              "tflite": "TFLite" if args.max_drop is not None else "int8 TFLite",
+              "coreml": "Core ML",
               "confusion_matrix": "confusion matrix", "model_card": "model card",
               "run_json": "figures"}
     for key, label in labels.items():
         path = result.paths.get(key)
         if path:
             console.print(f"{label + ':':18} {escape(path)}", highlight=False)
+    over = [r["note"] for r in result.exports if (r.get("note") or "").startswith("over budget")]
+    if over:
+        from keras_mvit2.cli.failure import CommandFailedError
+
+        raise CommandFailedError(" ".join(over), status=1)
     return 0

@@ -5,9 +5,10 @@
 images (float or uint8 I/O) and a float16 Core ML package, both carrying the folder's class
 names and the standard metadata, each converted through its `ExportTarget`, validated on
 the held-out images (`keras_mvit2.export.validate`: top-1, agreement with Keras) and timed
-on this host where its runtime runs here. A budgeted export (the optimizer of
-`keras_mvit2.export.optimize`, `--max-drop`) replaces this function's conversion loop and
-returns the same records.
+on this host where its runtime runs here. With `max_drop` (`--max-drop`) each
+target's file is instead the optimizer's choice (`keras_mvit2.export.optimize`: the smallest
+candidate within the top-1 budget, measured on the same held-out images), in the same
+records.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def _export_phone_files(
     targets: Sequence[str] = DEFAULT_TARGETS,
     io_dtype: str = "float32",
     bench_runs: int = 50,
+    max_drop: float | None = None,
     log: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Exports `model` for phones into `run_dir/phone/`, validates and times each file.
@@ -89,6 +91,11 @@ def _export_phone_files(
         io_dtype: the int8 `.tflite`'s input / output type: `"float32"` (pixels / 255 in,
             probabilities out) or `"uint8"` (camera pixels in).
         bench_runs: timed runs of the host latency measurement.
+        max_drop: ship, per target, the smallest file whose top-1 drop against Keras on
+            the held-out images is at most this many points (`keras_mvit2.export.optimize`;
+            every candidate and `report.json` in `phone/optimize_<target>/`) instead of
+            the default int8 / fp16 files. A target with no candidate within the budget
+            gets no file and a record whose `note` starts with "over budget".
         log: called with one line per step.
 
     Returns:
@@ -96,12 +103,16 @@ def _export_phone_files(
         `quantization`, `io_dtype`, `size_bytes`, `num_ops`, `validation`
         (`ValidationReport.to_dict()` of the held-out images, None without any),
         `top1`, `keras_top1`, `top1_agreement` (None where not run), `latency`
-        (`median_ms`, `p90_ms`, ... or None), `note`.
+        (`median_ms`, `p90_ms`, ... or None), `note`; with `max_drop`, also `recipe` and
+        `optimizer_report`.
     """
     from keras_mvit2.export import get_target, validate
     from keras_mvit2.export.validate import reference_outputs
 
     log = log or (lambda line: None)
+    if max_drop is not None and (data.images is None or not len(data.images)):
+        raise ValueError("--max-drop measures every candidate on held-out images; give "
+                         "some (--val DIR or a fraction above 0).")
     run_dir = os.path.abspath(os.fspath(run_dir))
     folder = os.path.join(run_dir, PHONE_FOLDER)
     os.makedirs(folder, exist_ok=True)
@@ -120,14 +131,21 @@ def _export_phone_files(
             record.update(path=None, note="skipped: pip install 'keras_mvit2[coreml]'")
             records.append(record)
             continue
-        log(f"exporting {target.display_name} ({quantization})")
-        options: dict[str, Any] = {}
-        if name == "tflite":
-            options = {"calibration_data": data.calibration, "io_dtype": io_dtype,
-                       "num_calibration_samples": len(data.calibration)}
-            record["io_dtype"] = io_dtype
-        report = target.convert(model, path, quantization=quantization,
-                                class_names=list(class_names), **options)
+        if max_drop is None:
+            log(f"exporting {target.display_name} ({quantization})")
+            options: dict[str, Any] = {}
+            if name == "tflite":
+                options = {"calibration_data": data.calibration, "io_dtype": io_dtype,
+                           "num_calibration_samples": len(data.calibration)}
+                record["io_dtype"] = io_dtype
+            report = target.convert(model, path, quantization=quantization,
+                                    class_names=list(class_names), **options)
+        else:
+            path = _optimized(model, folder, name, data, class_names, max_drop, record, log)
+            if path is None:
+                records.append(record)
+                continue
+            report = target.inspect(path)
         record.update(size_bytes=int(report.size_bytes), num_ops=int(report.num_ops))
         record.update(validation=None, top1=None, keras_top1=None, top1_agreement=None)
         if reference is not None:
@@ -142,3 +160,28 @@ def _export_phone_files(
         record["latency"] = _latency(target, path, bench_runs)
         records.append(record)
     return records
+
+
+def _optimized(model: Any, folder: str, name: str, data: PhoneData,
+               class_names: Sequence[str], max_drop: float, record: dict[str, Any],
+               log: Callable[[str], None]) -> str | None:
+    """The optimizer's best file for target `name` (its path), or None over budget (the
+    record then says so)."""
+    from keras_mvit2.export.optimizer import OptimizeData, OverBudgetError, optimize
+
+    out = os.path.join(folder, f"optimize_{name}")
+    log(f"optimizing {name} within {max_drop:g} top-1 points on {len(data.images)} "
+        "held-out images")
+    held_out = OptimizeData(data.calibration, data.images, data.labels, list(class_names),
+                            "the run's held-out images")
+    record["optimizer_report"] = os.path.relpath(os.path.join(out, "report.json"),
+                                                 os.path.dirname(folder))
+    try:
+        result = optimize(model, out, target=name, data=held_out, max_drop=max_drop,
+                          class_names=list(class_names), verbose=False)
+    except OverBudgetError as err:
+        record.update(path=None, note=f"over budget: {err}")
+        return None
+    record.update(path=os.path.relpath(result.best_path, os.path.dirname(folder)),
+                  quantization=result.best.name, recipe=result.best.recipe)
+    return result.best_path

@@ -135,6 +135,7 @@ def finetune_to_phone(
     io_dtype: str = "float32",
     num_calibration_samples: int = 200,
     bench_runs: int = 50,
+    max_drop: float | None = None,
     replan: bool = False,
     log: Log | None = None,
     on_plan: Callable[[Any], None] | None = None,
@@ -151,6 +152,9 @@ def finetune_to_phone(
         io_dtype: the int8 `.tflite`'s I/O type, `"float32"` or `"uint8"`.
         num_calibration_samples: training images that calibrate the int8 file.
         bench_runs: timed runs of each host latency measurement.
+        max_drop: ship per target the optimizer's smallest file within this top-1 drop
+            (points, on the held-out images) instead of int8 / fp16
+            (`keras_mvit2.ship.phone_files._export_phone_files`).
         replan: as `training.train`.
         log: called with progress lines and the data warnings (default: the warnings go
             to `warnings.warn`, nothing else is said).
@@ -225,7 +229,7 @@ def finetune_to_phone(
         data = _phone_data(config, train_source, val_source, size, num_calibration_samples)
         records = _export_phone_files(model, run_dir, data, class_names=checked.class_names,
                                       targets=export, io_dtype=io_dtype,
-                                      bench_runs=bench_runs, log=say)
+                                      bench_runs=bench_runs, max_drop=max_drop, log=say)
         per_file = (time.monotonic() - t) / max(1, len(records))
         for record in records:
             if record["path"] is not None:
