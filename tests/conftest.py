@@ -24,6 +24,17 @@ def trained_classifier_path(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def trained_detector(tmp_path_factory, trained_classifier_path):
+    """(SSDLite, uint8 validation images, class names): the run's one trained detector (see
+    shared_fixtures.py: 64x64 on the trained classifier's backbone, 120 steps)."""
+    from shared_fixtures import load_detector, once_per_run, train_detector
+
+    folder = once_per_run(tmp_path_factory.getbasetemp(), "trained_detector",
+                          lambda f: train_detector(f, trained_classifier_path))
+    return load_detector(folder)
+
+
+@pytest.fixture(scope="session")
 def timm_oracle_dir(tmp_path_factory) -> Path:
     """Folder of the run's one timm oracle run (shared_fixtures.ORACLE_*): per model
     `<model>.pth`, `<model>.safetensors` and `<model>.npz` (see tests/torch_oracle.py)."""
@@ -48,7 +59,7 @@ def _free_keras_state():
 
 
 #: Fixtures that make a test slow wherever it uses them (they train or start a subprocess).
-SLOW_FIXTURES = {"trained_classifier_path", "timm_oracle_dir"}
+SLOW_FIXTURES = {"trained_classifier_path", "trained_detector", "timm_oracle_dir"}
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -9,6 +9,9 @@ file lock; the first one builds, the others read). The fixtures of `conftest.py`
   saved as `.keras`, for the modules that need a trained MobileViTV2 (post-training
   quantization, the MediaPipe clients; QAT and validation train smaller models of their
   own, which costs less than converting this one);
+- the trained detector: SSDLite at 64x64 on that classifier's backbone, 120 steps on pasted
+  Fashion-MNIST (`DETECTOR_*`), for the modules that run it in a client (MediaPipe in
+  Python, MediaPipe in the browser);
 - the timm oracle: `tests/torch_oracle.py` run once, in a subprocess (torch convolutions
   segfault once TensorFlow is imported), for every module that compares with timm.
 """
@@ -94,6 +97,76 @@ def train_classifier(folder: Path) -> None:
     model.fit(fashion_mnist_rgb(x[:n], CLASSIFIER_SIZE), y[:n].astype("int64"),
               batch_size=CLASSIFIER_BATCH, epochs=1, verbose=0)
     model.save(folder / "model.keras")
+
+
+#: The trained detector (`train_detector`): input side, training steps, validation images,
+#: and the score threshold of its post-processing op.
+DETECTOR_SIZE = 64
+DETECTOR_STEPS = 120
+DETECTOR_NUM_TEST = 200
+DETECTOR_SCORE_THRESHOLD = 0.3
+
+
+def build_detector(num_classes: int, backbone_weights=None):
+    """The SSDLite of `train_detector` (MobileViTV2-0.5, 64x64, 4 maps)."""
+    from keras_mvit2.tasks import AnchorConfig, SSDLite
+
+    anchors = AnchorConfig(output_strides=(8, 16, 32, -1),
+                           aspect_ratios=((2,), (2, 3), (2, 3), (2,)),
+                           min_scale=0.15, max_scale=0.9)
+    return SSDLite(0.5, input_shape=(DETECTOR_SIZE, DETECTOR_SIZE, 3), classes=num_classes,
+                   anchor_config=anchors, proj_channels=(64, 64, 64, 32),
+                   backbone_weights=backbone_weights)
+
+
+def train_detector(folder: Path, classifier_path: str) -> None:
+    """Fits `build_detector` (backbone: the trained classifier at 32x32) for DETECTOR_STEPS
+    steps on pasted Fashion-MNIST (Trouser, Sneaker, Bag on photos; at 80 steps 70-100 weak
+    boxes an image crowd the score threshold and the 100-box cap) and saves its weights
+    (`detector.weights.h5`), DETECTOR_NUM_TEST validation images as uint8 (`images.npy`)
+    and the class names (`class_names.txt`)."""
+    import keras
+
+    import keras_mvit2 as mv
+    from keras_mvit2.tasks import data as td
+    from keras_mvit2.tasks import train as tt
+
+    trained = keras.saving.load_model(classifier_path)
+    classifier = mv.mobilevitv2_050(input_shape=(CLASSIFIER_SIZE, CLASSIFIER_SIZE, 3),
+                                    classes=10, weights=None)
+    classifier.set_weights(trained.get_weights())
+    train = td.pasted_fashion_mnist(1024, DETECTOR_SIZE, scale_range=(0.4, 0.8),
+                                    objects_per_image=(1, 2), seed=2)
+    test = td.pasted_fashion_mnist(DETECTOR_NUM_TEST, DETECTOR_SIZE, scale_range=(0.4, 0.8),
+                                   objects_per_image=(1, 2), split="val", seed=3)
+    keras.utils.set_random_seed(0)
+    model = build_detector(train.num_classes, backbone_weights=classifier)
+    tt.compile_detection(model, tt.task_optimizer(
+        tt.TaskOptimizerConfig("adamw", 3e-3, 3e-4, 0.01, 10, 3e-4, 10.0, None),
+        DETECTOR_STEPS))
+    dataset = td.detection_dataset(train.images, train.boxes, train.labels, model.anchors, 16,
+                                   training=True, config=model.anchor_config, augment=None,
+                                   seed=0)
+    model.fit(dataset, epochs=1, steps_per_epoch=DETECTOR_STEPS, verbose=0)
+    model.save_weights(folder / "detector.weights.h5")
+    np.save(folder / "images.npy",
+            np.clip(np.round(test.images * 255.0), 0, 255).astype(np.uint8))
+    (folder / "class_names.txt").write_text("\n".join(train.class_names) + "\n")
+
+
+def load_detector(folder: Path):
+    """(model, uint8 validation images, class names) of `train_detector`'s folder."""
+    names = (folder / "class_names.txt").read_text().split("\n")[:-1]
+    model = build_detector(len(names))
+    model.load_weights(folder / "detector.weights.h5")
+    return model, np.load(folder / "images.npy"), names
+
+
+def client_pixels(box: np.ndarray, size: int = DETECTOR_SIZE) -> np.ndarray:
+    """A normalized (x1, y1, x2, y2) box as MediaPipe reports it: integer pixels, origin and
+    size each truncated (``origin_x = int(xmin * W)``, ``width = int((xmax - xmin) * W)``)."""
+    origin = np.floor(box[:2] * size)
+    return np.concatenate([origin, origin + np.floor((box[2:] - box[:2]) * size)])
 
 
 def run_timm_oracle(folder: Path) -> None:

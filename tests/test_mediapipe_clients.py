@@ -16,7 +16,14 @@ import sys
 import keras
 import numpy as np
 import pytest
-from shared_fixtures import CLASSIFIER_BATCH, CLASSIFIER_SIZE, CLASSIFIER_STEPS
+from shared_fixtures import (
+    CLASSIFIER_BATCH,
+    CLASSIFIER_SIZE,
+    CLASSIFIER_STEPS,
+    DETECTOR_SCORE_THRESHOLD,
+    DETECTOR_SIZE,
+    client_pixels,
+)
 
 from keras_mvit2.data.sources import (
     FASHION_MNIST_CLASSES,
@@ -231,44 +238,15 @@ def test_segmenter_export_segments_in_mediapipe_with_names(segmenter, data, tmp_
     assert equal >= 0.98, equal
 
 
-DET_SIZE = 64
-DET_SCORE_THRESHOLD = 0.3
+DET_SIZE = DETECTOR_SIZE
+DET_SCORE_THRESHOLD = DETECTOR_SCORE_THRESHOLD
 
 
 @pytest.fixture(scope="module")
-def detector(classifier):
-    """SSDLite at 64x64 on the trained classifier's backbone, 120 steps on pasted
-    Fashion-MNIST (Trouser, Sneaker, Bag on photos), and 200 validation images as uint8."""
-    from keras_mvit2.tasks import AnchorConfig, SSDLite
-    from keras_mvit2.tasks import data as td
-    from keras_mvit2.tasks import train as tt
-
-    anchors = AnchorConfig(output_strides=(8, 16, 32, -1),
-                           aspect_ratios=((2,), (2, 3), (2, 3), (2,)),
-                           min_scale=0.15, max_scale=0.9)
-    train = td.pasted_fashion_mnist(1024, DET_SIZE, scale_range=(0.4, 0.8),
-                                    objects_per_image=(1, 2), seed=2)
-    test = td.pasted_fashion_mnist(NUM_TEST, DET_SIZE, scale_range=(0.4, 0.8),
-                                   objects_per_image=(1, 2), split="val", seed=3)
-    keras.utils.set_random_seed(0)
-    model = SSDLite(0.5, input_shape=(DET_SIZE, DET_SIZE, 3), classes=train.num_classes,
-                    anchor_config=anchors, proj_channels=(64, 64, 64, 32),
-                    backbone_weights=classifier)
-    steps = 120
-    tt.compile_detection(model, tt.task_optimizer(
-        tt.TaskOptimizerConfig("adamw", 3e-3, 3e-4, 0.01, 10, 3e-4, 10.0, None), steps))
-    dataset = td.detection_dataset(train.images, train.boxes, train.labels, model.anchors, 16,
-                                   training=True, config=anchors, augment=None, seed=0)
-    model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
-    images = np.clip(np.round(test.images * 255.0), 0, 255).astype(np.uint8)
-    return model, images, list(train.class_names)
-
-
-def _client_pixels(box: np.ndarray) -> np.ndarray:
-    """A normalized (x1, y1, x2, y2) box as MediaPipe reports it: integer pixels, origin and
-    size each truncated (``origin_x = int(xmin * W)``, ``width = int((xmax - xmin) * W)``)."""
-    origin = np.floor(box[:2] * DET_SIZE)
-    return np.concatenate([origin, origin + np.floor((box[2:] - box[:2]) * DET_SIZE)])
+def detector(trained_detector):
+    """The run's trained SSDLite (tests/shared_fixtures.py: 64x64 on the trained
+    classifier's backbone), its uint8 validation images and class names."""
+    return trained_detector
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -308,7 +286,7 @@ def test_detector_with_postprocess_op_detects_in_mediapipe(detector, tmp_path,
             assert index in (-1, cls), (i, index, name)
             candidates = np.nonzero(want.classes == cls + 1)[0]
             assert len(candidates), (i, name, want.classes)
-            ious.append(max(_iou(box, _client_pixels(want.boxes[j])) for j in candidates))
+            ious.append(max(_iou(box, client_pixels(want.boxes[j])) for j in candidates))
             float_ious.append(max(_iou(box / DET_SIZE, want.boxes[j]) for j in candidates))
     assert all(a == b for a, b in counts), [c for c in counts if c[0] != c[1]][:10]
     figures = {"images": NUM_TEST, "boxes": len(ious), "min_iou": min(ious),

@@ -19,7 +19,13 @@ import urllib.request
 import keras
 import numpy as np
 import pytest
-from shared_fixtures import CLASSIFIER_SIZE, fashion_mnist_ready
+from shared_fixtures import (
+    CLASSIFIER_SIZE,
+    DETECTOR_SCORE_THRESHOLD,
+    DETECTOR_SIZE,
+    client_pixels,
+    fashion_mnist_ready,
+)
 
 from keras_mvit2.data.sources import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
 from keras_mvit2.export import get_target, run_tflite
@@ -188,46 +194,15 @@ def test_mvit2_web_serves_the_page_on_localhost(pages, data, tmp_path):
         process.wait(timeout=30)
 
 
-DET_SIZE = 64
-DET_SCORE_THRESHOLD = 0.3
-DET_STEPS = 120
+DET_SIZE = DETECTOR_SIZE
+DET_SCORE_THRESHOLD = DETECTOR_SCORE_THRESHOLD
 
 
 @pytest.fixture(scope="module")
-def detector(classifier):
-    """SSDLite at 64x64 on the trained classifier's backbone, DET_STEPS steps on pasted
-    Fashion-MNIST (the recipe of tests/test_mediapipe_clients.py: at 80 steps 70-100 weak
-    boxes an image crowd the score threshold and the 100-box cap, and the float32 op and
-    numpy part on a box in some images), and 200 validation images as uint8."""
-    from keras_mvit2.tasks import AnchorConfig, SSDLite
-    from keras_mvit2.tasks import data as td
-    from keras_mvit2.tasks import train as tt
-
-    anchors = AnchorConfig(output_strides=(8, 16, 32, -1),
-                           aspect_ratios=((2,), (2, 3), (2, 3), (2,)),
-                           min_scale=0.15, max_scale=0.9)
-    train = td.pasted_fashion_mnist(1024, DET_SIZE, scale_range=(0.4, 0.8),
-                                    objects_per_image=(1, 2), seed=2)
-    test = td.pasted_fashion_mnist(NUM_TEST, DET_SIZE, scale_range=(0.4, 0.8),
-                                   objects_per_image=(1, 2), split="val", seed=3)
-    keras.utils.set_random_seed(0)
-    model = SSDLite(0.5, input_shape=(DET_SIZE, DET_SIZE, 3), classes=train.num_classes,
-                    anchor_config=anchors, proj_channels=(64, 64, 64, 32),
-                    backbone_weights=classifier)
-    tt.compile_detection(model, tt.task_optimizer(
-        tt.TaskOptimizerConfig("adamw", 3e-3, 3e-4, 0.01, 10, 3e-4, 10.0, None), DET_STEPS))
-    dataset = td.detection_dataset(train.images, train.boxes, train.labels, model.anchors, 16,
-                                   training=True, config=anchors, augment=None, seed=0)
-    model.fit(dataset, epochs=1, steps_per_epoch=DET_STEPS, verbose=0)
-    images = np.clip(np.round(test.images * 255.0), 0, 255).astype(np.uint8)
-    return model, images, list(train.class_names)
-
-
-def _client_pixels(box: np.ndarray) -> np.ndarray:
-    """A normalized (x1, y1, x2, y2) box in MediaPipe's integer pixels: origin and size
-    each truncated (``originX = int(xmin * W)``, ``width = int((xmax - xmin) * W)``)."""
-    origin = np.floor(box[:2] * DET_SIZE)
-    return np.concatenate([origin, origin + np.floor((box[2:] - box[:2]) * DET_SIZE)])
+def detector(trained_detector):
+    """The run's trained SSDLite (tests/shared_fixtures.py: 64x64 on the trained
+    classifier's backbone), its uint8 validation images and class names."""
+    return trained_detector
 
 
 def test_detector_page_boxes_equal_postprocess_detections(browser, detector, tmp_path,
@@ -266,7 +241,7 @@ def test_detector_page_boxes_equal_postprocess_detections(browser, detector, tmp
             candidates = np.nonzero(want.classes == cls + 1)[0]
             assert len(candidates), (i, d, want.classes)
             box = np.asarray(d["box"], np.float64)
-            errors.append(min(float(np.abs(box - _client_pixels(want.boxes[j])).max())
+            errors.append(min(float(np.abs(box - client_pixels(want.boxes[j])).max())
                               for j in candidates))
             unrounded.append(min(float(np.abs(box - want.boxes[j] * DET_SIZE).max())
                                  for j in candidates))
