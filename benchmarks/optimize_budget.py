@@ -110,7 +110,8 @@ def _table(run: dict) -> str:
             f"| {c['name']} | {c['size_bytes']:,} | {pct(c['top1'])} | {pct(c['agreement'])} | "
             + ("" if c["drop_points"] is None else f"{c['drop_points']:+.2f}") + " | "
             + ("" if c["latency_ms"] is None else f"{c['latency_ms']:.2f}") + " | "
-            + c["measured_by"] + ("" if c["exact"] else " (approx.)") + " |")
+            + (c["measured_by"] + ("" if c["exact"] else " (approx.)") if c["top1"] is not None
+               else "not measurable here: " + (c["note"] or "")) + " |")
     lines.append("")
     lines.append("chosen (objective size): " + ", ".join(
         f"`--max-drop {b}` -> {name or 'none within budget'}"

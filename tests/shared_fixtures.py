@@ -16,6 +16,7 @@ file lock; the first one builds, the others read). The fixtures of `conftest.py`
   segfault once TensorFlow is imported), for every module that compares with timm.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -124,7 +125,7 @@ def train_detector(folder: Path, classifier_path: str) -> None:
     steps on pasted Fashion-MNIST (Trouser, Sneaker, Bag on photos; at 80 steps 70-100 weak
     boxes an image crowd the score threshold and the 100-box cap) and saves its weights
     (`detector.weights.h5`), DETECTOR_NUM_TEST validation images as uint8 (`images.npy`)
-    and the class names (`class_names.txt`)."""
+    and its classes (`classes.json`)."""
     import keras
 
     import keras_mvit2 as mv
@@ -151,13 +152,15 @@ def train_detector(folder: Path, classifier_path: str) -> None:
     model.save_weights(folder / "detector.weights.h5")
     np.save(folder / "images.npy",
             np.clip(np.round(test.images * 255.0), 0, 255).astype(np.uint8))
-    (folder / "class_names.txt").write_text("\n".join(train.class_names) + "\n")
+    (folder / "classes.json").write_text(json.dumps(
+        {"num_classes": int(train.num_classes), "class_names": list(train.class_names)}))
 
 
 def load_detector(folder: Path):
     """(model, uint8 validation images, class names) of `train_detector`'s folder."""
-    names = (folder / "class_names.txt").read_text().split("\n")[:-1]
-    model = build_detector(len(names))
+    classes = json.loads((folder / "classes.json").read_text())
+    names = classes["class_names"]
+    model = build_detector(classes["num_classes"])
     model.load_weights(folder / "detector.weights.h5")
     return model, np.load(folder / "images.npy"), names
 

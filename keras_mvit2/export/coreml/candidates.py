@@ -40,7 +40,7 @@ def coreml_candidates(model: Any, *, calibration_data: np.ndarray,
         if runs_here:
             measured_by, exact, measurable = "Core ML", True, True
         else:
-            measured_by = "the package's MIL program in TensorFlow, its own weights"
+            measured_by = "its MIL program and weights, run in TF"
             exact, measurable = recipe.measurement == EXACT, recipe.measurable
         settings = {key: value for key, value in recipe.arguments.items()}
         if recipe.needs_calibration:
