@@ -27,6 +27,7 @@ def plot_pareto(result: Any, path: str) -> str | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     timed = [r for r in measured if r.latency_ms is not None]
     panels = [("size (MB)", lambda r: r.size_bytes / 1e6, measured)]
@@ -37,20 +38,23 @@ def plot_pareto(result: Any, path: str) -> str | None:
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.6), squeeze=False)
     floor = 100 * result.reference_top1 - result.max_drop
     for ax, (label, x_of, rows) in zip(axes[0], panels, strict=True):
-        for r in rows:
+        for i, r in enumerate(sorted(rows, key=lambda r: (x_of(r), r.top1))):
             chosen = result.best is not None and r.name == result.best.name
             ax.scatter(x_of(r), 100 * r.top1, s=90 if chosen else 36,
                        marker="*" if chosen else "o",
                        color="tab:red" if chosen else (
                            "tab:blue" if r.within_budget else "tab:gray"),
                        zorder=3)
-            ax.annotate(r.name, (x_of(r), 100 * r.top1), fontsize=7,
-                        xytext=(4, 3), textcoords="offset points")
+            ax.annotate(r.name, (x_of(r), 100 * r.top1), fontsize=7,  # staggered: neighbours
+                        xytext=(4, 3 - 9 * (i % 3)), textcoords="offset points")
         ax.axhline(100 * result.reference_top1, color="black", lw=0.8,
                    label=f"float Keras {100 * result.reference_top1:.2f} %")
         ax.axhline(floor, color="tab:red", lw=0.8, ls="--",
                    label=f"budget: -{result.max_drop:g} points")
-        ax.set_xlabel(label)
+        ax.set_xscale("log")  # sizes and latencies span 10-100x
+        for axis in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
+            axis(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.set_xlabel(label + ", log scale")
         ax.set_ylabel(f"top-1 on {result.data['num_held_out']} held-out images (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
