@@ -112,6 +112,8 @@ SENSITIVE_FLOAT_K = (1, 3)
 #: LiteRT does not have; the standard deviation leaves them out).
 RANK_BY = "std_error_over_scale"
 _RANKING_IMAGES = 100
+#: Layers of the ranking written into each mixed candidate's recipe (report.json).
+_RANKING_REPORTED = 10
 
 
 class _Ranking:
@@ -121,26 +123,37 @@ class _Ranking:
     def __init__(self, model: Any, calibration_data: np.ndarray):
         self._model = model
         self._calibration = calibration_data
-        self._layers: list[str] | None = None
+        self.errors: list[Any] | None = None
 
-    def top(self, k: int) -> list[str]:
-        if self._layers is None:
-            from keras_mvit2.export.tflite.layer_errors import layer_errors
+    def top(self, k: int, plot_folder: str) -> list[str]:
+        """The `k` worst Keras layers; the first call also draws the ranking into
+        `plot_folder/layer_errors.png`."""
+        if self.errors is None:
+            from keras_mvit2.export.tflite.layer_errors import layer_errors, plot_layer_errors
 
-            errors = layer_errors(self._model, self._calibration[:_RANKING_IMAGES],
-                                  calibration_data=self._calibration,
-                                  num_calibration_samples=len(self._calibration),
-                                  rank_by=RANK_BY)
-            self._layers = [e.layer for e in errors if e.mapped]
-        return self._layers[:k]
+            self.errors = layer_errors(self._model, self._calibration[:_RANKING_IMAGES],
+                                       calibration_data=self._calibration,
+                                       num_calibration_samples=len(self._calibration),
+                                       rank_by=RANK_BY)
+            plot_layer_errors(self.errors, os.path.join(plot_folder, "layer_errors.png"),
+                              metric=RANK_BY)
+        return [e.layer for e in self.errors if e.mapped][:k]
+
+    def summary(self, n: int = _RANKING_REPORTED) -> list[dict[str, Any]]:
+        """The `n` worst layers, for the optimizer's report."""
+        return [{"layer": e.layer, RANK_BY: round(e.std_error_over_scale, 3),
+                 "rmse_over_scale": round(e.rmse_over_scale, 3), "worst_op": e.worst_op}
+                for e in (self.errors or [])[:n]]
 
 
 def _int8_with_float_layers(convert: Callable, ranking: _Ranking,
                             k: int) -> Callable[[str], dict[str, Any]]:
     def build(path: str) -> dict[str, Any]:
-        layers = ranking.top(k)
+        # The ranking's chart goes beside report.json (the candidates' parent folder).
+        layers = ranking.top(k, os.path.dirname(os.path.dirname(os.path.abspath(path))))
         convert("int8", path, float_layers=layers)
-        return {"float_layers": layers}
+        return {"float_layers": layers, "layer_ranking": ranking.summary(),
+                "layer_ranking_plot": "layer_errors.png"}
     return build
 
 
