@@ -238,37 +238,26 @@ def test_segmenter_export_segments_in_mediapipe_with_names(segmenter, data, tmp_
     assert equal >= 0.98, equal
 
 
-DET_SIZE = DETECTOR_SIZE
-DET_SCORE_THRESHOLD = DETECTOR_SCORE_THRESHOLD
-
-
-@pytest.fixture(scope="module")
-def detector(trained_detector):
-    """The run's trained SSDLite (tests/shared_fixtures.py: 64x64 on the trained
-    classifier's backbone), its uint8 validation images and class names."""
-    return trained_detector
-
-
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
     inter = np.prod(np.clip(np.minimum(a[2:], b[2:]) - np.maximum(a[:2], b[:2]), 0, None))
     union = np.prod(a[2:] - a[:2]) + np.prod(b[2:] - b[:2]) - inter
     return float(inter / union) if union > 0 else 0.0
 
 
-def test_detector_with_postprocess_op_detects_in_mediapipe(detector, tmp_path,
+def test_detector_with_postprocess_op_detects_in_mediapipe(trained_detector, tmp_path,
                                                            record_property):
     from keras_mvit2.export.tflite.detection_postprocess import with_detection_postprocess
     from keras_mvit2.tasks import postprocess_detections
 
-    model, images, names = detector
+    model, images, names = trained_detector
     path = tmp_path / "detector.tflite"
-    report = to_tflite(with_detection_postprocess(model, score_threshold=DET_SCORE_THRESHOLD),
+    report = to_tflite(with_detection_postprocess(model, score_threshold=DETECTOR_SCORE_THRESHOLD),
                        path, class_names=names)
     assert report.op_histogram.get("TFLite_Detection_PostProcess") == 1
     assert [t.shape for t in report.outputs] == [(1, 100, 4), (1, 100), (1, 100), (1,)]
     raw = np.asarray(model.predict(images / 255.0, verbose=0))
     expected = postprocess_detections(raw, model.anchors, model.anchor_config,
-                                      score_threshold=DET_SCORE_THRESHOLD, top_k=100,
+                                      score_threshold=DETECTOR_SCORE_THRESHOLD, top_k=100,
                                       max_detections=100)
     assert sum(len(d) for d in expected) >= NUM_TEST // 2  # trained: confident boxes
     out = _run_mediapipe(tmp_path, images, [{"task": "detector", "path": str(path),
@@ -287,7 +276,7 @@ def test_detector_with_postprocess_op_detects_in_mediapipe(detector, tmp_path,
             candidates = np.nonzero(want.classes == cls + 1)[0]
             assert len(candidates), (i, name, want.classes)
             ious.append(max(_iou(box, client_pixels(want.boxes[j])) for j in candidates))
-            float_ious.append(max(_iou(box / DET_SIZE, want.boxes[j]) for j in candidates))
+            float_ious.append(max(_iou(box / DETECTOR_SIZE, want.boxes[j]) for j in candidates))
     assert all(a == b for a, b in counts), [c for c in counts if c[0] != c[1]][:10]
     figures = {"images": NUM_TEST, "boxes": len(ious), "min_iou": min(ious),
                "mean_iou": float(np.mean(ious)),

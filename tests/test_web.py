@@ -194,18 +194,7 @@ def test_mvit2_web_serves_the_page_on_localhost(pages, data, tmp_path):
         process.wait(timeout=30)
 
 
-DET_SIZE = DETECTOR_SIZE
-DET_SCORE_THRESHOLD = DETECTOR_SCORE_THRESHOLD
-
-
-@pytest.fixture(scope="module")
-def detector(trained_detector):
-    """The run's trained SSDLite (tests/shared_fixtures.py: 64x64 on the trained
-    classifier's backbone), its uint8 validation images and class names."""
-    return trained_detector
-
-
-def test_detector_page_boxes_equal_postprocess_detections(browser, detector, tmp_path,
+def test_detector_page_boxes_equal_postprocess_detections(browser, trained_detector, tmp_path,
                                                           record_property):
     """Every box the page reports is `postprocess_detections`' box of the same class on
     the same image within 1 pixel (x1, y1, x2, y2), with the same number of boxes per image.
@@ -217,14 +206,14 @@ def test_detector_page_boxes_equal_postprocess_detections(browser, detector, tmp
     from keras_mvit2.export.web import build_site
     from keras_mvit2.tasks import postprocess_detections
 
-    model, images, names = detector
+    model, images, names = trained_detector
     tflite = tmp_path / "detector.tflite"
     get_target("tflite").convert(
-        with_detection_postprocess(model, score_threshold=DET_SCORE_THRESHOLD), tflite,
+        with_detection_postprocess(model, score_threshold=DETECTOR_SCORE_THRESHOLD), tflite,
         class_names=names)
     raw = np.asarray(model.predict(images / 255.0, verbose=0))
     expected = postprocess_detections(raw, model.anchors, model.anchor_config,
-                                      score_threshold=DET_SCORE_THRESHOLD, top_k=100,
+                                      score_threshold=DETECTOR_SCORE_THRESHOLD, top_k=100,
                                       max_detections=100)
     assert sum(len(d) for d in expected) >= NUM_TEST // 2  # trained: confident boxes
     assert build_site(tflite, tmp_path / "detector.web")["task"] == "detector"
@@ -243,7 +232,7 @@ def test_detector_page_boxes_equal_postprocess_detections(browser, detector, tmp
             box = np.asarray(d["box"], np.float64)
             errors.append(min(float(np.abs(box - client_pixels(want.boxes[j])).max())
                               for j in candidates))
-            unrounded.append(min(float(np.abs(box - want.boxes[j] * DET_SIZE).max())
+            unrounded.append(min(float(np.abs(box - want.boxes[j] * DETECTOR_SIZE).max())
                                  for j in candidates))
     assert all(a == b for a, b in counts), [c for c in counts if c[0] != c[1]][:10]
     figures = {"images": NUM_TEST, "boxes": len(errors), "max_px_error": max(errors),
