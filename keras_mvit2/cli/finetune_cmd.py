@@ -175,7 +175,7 @@ def _finetune(args: argparse.Namespace) -> int:
         config, source, freeze_backbone=args.freeze_backbone, export=targets,
         io_dtype=args.io_dtype, max_drop=args.max_drop, replan=args.resume,
         on_plan=_print_plan,
-        log=lambda line: console.print(escape(line), highlight=False))
+        log=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
     title = (f"mvit2 finetune: {config.model.name} on {len(result.data.class_names)} classes, "
              f"{result.seconds:.0f} s")
     print_steps(title, result.steps, result.run_dir, "run.json: all figures", console)
@@ -187,7 +187,8 @@ def _finetune(args: argparse.Namespace) -> int:
     for key, label in labels.items():
         path = result.paths.get(key)
         if path:
-            console.print(f"{label + ':':18} {escape(path)}", highlight=False)
+            console.print(f"{label + ':':18} {escape(path)}", highlight=False,
+                          soft_wrap=True)  # a path stays on one line in a log
     over = [r["note"] for r in result.exports if (r.get("note") or "").startswith("over budget")]
     if over:
         from keras_mvit2.cli.failure import CommandFailedError
