@@ -88,7 +88,8 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
             float Keras model on the held-out images.
         objective: ``"size"`` or ``"latency"`` (on this host; needs the runtime here).
         class_names: written into every file (default: the data's class names).
-        num_calibration / num_held_out: image counts read from `data`.
+        num_calibration: calibration images read from `data`.
+        num_held_out: held-out images read from `data`.
         latency_runs: timed runs per candidate (median reported), 1 image each.
         threads: runtime threads for the latency.
         only: build only the candidates of these names (default: all of the target's).

@@ -136,8 +136,11 @@ def layer_errors(
             ``"fashion_mnist"``, an array, a `tf.data.Dataset`); ``None`` calibrates on
             `images`.
         quantization: ``"int8"`` (the only one the debugger measures).
-        num_calibration_samples, calibration_seed, fuse_pointwise, image_size: as for
-            `to_tflite`: the same values give the same calibration and graph.
+        num_calibration_samples: as for `to_tflite` (the same values of this and the
+            three below give the same calibration and graph).
+        calibration_seed: as for `to_tflite`.
+        fuse_pointwise: as for `to_tflite`.
+        image_size: as for `to_tflite`.
         float_layers: layers kept in float, as `to_tflite`'s `float_layers`: their ops are
             not measured and the others are measured as in that file.
         depth: aggregate at this many levels of the layer path (1: top-level layers such
