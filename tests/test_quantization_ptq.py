@@ -292,6 +292,9 @@ def fine_tuned_256(trained, data):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     optimizer.build(model.trainable_variables)
+    # Seeded: the batches' shuffle order would otherwise follow whatever the modules run
+    # before this one in the same worker left in the global random state.
+    keras.utils.set_random_seed(0)
     model.fit(
         _rgb(data["x_fine_tune"], 256), data["y_fine_tune"],
         batch_size=FINE_TUNE_BATCH, epochs=1, verbose=0,
