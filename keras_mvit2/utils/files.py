@@ -48,6 +48,14 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def disk_size(path: str | os.PathLike) -> int:
+    """Bytes on disk of a file, or of every file under a folder (a `.mlpackage`, say)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(path) for name in names)
+
+
 def write_json(path: str | os.PathLike, payload: Any, *, indent: int = 2) -> None:
     """Writes `payload` to `path` as JSON, atomically (`atomic_output`).
 

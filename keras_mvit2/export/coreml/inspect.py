@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from keras_mvit2.utils.files import disk_size
+
 __all__ = [
     "CoreMLReport",
     "coreml_class_names",
@@ -79,16 +81,6 @@ def _feature(description) -> dict:
     return entry
 
 
-def _directory_size(path: str) -> int:
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    return sum(
-        os.path.getsize(os.path.join(root, name))
-        for root, _, names in os.walk(path)
-        for name in names
-    )
-
-
 def inspect_coreml(path: str | os.PathLike) -> CoreMLReport:
     """Reads a saved `.mlpackage` and reports its ops, ranks, inputs and outputs."""
     ct = _coremltools()
@@ -109,7 +101,7 @@ def inspect_coreml(path: str | os.PathLike) -> CoreMLReport:
                         max_rank = max(max_rank, output.type.tensorType.rank)
     return CoreMLReport(
         path=path,
-        size_bytes=_directory_size(path),
+        size_bytes=disk_size(path),
         spec_version=spec.specificationVersion,
         op_histogram=dict(sorted(histogram.items())),
         max_tensor_rank=max_rank,

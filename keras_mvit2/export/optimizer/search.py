@@ -22,7 +22,7 @@ import numpy as np
 
 from keras_mvit2.export.candidate import Candidate, CandidateResult
 from keras_mvit2.export.optimizer.data import OptimizeData, load_optimize_data
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import atomic_output, disk_size
 
 __all__ = ["OBJECTIVES", "OptimizeResult", "OverBudgetError", "best_within", "optimize"]
 
@@ -128,7 +128,7 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
     candidates = _selected(candidates, only)
     folder = os.path.join(out, CANDIDATES_FOLDER)
     os.makedirs(folder, exist_ok=True)
-    can_time = _can_time(export_target)
+    can_time = bool(export_target.can_run())  # then `bench` times its files here
     if objective == "latency" and not can_time:
         raise ValueError(
             f"objective='latency' needs {export_target.runtime} on this host, which is not "
@@ -191,11 +191,6 @@ def _selected(candidates: list[Candidate], only: Sequence[str] | None) -> list[C
     return [c for c in candidates if c.name in set(only)]
 
 
-def _can_time(export_target: Any) -> bool:
-    """Whether the target's runtime runs here (then `bench` times its files here)."""
-    return bool(export_target.can_run())
-
-
 def _measure(export_target: Any, candidate: Candidate, model: Any, path: str,
              data: OptimizeData, keras_top1: np.ndarray, reference_top1: float,
              max_drop: float, can_time: bool, latency_runs: int,
@@ -211,7 +206,7 @@ def _measure(export_target: Any, candidate: Candidate, model: Any, path: str,
     if isinstance(found, dict):  # what the build chose (e.g. the faster token-sum form)
         result.recipe.update(found)
     result.path = path
-    result.size_bytes = _size(path)
+    result.size_bytes = disk_size(path)
     if not candidate.measurable:
         result.within_budget = False
         return result
@@ -231,13 +226,6 @@ def _measure(export_target: Any, candidate: Candidate, model: Any, path: str,
         stats = record.latency_ms
         result.latency_ms = stats.median if stats.median is not None else stats.min
     return result
-
-
-def _size(path: str) -> int:
-    if os.path.isdir(path):
-        return sum(os.path.getsize(os.path.join(root, f))
-                   for root, _, files in os.walk(path) for f in files)
-    return os.path.getsize(path)
 
 
 def _rank_key(result: CandidateResult, objective: str) -> tuple:

@@ -26,6 +26,7 @@ from keras_mvit2.export.web.browser import Browser, WebPage, browser_unavailable
 from keras_mvit2.export.web.runtime import TASKS_VISION_VERSION
 from keras_mvit2.export.web.server import serve
 from keras_mvit2.export.web.site import MODEL_FILE, build_site
+from keras_mvit2.utils.files import disk_size
 
 __all__ = ["WEB", "WebReport", "WebTarget", "open_page"]
 
@@ -129,8 +130,7 @@ class WebTarget(ExportTarget):
         tflite = inspect_tflite(_model_file(folder))
         files = sorted(os.path.relpath(os.path.join(root, n), folder)
                        for root, _, names in os.walk(folder) for n in names)
-        size = sum(os.path.getsize(os.path.join(folder, f)) for f in files)
-        return WebReport(folder, size, files, tflite)
+        return WebReport(folder, disk_size(folder), files, tflite)
 
     def can_run(self) -> bool:
         return browser_unavailable() is None
