@@ -155,6 +155,10 @@ def test_a_killed_run_resumes_and_says_from_where(folder, tmp_path):  # noqa: F8
     state = json.loads(state_path.read_text())
     done = state["epoch"]
     assert 1 <= done < 3 and state["optimizer_step"] == done * steps
+    # "saved" is when that checkpoint was written (local time), not when the run began.
+    saved = time.mktime(time.strptime(state["saved"], "%Y-%m-%d %H:%M:%S"))
+    written = (out / "checkpoints" / state["checkpoint"]).stat().st_mtime
+    assert 0 <= written - saved < 1.5, (state["saved"], time.ctime(written))
     assert not (out / "model.keras").exists()
 
     log = tmp_path / "resumed.log"

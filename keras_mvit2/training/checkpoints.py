@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import Any
 
 import keras
@@ -50,6 +51,7 @@ def _save_checkpoint(trainer: ClassifierTrainer, ckpt_dir: str, epoch: int,
         "seed_states": _seed_states(trainer.classifier),
         "history": history,
         **record,  # the plan and learning-rate schedule (`run_folder.checkpoint_record`)
+        "saved": time.strftime("%Y-%m-%d %H:%M:%S"),  # local time, in the resume line
     }
     write_json(os.path.join(ckpt_dir, STATE_FILE), state)
     old = sorted(f for f in os.listdir(ckpt_dir)

@@ -333,5 +333,4 @@ def checkpoint_record(plan: SchedulePlan,
                       ) -> dict[str, Any]:
     """The entries of `state.json` that let a later run check and continue this plan."""
     return {"plan": plan.to_dict(),
-            "learning_rate": keras.saving.serialize_keras_object(learning_rate),
-            "saved": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "learning_rate": keras.saving.serialize_keras_object(learning_rate)}
