@@ -1,7 +1,7 @@
 """`mvit2 finetune` on a folder of photos, timed: the whole command, as a user runs it.
 
-    python benchmarks/finetune_photos.py [--images 1000] [--epochs N]
-        [--work /tmp/finetune_photos] [--out benchmarks/results]
+    python benchmarks/finetune_photos.py [--images 1000] [--epochs N] [--max-drop P]
+        [--only standin|random] [--work /tmp/finetune_photos] [--out benchmarks/results]
 
 Writes `--images` Fashion-MNIST training images (the first of each class, 10 classes) to
 disk as PNG files in class folders, then runs, each in a fresh process and timed,
@@ -10,13 +10,17 @@ disk as PNG files in class folders, then runs, each in a fresh process and timed
     mvit2 finetune PHOTOS --model mobilevitv2_050 --weights none -o RUN       # random init
 
 at the default settings (the packaged `finetune_small_data` recipe at the checkpoint's
-256x256; `--epochs` shortens the run). `--weights imagenet` is downloaded from the
-loopback stand-in of the Hugging Face hub of the tests (tests/hub_standin.py), which
-serves a timm checkpoint with random weights made by tests/torch_oracle.py (torch, in a
-subprocess): it exercises the download, port and fine-tuning path, but these are not the
-real ImageNet weights, so its accuracy says nothing about them. Records wall time, top-1
-on the held-out images, the int8 file's top-1 and agreement with Keras, sizes and the load
-average, in `finetune_photos.json` / `.md`.
+256x256; `--epochs` shortens the run). `--weights imagenet` is
+downloaded from the loopback stand-in of the Hugging Face hub of the tests
+(tests/hub_standin.py), which serves a timm checkpoint with random weights made by
+tests/torch_oracle.py (torch, in a subprocess): it exercises the download, port and
+fine-tuning path, but these are not the real ImageNet weights, so its accuracy says nothing
+about them. Records wall time, top-1 on the held-out images, the `.tflite` file's kind,
+top-1 and agreement with Keras, sizes and the load average, in `finetune_photos.json` /
+`.md`; each run is kept there under its name (`standin`, `random`, `standin_max_drop_1`,
+...), so runs made one at a time add up. With `--max-drop` the command runs again on a copy
+of the trained run folder (run it without `--max-drop` first): the folder is complete, so it
+only evaluates and exports, and its wall time is that of re-exporting without retraining.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -80,14 +85,16 @@ def figures(run_dir: str) -> dict:
     with open(os.path.join(run_dir, "run.json")) as f:
         run = json.load(f)
     exports = {r["target"]: r for r in run["exports"]}
-    tflite = exports["tflite"]
+    tflite, coreml = exports["tflite"], exports.get("coreml") or {}
     return {
         "top1": run["evaluation"]["top1"], "top5": run["evaluation"]["top5"],
         "held_out_images": run["evaluation"]["num_examples"],
-        "int8_top1": tflite["top1"], "int8_agreement": tflite["top1_agreement"],
-        "int8_size_bytes": tflite["size_bytes"],
-        "int8_latency_ms": (tflite.get("latency") or {}).get("median_ms"),
-        "coreml_size_bytes": (exports.get("coreml") or {}).get("size_bytes"),
+        "tflite_quantization": tflite["quantization"], "tflite_top1": tflite["top1"],
+        "tflite_agreement": tflite["top1_agreement"], "tflite_size_bytes": tflite["size_bytes"],
+        "tflite_latency_ms": (tflite.get("latency") or {}).get("median_ms"),
+        "coreml_quantization": coreml.get("quantization"),
+        "coreml_size_bytes": coreml.get("size_bytes"),
+        "warnings": [line for line in run["limits"] if " file (phone/" in line],
         "epochs": run["recipe"]["epochs"], "image_size": run["recipe"]["image_size"],
         "images_per_second": run["recipe"]["images_per_second"],
         "weights": {k: run["weights"].get(k) for k in ("kind", "value", "repo_id", "sha256")},
@@ -102,6 +109,8 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--only", choices=("standin", "random"),
                         help="run one of the two commands")
+    parser.add_argument("--max-drop", type=float,
+                        help="pass --max-drop to the commands (the optimizer's files)")
     args = parser.parse_args()
     sys.path.insert(0, TESTS)
     from hub_standin import HubStandIn
@@ -115,26 +124,49 @@ def main() -> None:
            "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": ROOT}
     env.pop("HF_HUB_OFFLINE", None)
     extra = [] if args.epochs is None else ["--epochs", str(args.epochs)]
+    suffix = ""
+    if args.max_drop is not None:
+        extra += ["--max-drop", f"{args.max_drop:g}"]
+        suffix = f"_max_drop_{args.max_drop:g}"
+    results_path = os.path.join(args.out, "finetune_photos.json")
     results = {"images": args.images, "cpus": os.cpu_count(), "runs": {}}
-    for name, weights in (("standin", "imagenet"), ("random", "none")):
-        if args.only and args.only != name:
+    if os.path.exists(results_path):  # runs made earlier, one at a time, are kept
+        with open(results_path) as f:
+            earlier = json.load(f)
+        if earlier.get("images") == args.images:
+            results["runs"] = earlier["runs"]
+    for base, weights in (("standin", "imagenet"), ("random", "none")):
+        if args.only and args.only != base:
             continue
+        name = base + suffix
         run_dir = os.path.join(args.work, f"run_{name}")
+        start_over = ["--set", "output.resume=false"]
+        if suffix:  # the same command again on a copy of the trained run: exports only
+            trained = os.path.join(args.work, f"run_{base}")
+            if not os.path.exists(os.path.join(trained, "run.json")):
+                raise SystemExit(f"--max-drop re-exports the trained {trained}: run the "
+                                 f"benchmark without --max-drop first.")
+            shutil.rmtree(run_dir, ignore_errors=True)
+            shutil.copytree(trained, run_dir)
+            start_over = []
         command = ["finetune", photos, "--model", MODEL, "--weights", weights, "-o", run_dir,
-                   "--set", "output.resume=false", *extra]
+                   *start_over, *extra]
         seconds, load = run_command(command, env)
         results["runs"][name] = {"command": "mvit2 " + " ".join(command), "wall_s": seconds,
-                                 "load_average": load, **figures(run_dir)}
+                                 "load_average": load, "trained": not suffix,
+                                 **figures(run_dir)}
+        print(f"{name}: {seconds / 60:.1f} min", flush=True)
     server.stop()
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "finetune_photos.json"), "w") as f:
+    with open(results_path, "w") as f:
         json.dump(results, f, indent=2)
-    lines = ["| start | epochs | wall time | top-1 (Keras) | int8 top-1 | int8 agreement |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| run | epochs | wall time | top-1 (Keras) | .tflite | its top-1 | agreement | "
+             "size |", "|---|---:|---:|---:|---|---:|---:|---:|"]
     for name, r in results["runs"].items():
         lines.append(f"| {name} | {r['epochs']} | {r['wall_s'] / 60:.1f} min | "
-                     f"{100 * r['top1']:.1f} % | {100 * r['int8_top1']:.1f} % | "
-                     f"{100 * r['int8_agreement']:.1f} % |")
+                     f"{100 * r['top1']:.1f} % | {r['tflite_quantization']} | "
+                     f"{100 * r['tflite_top1']:.1f} % | {100 * r['tflite_agreement']:.1f} % | "
+                     f"{r['tflite_size_bytes'] / 1e6:.2f} MB |")
     with open(os.path.join(args.out, "finetune_photos.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -152,6 +152,27 @@ def test_data_checks_warn_on_small_or_imbalanced_classes_and_refuse_bad_folders(
         assert expected in line, line
 
 
+def test_default_files_that_lose_top1_to_keras_are_warned_about_with_the_fix():
+    from keras_mvit2.ship.phone_files import WARN_DROP_POINTS, export_warnings
+
+    def record(top1, keras_top1=0.70, **extra):
+        return {"target": "tflite", "format": "TFLite", "quantization": "int8",
+                "path": "phone/model_int8.tflite", "top1": top1, "keras_top1": keras_top1,
+                "top1_agreement": 0.69, **extra}
+
+    assert WARN_DROP_POINTS == 1.0
+    (message,) = export_warnings([record(0.63), record(0.69), record(0.71)])
+    assert message.startswith("the TFLite int8 file (phone/model_int8.tflite) scores 7.0 "
+                              "top-1 points below the Keras model")
+    assert "agree on 69.0 %" in message and "--max-drop 1" in message
+    # Within a point, measured gains, not measured (Core ML off macOS), an optimizer's
+    # choice (within its own budget): nothing to say.
+    assert export_warnings([
+        record(0.695), record(0.80), record(None),
+        record(0.63, optimizer_report="phone/optimize_tflite/report.json"),
+    ]) == []
+
+
 # --------------------------------------------------------------------------------------
 # Slow: the command end to end, through the stand-in hub
 # --------------------------------------------------------------------------------------
@@ -241,6 +262,10 @@ def test_finetune_from_a_tag_through_the_standin_hub_leaves_labelled_phone_files
     assert record["tflite"]["size_bytes"] == os.path.getsize(out / "phone/model_int8.tflite")
     assert record["tflite"]["latency"]["median_ms"] > 0
     assert facts["data"]["per_class"] == {n: {"train": 9, "validation": 3} for n in CLASSES}
+    # Warned (printed, in the card's limits) exactly when the int8 file loses over a point.
+    lost = round(100 * (record["tflite"]["keras_top1"] - record["tflite"]["top1"]), 6) > 1.0
+    assert ("warning: the TFLite int8 file" in stdout) == lost
+    assert any("the TFLite int8 file" in line for line in facts["limits"]) == lost
 
 
 @needs_fashion

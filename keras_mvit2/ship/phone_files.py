@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_TARGETS", "PHONE_FOLDER", "PhoneData", "_export_phone_files"]
+__all__ = ["DEFAULT_TARGETS", "PHONE_FOLDER", "WARN_DROP_POINTS", "PhoneData",
+           "_export_phone_files", "export_warnings"]
 
 #: What `--export` exports by default.
 DEFAULT_TARGETS = ("tflite", "coreml")
@@ -28,6 +29,8 @@ DEFAULT_TARGETS = ("tflite", "coreml")
 PHONE_FOLDER = "phone"
 #: target name -> (file name, quantization) of the default exports.
 _FILES = {"tflite": ("model_int8.tflite", "int8"), "coreml": ("model.mlpackage", "float16")}
+#: Top-1 points a default file may lose against Keras on the held-out images unwarned.
+WARN_DROP_POINTS = 1.0
 
 
 @dataclasses.dataclass
@@ -160,6 +163,26 @@ def _export_phone_files(
         record["latency"] = _latency(target, path, bench_runs)
         records.append(record)
     return records
+
+
+def export_warnings(records: Sequence[dict[str, Any]]) -> list[str]:
+    """One warning per default file (not an optimizer choice, which is within its budget)
+    whose top-1 on the held-out images is more than `WARN_DROP_POINTS` below the Keras
+    model's, naming the fix; `records` as `_export_phone_files` returns them."""
+    messages = []
+    for record in records:
+        if "optimizer_report" in record or record.get("top1") is None \
+                or record.get("keras_top1") is None:
+            continue
+        drop = round(100 * (record["keras_top1"] - record["top1"]), 6)  # 0.70 - 0.69: 1.0
+        if drop > WARN_DROP_POINTS:
+            messages.append(
+                f"the {record['format']} {record['quantization']} file ({record['path']}) "
+                f"scores {drop:.1f} top-1 points below the Keras model on the held-out "
+                f"images (they agree on {100 * record['top1_agreement']:.1f} % of them). "
+                "Before shipping it, run again with --max-drop 1 (Python: max_drop=1) to "
+                "get the smallest file within 1 point, or export a float16 file.")
+    return messages
 
 
 def _optimized(model: Any, folder: str, name: str, data: PhoneData,

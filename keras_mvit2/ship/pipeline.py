@@ -11,7 +11,8 @@ The steps, each the library's own function:
 4. evaluate  the shipped model (EMA weights where the recipe keeps an EMA) on the held-out
              images: top-1 / top-5, per class, confusion matrix (`eval/`);
 5. export    `keras_mvit2.ship.phone_files._export_phone_files`: int8 `.tflite` and Core
-             ML fp16 in `phone/`, validated and timed;
+             ML fp16 in `phone/`, validated and timed; a warning (printed and in the
+             card's limits) for a file that loses more than a point of top-1 to Keras;
 6. describe  `run.json` gains `data`, `recipe`, `evaluation`, `exports`, `created`,
              `limits`; `MODEL_CARD.md` is written from `run.json`
              (`keras_mvit2.ship.model_card`).
@@ -39,7 +40,12 @@ from typing import Any
 
 from keras_mvit2.demo import DemoStep
 from keras_mvit2.ship.data_check import DataCheck, check_training_data
-from keras_mvit2.ship.phone_files import DEFAULT_TARGETS, PhoneData, _export_phone_files
+from keras_mvit2.ship.phone_files import (
+    DEFAULT_TARGETS,
+    PhoneData,
+    _export_phone_files,
+    export_warnings,
+)
 
 __all__ = ["KNOWN_LIMITS", "ShipResult", "finetune_to_phone"]
 
@@ -156,8 +162,10 @@ def finetune_to_phone(
             (points, on the held-out images) instead of int8 / fp16
             (`keras_mvit2.ship.phone_files._export_phone_files`).
         replan: as `training.train`.
-        log: called with progress lines and the data warnings (default: the warnings go
-            to `warnings.warn`, nothing else is said).
+        log: called with progress lines and the warnings: small or imbalanced classes,
+            and default files that lose more than `WARN_DROP_POINTS` top-1 points
+            against Keras (default: the warnings go to `warnings.warn`, nothing else is
+            said). The warnings are also the card's last limits.
         on_plan: as `training.train`.
 
     Returns:
@@ -182,11 +190,14 @@ def finetune_to_phone(
     say(f"{len(checked.class_names)} classes:")
     for line in checked.lines():
         say(line)
-    for message in checked.warnings:
+    def warn(message: str) -> None:
         if log is None:
-            warnings.warn(message, stacklevel=2)
+            warnings.warn(message, stacklevel=3)
         else:
             log(f"warning: {message}")
+
+    for message in checked.warnings:
+        warn(message)
 
     t = time.monotonic()
     source = weights if isinstance(weights, WeightsSource) else resolve_weights_source(
@@ -235,6 +246,9 @@ def finetune_to_phone(
             if record["path"] is not None:
                 paths[record["target"]] = os.path.join(run_dir, record["path"])
             steps.append(_export_step(record, run_dir, per_file))
+    export_problems = export_warnings(records)
+    for message in export_problems:
+        warn(message)
 
     facts = {
         "data": {"train": config.data.train, "validation": config.data.validation,
@@ -246,7 +260,7 @@ def finetune_to_phone(
         "exports": records,
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "keras_mvit2": __version__,
-        "limits": [*KNOWN_LIMITS, *_data_limits(checked, source)],
+        "limits": [*KNOWN_LIMITS, *_data_limits(checked, source), *export_problems],
     }
     if result.model_path is not None:  # the chief writes the run folder
         update_run_json(run_dir, facts)
