@@ -303,6 +303,44 @@ def test_model_card_holds_the_measured_numbers_of_run_json(run):
         assert not re.search(placeholder, body), placeholder
 
 
+@needs_fashion
+def test_the_command_again_on_a_complete_run_only_exports_and_keeps_its_records(
+        run, hub, photos, tmp_path):
+    """Re-quantizing without training again: the same command on a copy of the finished
+    run folder evaluates and exports only; the records keep the training's speed (its
+    epochs' median, not NaN) and the card names the files this call wrote."""
+    import io
+    import shutil
+    import statistics
+    from contextlib import redirect_stdout
+
+    first, _, facts = run
+    again = tmp_path / "again"
+    shutil.copytree(first, again)
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        code = main(["finetune", str(photos), "--model", MODEL, "--weights", "imagenet",
+                     "-o", str(again), "--export", "tflite", *TINY])
+    stdout = buffer.getvalue()
+    assert code == 0, stdout[-3000:]
+    assert f"Run folder {again}: already complete (1 of 1 epochs" in stdout
+    assert "Epoch 1/1" not in stdout  # nothing trained
+
+    def no_nan(word):
+        raise AssertionError(f"run.json holds {word}, which is not JSON")
+
+    refacts = json.loads((again / "run.json").read_text(), parse_constant=no_nan)
+    history = json.loads((first / "metrics.json").read_text())["history"]
+    assert refacts["recipe"]["images_per_second"] == pytest.approx(
+        statistics.median(h["images_per_second"] for h in history))
+    assert [e["target"] for e in refacts["exports"]] == ["tflite"]
+    assert refacts["evaluation"]["top1"] == pytest.approx(facts["evaluation"]["top1"])
+    card = (again / "MODEL_CARD.md").read_text()
+    assert "with phone files (TFLite int8) that carry the class names" in card
+    assert f"{refacts['recipe']['images_per_second']:.1f} training images/s" in card
+    assert not re.search(r"\bnan\b", card, re.IGNORECASE)
+
+
 def _mediapipe_python() -> str | None:
     python = os.environ.get("MVIT2_MEDIAPIPE_PYTHON") or os.path.join(
         ROOT, ".venv-mediapipe", "bin", "python")

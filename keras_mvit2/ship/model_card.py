@@ -5,7 +5,7 @@ The Hugging Face model-card layout (what `huggingface_hub.ModelCard` and KerasHu
 `license_link` for `other`), `tags`, `datasets`, `base_model`, `pipeline_tag`, `metrics`,
 `model-index` with the measured results), then sections: model details, source weights and
 their licence, classes, training recipe, evaluation (per class, confusion-matrix image),
-the phone files (size, int8 agreement, host latency), how to use them, limits, provenance.
+the phone files (size, agreement with Keras, host latency), how to use them, limits, provenance.
 Every number comes from `run.json`, so the card and the record cannot disagree.
 """
 
@@ -141,9 +141,22 @@ def _recipe_section(recipe: dict[str, Any]) -> list[str]:
         f"{recipe['label_smoothing']:g}, EMA {'on' if recipe['ema'] else 'off'}, "
         f"{trained}.",
         f"- Input {recipe['image_size']}x{recipe['image_size']} RGB in [0, 1]; "
-        f"{recipe['precision']}; {recipe['images_per_second']:.1f} training images/s.",
+        f"{recipe['precision']}; {_speed(recipe.get('images_per_second'))}.",
         f"- Augmentation: {_augmentation(recipe.get('augmentation') or {})}.",
     ]
+
+
+def _speed(images_per_second: float | None) -> str:
+    if images_per_second is None:
+        return "training speed not recorded"
+    return f"{images_per_second:.1f} training images/s"
+
+
+def _files_in_words(run: dict[str, Any]) -> str:
+    """`"TFLite int8, Core ML float16"`: the phone files written, by format and kind."""
+    files = [f"{e['format']} {e['quantization']}" for e in run.get("exports") or []
+             if e.get("path")]
+    return ", ".join(files) if files else "none written"
 
 
 def _exports_section(run: dict[str, Any]) -> list[str]:
@@ -198,7 +211,7 @@ def render_model_card(run: dict[str, Any]) -> str:
            f"A {run['model']} image classifier for {len(classes)} classes "
            f"({', '.join(classes[:12])}{', ...' if len(classes) > 12 else ''}), "
            f"fine-tuned with keras_mvit2 on the photos of `{_dataset_name(run)}`, with phone "
-           "files (int8 TFLite, Core ML) that carry the class names.", "",
+           f"files ({_files_in_words(run)}) that carry the class names.", "",
            "## Model details", "",
            f"- Architecture: {run['model']} (MobileViTv2, separable self-attention; "
            "Mehta & Rastegari 2022, https://arxiv.org/abs/2206.02680)",

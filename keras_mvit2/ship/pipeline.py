@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import os
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -58,7 +60,7 @@ KNOWN_LIMITS = (
     "of none of its classes (the model always picks one of them).",
     "The accuracy figures come from the held-out images of that folder; with few images "
     "per class they are uncertain by several points.",
-    "The int8 file's agreement with the Keras model is measured on the same held-out images; "
+    "The TFLite file's agreement with the Keras model is measured on the same held-out images; "
     "Core ML predictions can only be checked on macOS.",
     "Latencies were measured on the machine that trained the model (host CPU, LiteRT), not "
     "on a phone.",
@@ -113,8 +115,18 @@ def _recipe(config: Any, train: Any, freeze_backbone: bool) -> dict[str, Any]:
         "label_smoothing": config.training.label_smoothing,
         "ema": config.ema.enabled, "freeze_backbone": freeze_backbone,
         "augmentation": augment, "precision": train.precision,
-        "images_per_second": train.images_per_second,
+        "images_per_second": _training_speed(train),
     }
+
+
+def _training_speed(train: Any) -> float | None:
+    """Training images/s: this call's, or, for a run folder that was already complete (no
+    step trained in this call), the median of its epochs' as recorded; None without any."""
+    if math.isfinite(train.images_per_second):
+        return float(train.images_per_second)
+    rates = [h["images_per_second"] for h in train.history
+             if math.isfinite(h.get("images_per_second") or math.nan)]
+    return float(statistics.median(rates)) if rates else None
 
 
 def _phone_data(config: Any, train_source: Any, val_source: Any, size: int,
@@ -209,7 +221,7 @@ def finetune_to_phone(
     steps.append(DemoStep(
         "train", f"{sum(checked.counts['train'])} images x {config.training.epochs} epochs "
         f"at {config.model.image_size}x{config.model.image_size} from "
-        f"{_describe_source(source)}, {result.images_per_second:.1f} images/s",
+        f"{_describe_source(source)}, {_speed_text(result)}",
         result.ema_model_path or result.model_path, time.monotonic() - t))
 
     shipped = result.ema_model_path or result.model_path
@@ -270,6 +282,14 @@ def finetune_to_phone(
     return ShipResult(run_dir=run_dir, data=checked, train=result, evaluation=evaluation,
                       exports=records, paths=paths, steps=steps,
                       seconds=time.monotonic() - start)
+
+
+def _speed_text(train: Any) -> str:
+    speed = _training_speed(train)
+    if speed is None:
+        return "speed not recorded"
+    already = "" if math.isfinite(train.images_per_second) else " (trained earlier)"
+    return f"{speed:.1f} images/s{already}"
 
 
 def _describe_source(source: Any) -> str:
