@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from keras_mvit2.ship.phone_files import file_kind
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = ["CARD_FILE", "front_matter", "render_model_card", "write_model_card"]
@@ -63,8 +64,7 @@ def front_matter(run: dict[str, Any]) -> dict[str, Any]:
         for record in run.get("exports") or []:
             if record.get("top1") is not None:
                 metrics.append({"type": "accuracy", "value": round(float(record["top1"]), 4),
-                                "name": f"Top-1 accuracy ({record['format']} "
-                                        f"{record['quantization']})"})
+                                "name": f"Top-1 accuracy ({file_kind(record)})"})
         meta["model-index"] = [{"name": f"{run['model']}-{_dataset_name(run)}", "results": [{
             "task": {"type": "image-classification", "name": "Image Classification"},
             "dataset": {"name": _dataset_name(run), "type": "imagefolder",
@@ -154,7 +154,7 @@ def _speed(images_per_second: float | None) -> str:
 
 def _files_in_words(run: dict[str, Any]) -> str:
     """`"TFLite int8, Core ML float16"`: the phone files written, by format and kind."""
-    files = [f"{e['format']} {e['quantization']}" for e in run.get("exports") or []
+    files = [file_kind(e) for e in run.get("exports") or []
              if e.get("path")]
     return ", ".join(files) if files else "none written"
 
@@ -173,7 +173,7 @@ def _exports_section(run: dict[str, Any]) -> list[str]:
         lat = "-" if not latency else (
             f"{latency['median_ms']:.2f} ms ({latency['runtime']}, 1 thread)")
         io = f", {r['io_dtype']} I/O" if r.get("io_dtype") else ""
-        lines.append(f"| `{r['path']}` | {r['format']} {r['quantization']}{io} | "
+        lines.append(f"| `{r['path']}` | {file_kind(r)}{io} | "
                      f"{_mb(r.get('size_bytes'))} | {_pct(r.get('top1'))} | "
                      f"{_pct(r.get('top1_agreement'))} | {lat} |")
     notes = sorted({r["note"] for r in exports if r.get("note")})

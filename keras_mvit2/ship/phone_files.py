@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["DEFAULT_TARGETS", "PHONE_FOLDER", "WARN_DROP_POINTS", "PhoneData",
-           "_export_phone_files", "export_warnings"]
+           "_export_phone_files", "export_warnings", "file_kind"]
 
 #: What `--export` exports by default.
 DEFAULT_TARGETS = ("tflite", "coreml")
@@ -165,6 +165,11 @@ def _export_phone_files(
     return records
 
 
+def file_kind(record: dict[str, Any]) -> str:
+    """A phone file's format and kind, as every summary names it: `"TFLite int8"`."""
+    return f"{record['format']} {record['quantization']}"
+
+
 def export_warnings(records: Sequence[dict[str, Any]]) -> list[str]:
     """One warning per default file (not an optimizer choice, which is within its budget)
     whose top-1 on the held-out images is more than `WARN_DROP_POINTS` below the Keras
@@ -177,7 +182,7 @@ def export_warnings(records: Sequence[dict[str, Any]]) -> list[str]:
         drop = round(100 * (record["keras_top1"] - record["top1"]), 6)  # 0.70 - 0.69: 1.0
         if drop > WARN_DROP_POINTS:
             messages.append(
-                f"the {record['format']} {record['quantization']} file ({record['path']}) "
+                f"the {file_kind(record)} file ({record['path']}) "
                 f"scores {drop:.1f} top-1 points below the Keras model on the held-out "
                 f"images (they agree on {100 * record['top1_agreement']:.1f} % of them). "
                 "Before shipping it, run again with --max-drop 1 (Python: max_drop=1) to "

@@ -34,7 +34,6 @@ import dataclasses
 import datetime
 import math
 import os
-import statistics
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -47,6 +46,7 @@ from keras_mvit2.ship.phone_files import (
     PhoneData,
     _export_phone_files,
     export_warnings,
+    file_kind,
 )
 
 __all__ = ["KNOWN_LIMITS", "ShipResult", "finetune_to_phone"]
@@ -115,18 +115,9 @@ def _recipe(config: Any, train: Any, freeze_backbone: bool) -> dict[str, Any]:
         "label_smoothing": config.training.label_smoothing,
         "ema": config.ema.enabled, "freeze_backbone": freeze_backbone,
         "augmentation": augment, "precision": train.precision,
-        "images_per_second": _training_speed(train),
+        "images_per_second": (float(train.images_per_second)
+                              if math.isfinite(train.images_per_second) else None),
     }
-
-
-def _training_speed(train: Any) -> float | None:
-    """Training images/s: this call's, or, for a run folder that was already complete (no
-    step trained in this call), the median of its epochs' as recorded; None without any."""
-    if math.isfinite(train.images_per_second):
-        return float(train.images_per_second)
-    rates = [h["images_per_second"] for h in train.history
-             if math.isfinite(h.get("images_per_second") or math.nan)]
-    return float(statistics.median(rates)) if rates else None
 
 
 def _phone_data(config: Any, train_source: Any, val_source: Any, size: int,
@@ -202,6 +193,7 @@ def finetune_to_phone(
     say(f"{len(checked.class_names)} classes:")
     for line in checked.lines():
         say(line)
+
     def warn(message: str) -> None:
         if log is None:
             warnings.warn(message, stacklevel=3)
@@ -285,11 +277,10 @@ def finetune_to_phone(
 
 
 def _speed_text(train: Any) -> str:
-    speed = _training_speed(train)
-    if speed is None:
+    if not math.isfinite(train.images_per_second):
         return "speed not recorded"
-    already = "" if math.isfinite(train.images_per_second) else " (trained earlier)"
-    return f"{speed:.1f} images/s{already}"
+    complete = train.plan is not None and train.plan.action == "complete"
+    return f"{train.images_per_second:.1f} images/s{' (trained earlier)' if complete else ''}"
 
 
 def _describe_source(source: Any) -> str:
@@ -310,7 +301,7 @@ def _data_limits(checked: DataCheck, source: Any) -> list[str]:
 
 
 def _export_step(record: dict[str, Any], run_dir: str, seconds: float) -> DemoStep:
-    name = f"{record['format']} {record['quantization']}"
+    name = file_kind(record)
     if record["path"] is None:
         return DemoStep(name, record["note"] or "skipped", None, 0.0)
     parts = [_size(record.get("size_bytes"))]

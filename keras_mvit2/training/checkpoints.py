@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import statistics
 import time
 from typing import Any
 
@@ -80,8 +82,13 @@ class TrainingState:
     timed_seconds: float = 0.0
 
     def images_per_second(self) -> float:
-        """Training throughput of this call's epochs (NaN when no step was timed)."""
-        return self.timed_images / self.timed_seconds if self.timed_seconds else float("nan")
+        """Training throughput of this call's epochs; for a call that trained none (a
+        complete run folder), the median of the recorded epochs' (NaN without any)."""
+        if self.timed_seconds:
+            return self.timed_images / self.timed_seconds
+        rates = [h["images_per_second"] for h in self.history
+                 if math.isfinite(h.get("images_per_second") or math.nan)]
+        return float(statistics.median(rates)) if rates else math.nan
 
 
 def resume_from(trainer: ClassifierTrainer, state: dict[str, Any] | None) -> TrainingState:

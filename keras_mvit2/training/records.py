@@ -38,7 +38,8 @@ class TrainResult:
         metrics: `{"raw": EvalResult, "ema": EvalResult}` on the validation data (empty
             without validation data).
         images_per_second: training throughput of this call's epochs (first step of each
-            fit excluded: it includes tracing).
+            fit excluded: it includes tracing); for a call that trained none (a complete
+            run folder), the median of the recorded epochs'.
         initial_epoch: the epoch this call started from (> 0 when it resumed).
         optimizer_step: optimizer iterations at the end.
         global_batch_size, learning_rate, num_replicas, precision: the scaled setup.
