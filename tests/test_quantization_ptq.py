@@ -7,8 +7,8 @@ accuracy): int8 checks on random weights prove nothing (the activations vanish a
 outputs go constant). Every quantization mode converts that model and runs in
 ``ai_edge_litert`` on 1,000 held-out test images (the full-int8 models on all 10,000: on
 1,000 the standard error of an accuracy drop is about 0.5 points, which made a 1-point
-bound flaky). The full-int8 model is also converted at the real 256x256 size, after
-fine-tuning there (see `test_int8_real_size_256`).
+bound flaky). At the real 256x256 size, the full-int8 model is converted and inspected, and
+the separable attention, alone on its real inputs, is held to float at 256 tokens.
 
 Thresholds (measured on this recipe, with margin): int8 top-1 agreement with Keras
 >= 0.96 (measured 0.972-0.983) and test-accuracy drop <= 1.0 point (measured -0.3 to
@@ -20,7 +20,6 @@ kernel is wrong) and closer to Keras than int8.
 
 import json
 import os
-import re
 
 import keras
 import numpy as np
@@ -57,8 +56,6 @@ TRAIN_STEPS = CLASSIFIER_STEPS
 BATCH = CLASSIFIER_BATCH
 NUM_TEST = 1000
 NUM_CALIBRATION = 200
-FINE_TUNE_STEPS = 64  # at 256x256 (test_int8_real_size_256)
-FINE_TUNE_BATCH = 8
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
@@ -77,8 +74,6 @@ def data():
     n = TRAIN_STEPS * BATCH
     return {
         "x_train": x_train[:n], "y_train": y_train[:n],
-        "x_fine_tune": x_train[n : n + FINE_TUNE_STEPS * FINE_TUNE_BATCH],
-        "y_fine_tune": y_train[n : n + FINE_TUNE_STEPS * FINE_TUNE_BATCH],
         # calibration images: training distribution, outside the fitted subset
         "x_cal": x_train[-NUM_CALIBRATION:],
         "x_test": x_test, "y_test": y_test,
@@ -228,116 +223,23 @@ def test_float_ops_are_detected_in_a_mixed_model(tmp_path):
     assert "DEQUANTIZE" in report.float_ops  # the island's way into float
 
 
-def _fidelity(got: np.ndarray, ref: np.ndarray) -> dict[str, float]:
-    """How closely int8 logits `got` follow the Keras logits `ref`, (images, classes) each.
-
-    corr: correlation of the per-image centered logit vectors (0 for constant logits);
-    relative_error: mean |got - ref| of the raw logits over the std of the centered
-    Keras logits (an offset counts); agreement: top-1 agreement.
-    """
-    a = got - got.mean(-1, keepdims=True)
-    b = ref - ref.mean(-1, keepdims=True)
-    norm = float(np.sqrt(np.sum(a * a) * np.sum(b * b)))
-    return {
-        "corr": float(np.sum(a * b)) / norm if norm > 0 else 0.0,
-        "relative_error": float(np.abs(got - ref).mean() / b.std()),
-        "agreement": float(np.mean(got.argmax(-1) == ref.argmax(-1))),
-    }
-
-
-def _int8_256_failures(full: dict, attention_float: dict) -> list[str]:
-    """The bars of the full-int8 model at 256x256 (see `test_int8_real_size_256`).
-
-    `full` and `attention_float` are `_fidelity` of the full-int8 model and of the same
-    conversion with the attention's ops in float. Measured over 7 trainings (this
-    recipe and two nearby ones): full corr 0.68-0.99, relative error 0.17-0.54, agreement
-    0.42-0.84; full minus attention-in-float: corr -0.06 to +0.03, relative error -0.08
-    to +0.08. The code before this test's redesign: corr -0.17 below.
-    """
-    failures = []
-    if full["corr"] < 0.5:
-        failures.append(f"logit correlation {full['corr']:.3f} < 0.5")
-    if full["relative_error"] > 0.75:
-        failures.append(f"relative logit error {full['relative_error']:.3f} > 0.75")
-    if full["agreement"] < 0.3:
-        failures.append(f"top-1 agreement {full['agreement']:.3f} < 0.3")
-    if full["corr"] < attention_float["corr"] - 0.1:
-        failures.append(
-            f"correlation {full['corr']:.3f} is more than 0.1 below the same model with its "
-            f"attention in float ({attention_float['corr']:.3f})"
-        )
-    if full["relative_error"] > attention_float["relative_error"] + 0.15:
-        failures.append(
-            f"relative error {full['relative_error']:.3f} is more than 0.15 above the same "
-            f"model with its attention in float ({attention_float['relative_error']:.3f})"
-        )
-    return failures
-
-
 @pytest.fixture(scope="module")
-def fine_tuned_256(trained, data):
-    """The fixture model at 256x256, fine-tuned there for 64 steps of 8 images.
-
-    The 32x32 weights alone are at chance at 256 (top-1 8-13 %, near-tied logits: whether
-    int8 keeps their top-1 is luck). Fine-tuned, their 256x256 logits mean something:
-    top-1 0.39-0.68 on the 96 test images below (chance 0.1; 8 trainings).
-    """
+def at_256(trained):
+    """The fixture model's weights in a 256x256 MobileViTV2-0.5 (no weight of MobileViTv2
+    depends on the input size): stage 3's attention sees 256 tokens, as deployed."""
     model = mv.MobileViTV2(0.5, input_shape=(256, 256, 3), classes=10, classifier_activation=None)
-    model.set_weights(trained.get_weights())  # no size-dependent weights in MobileViTv2
-    optimizer = keras.optimizers.Adam(
-        keras.optimizers.schedules.CosineDecay(2e-3, FINE_TUNE_STEPS, alpha=0.05)
-    )
-    model.compile(
-        optimizer=optimizer,
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
-    optimizer.build(model.trainable_variables)
-    # Seeded: the batches' shuffle order would otherwise follow whatever the modules run
-    # before this one in the same worker left in the global random state.
-    keras.utils.set_random_seed(0)
-    model.fit(
-        _rgb(data["x_fine_tune"], 256), data["y_fine_tune"],
-        batch_size=FINE_TUNE_BATCH, epochs=1, verbose=0,
-    )
+    model.set_weights(trained.get_weights())
     return model
 
 
-def _with_attention_in_float(model, calibration, tensor_names) -> bytes:
-    """The same full-int8 conversion with the attention layers' ops left in float."""
-    from keras_mvit2.export.tflite.convert import _concrete_function, _make_converter
-
-    function = _concrete_function(model, (1, *model.input_shape[1:]))
-    denylisted = [n for n in tensor_names if re.search(r"/attn(_\d+)?/", n)]
-    assert len(denylisted) > 9 * 8, "attention ops not found by name"
-    debugger = tf.lite.experimental.QuantizationDebugger(
-        converter=_make_converter(function, "int8", "float32", calibration),
-        debug_dataset=lambda: ([calibration[i : i + 1]] for i in range(1)),
-        debug_options=tf.lite.experimental.QuantizationDebugOptions(
-            denylisted_nodes=denylisted
-        ),
-    )
-    return debugger.get_nondebug_quantized_model()
-
-
-def test_int8_real_size_256(fine_tuned_256, data, out_dir, tmp_path, record_property):
-    """Full int8 at 256x256 (the deployment size: 256 tokens per attention), on a model
-    whose 256x256 outputs mean something.
-
-    How close int8 comes to float depends on the model as much as on the export: with
-    every attention op kept in float, this briefly fine-tuned model's int8 convolutions
-    alone leave a logit correlation between 0.74 and 0.99 depending on the training (its
-    activations have outliers). So the int8 model is held to two kinds of bar: absolute
-    ones that only a broken model fails (constant, offset, shuffled or noisy logits:
-    checked below against the same bars), and bars relative to the same conversion with
-    the attention in float, which keep the attention's own int8 error at 256 tokens small.
-    (Before the attention summed the tokens in int32, its per-token scores of about 1/256
-    were rounded to 8 bits: correlation 0.82 against 0.99 with the attention in float.)
-    """
-    model = fine_tuned_256
-    calib = _rgb(data["x_cal"][:64], 256)
+def test_int8_real_size_256(at_256, data, out_dir, record_property):
+    """Full int8 at 256x256, the deployment size: builtin integer ops only, rank <= 4, raw
+    pixels as the int8 input. (How closely it follows Keras is checked where it can be
+    measured without training luck: the whole network at 32x32 above, the attention at
+    256 tokens below.)"""
     report = to_tflite(
-        model, out_dir / "fm_int8_256.tflite", quantization="int8", io_dtype="int8",
-        representative_data=calib,
+        at_256, out_dir / "fm_int8_256.tflite", quantization="int8", io_dtype="int8",
+        representative_data=_rgb(data["x_cal"][:64], 256),
     )
     _assert_builtin_only(report)
     assert report.inputs[0].shape == (1, 256, 256, 3) and report.inputs[0].dtype == "int8"
@@ -345,38 +247,81 @@ def test_int8_real_size_256(fine_tuned_256, data, out_dir, tmp_path, record_prop
     assert report.inputs[0].quantization == (pytest.approx(1 / 255), -128)
     assert report.float_ops == {} and float_ops_from_interpreter(report.path) == {}
     assert report.max_tensor_rank <= 4
+    assert report.op_histogram.get("BATCH_MATMUL", 0) >= 9  # the attention's token sums
     record_property("op_histogram_256_int8", json.dumps(report.op_histogram))
     record_property("xnnpack_partitions_256_int8", report.num_xnnpack_partitions)
     record_property("ops_outside_xnnpack_256_int8", json.dumps(report.ops_outside_xnnpack))
 
-    x, y = _rgb(data["x_test"][:96], 256), data["y_test"][:96]
-    ref = np.asarray(model.predict(x, batch_size=16, verbose=0), dtype="float32")
-    accuracy = float(np.mean(ref.argmax(-1) == y))
-    assert accuracy >= 0.25, f"the fine-tuned model is near chance at 256 ({accuracy:.3f})"
 
-    full = _fidelity(run_tflite(report.path, x), ref)
-    names = [t["name"] for t in Interpreter(model_path=str(report.path)).get_tensor_details()]
-    reference_path = tmp_path / "attention_float.tflite"
-    reference_path.write_bytes(_with_attention_in_float(model, calib, names))
-    attention_float = _fidelity(run_tflite(reference_path, x), ref)
-    for key, value in full.items():
-        record_property(f"{key}_256", value)
-        record_property(f"{key}_256_attention_float", attention_float[key])
-    print(f"\nint8 at 256x256: Keras top-1 {accuracy:.3f}; full int8 {full}; "
-          f"attention in float {attention_float}")
-    assert _int8_256_failures(full, attention_float) == [], (full, attention_float)
-
-    # The bars reject broken int8 output of this very model.
-    rng = np.random.default_rng(0)
-    spread = float((ref - ref.mean(-1, keepdims=True)).std())
-    broken = {
-        "constant": np.broadcast_to(ref.mean(0), ref.shape),
-        "offset": ref + 2.0 * spread,
-        "shuffled classes": np.roll(ref, 3, axis=-1),
-        "noisy": ref + rng.normal(0.0, spread, ref.shape),
+def _output_fidelity(got: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    """corr: correlation of the centred outputs; relative_error: mean |got - ref| over the
+    std of `ref`."""
+    a, b = (got - got.mean()).ravel(), (ref - ref.mean()).ravel()
+    return {
+        "corr": float(a @ b / np.sqrt((a @ a) * (b @ b))),
+        "relative_error": float(np.abs(got - ref).mean() / ref.std()),
     }
-    for name, logits in broken.items():
-        assert _int8_256_failures(_fidelity(logits, ref), attention_float), name
+
+
+def _attention_in_full_int8(attention, calibration, path, token_pooling: str) -> None:
+    """`attention` alone as a full-int8 TFLite file (float I/O), traced with `token_pooling`,
+    calibrated on its real inputs `calibration` (not images: `to_tflite` pins an image
+    input's range to [0, 1], so the converter is driven directly)."""
+    from keras_mvit2.export.tflite.convert import _concrete_function, _make_converter
+    from keras_mvit2.layers import export_forms
+
+    inputs = keras.Input(calibration.shape[1:])
+    model = keras.Model(inputs, attention(inputs))
+    with export_forms.use_forms(token_pooling=token_pooling):
+        function = _concrete_function(model, (1, *calibration.shape[1:]))
+        path.write_bytes(_make_converter(function, "int8", "float32", calibration).convert())
+
+
+def test_int8_attention_follows_float_at_256_tokens(at_256, data, tmp_path, record_property):
+    """The separable attention in full int8 at the deployment size, on its real inputs.
+
+    The first layer of stage 3 (256 tokens at 256x256), alone, calibrated and run on the
+    inputs the trained model gives it for Fashion-MNIST images, against the same layer in
+    Keras. The default form (the token sum as one BATCH_MATMUL: int32 sums of
+    `exp(q - max) * x`, one division after) must follow float closely: correlation
+    0.997-0.999 and relative error 0.043-0.056 over 9 trainings. The product-and-mean form
+    (`mean_N(e * x) * N`, which Core ML traces) is the control the bars must reject: in full
+    int8 it gives correlation 0.24-0.55 and relative error 0.73-0.76. (At stage 4's 64
+    tokens the default form's error depends more on the training: correlation 0.990-0.998.)
+    The whole network's int8 logits at 256x256 are not the measure: they depend on how well
+    the model is trained at that size (correlation 0.68-0.99 over 7 briefly fine-tuned
+    models, whatever the attention's form).
+    """
+    from keras_mvit2.layers import MobileViTV2Block
+
+    block = next(layer for layer in at_256.layers if isinstance(layer, MobileViTV2Block))
+    first = block.transformer[0]
+    features = keras.Model(at_256.input, block.input)
+
+    def attention_inputs(images):
+        x = features.predict(_rgb(images, 256), batch_size=16, verbose=0)
+        return np.asarray(first.norm1(block.patch_tokens(x)))  # (B, N, P, d)
+
+    calibration = attention_inputs(data["x_cal"][:64])
+    x = attention_inputs(data["x_test"][:64])
+    assert x.shape[1:] == (256, 4, 64), x.shape  # (tokens, pixels of a patch, channels)
+    inputs = keras.Input(x.shape[1:])
+    ref = np.asarray(keras.Model(inputs, first.attn(inputs)).predict(x, verbose=0))
+
+    fidelity = {}
+    for pooling in ("matmul", "product_mean"):
+        path = tmp_path / f"attention_{pooling}.tflite"
+        _attention_in_full_int8(first.attn, calibration, path, pooling)
+        assert inspect_tflite(path).float_ops == {}
+        fidelity[pooling] = _output_fidelity(run_tflite(path, x), ref)
+        for key, value in fidelity[pooling].items():
+            record_property(f"{pooling}_{key}", value)
+
+    def meets_bars(f):
+        return f["corr"] >= 0.99 and f["relative_error"] <= 0.1
+
+    assert meets_bars(fidelity["matmul"]), fidelity
+    assert not meets_bars(fidelity["product_mean"]), fidelity  # the bars reject that form
 
 
 def test_int16x8_is_closer_to_keras_than_int8(converted, test_set):
