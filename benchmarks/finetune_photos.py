@@ -81,6 +81,8 @@ def run_command(args: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def figures(run_dir: str) -> dict:
+    from keras_mvit2.ship.phone_files import export_warnings  # the command's own rule
+
     """The run's figures, from its run.json."""
     with open(os.path.join(run_dir, "run.json")) as f:
         run = json.load(f)
@@ -94,7 +96,7 @@ def figures(run_dir: str) -> dict:
         "tflite_latency_ms": (tflite.get("latency") or {}).get("median_ms"),
         "coreml_quantization": coreml.get("quantization"),
         "coreml_size_bytes": coreml.get("size_bytes"),
-        "warnings": [line for line in run["limits"] if " file (phone/" in line],
+        "warnings": export_warnings(run["exports"]),
         "epochs": run["recipe"]["epochs"], "image_size": run["recipe"]["image_size"],
         "images_per_second": run["recipe"]["images_per_second"],
         "weights": {k: run["weights"].get(k) for k in ("kind", "value", "repo_id", "sha256")},

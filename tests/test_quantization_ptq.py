@@ -263,15 +263,13 @@ def _output_fidelity(got: np.ndarray, ref: np.ndarray) -> dict[str, float]:
     }
 
 
-def _attention_in_full_int8(attention, calibration, path, token_pooling: str) -> None:
-    """`attention` alone as a full-int8 TFLite file (float I/O), traced with `token_pooling`,
-    calibrated on its real inputs `calibration` (not images: `to_tflite` pins an image
-    input's range to [0, 1], so the converter is driven directly)."""
+def _attention_in_full_int8(model, calibration, path, token_pooling: str) -> None:
+    """`model` (an attention layer alone) as a full-int8 TFLite file (float I/O), traced with
+    `token_pooling`, calibrated on its real inputs `calibration` (not images: `to_tflite`
+    pins an image input's range to [0, 1], so the converter is driven directly)."""
     from keras_mvit2.export.tflite.convert import _concrete_function, _make_converter
     from keras_mvit2.layers import export_forms
 
-    inputs = keras.Input(calibration.shape[1:])
-    model = keras.Model(inputs, attention(inputs))
     with export_forms.use_forms(token_pooling=token_pooling):
         function = _concrete_function(model, (1, *calibration.shape[1:]))
         path.write_bytes(_make_converter(function, "int8", "float32", calibration).convert())
@@ -306,12 +304,13 @@ def test_int8_attention_follows_float_at_256_tokens(at_256, data, tmp_path, reco
     x = attention_inputs(data["x_test"][:64])
     assert x.shape[1:] == (256, 4, 64), x.shape  # (tokens, pixels of a patch, channels)
     inputs = keras.Input(x.shape[1:])
-    ref = np.asarray(keras.Model(inputs, first.attn(inputs)).predict(x, verbose=0))
+    attention = keras.Model(inputs, first.attn(inputs))
+    ref = np.asarray(attention.predict(x, verbose=0))
 
     fidelity = {}
     for pooling in ("matmul", "product_mean"):
         path = tmp_path / f"attention_{pooling}.tflite"
-        _attention_in_full_int8(first.attn, calibration, path, pooling)
+        _attention_in_full_int8(attention, calibration, path, pooling)
         assert inspect_tflite(path).float_ops == {}
         fidelity[pooling] = _output_fidelity(run_tflite(path, x), ref)
         for key, value in fidelity[pooling].items():

@@ -154,8 +154,7 @@ def _speed(images_per_second: float | None) -> str:
 
 def _files_in_words(run: dict[str, Any]) -> str:
     """`"TFLite int8, Core ML float16"`: the phone files written, by format and kind."""
-    files = [file_kind(e) for e in run.get("exports") or []
-             if e.get("path")]
+    files = [file_kind(e) for e in run.get("exports") or [] if e.get("path")]
     return ", ".join(files) if files else "none written"
 
 
