@@ -1,9 +1,17 @@
-"""Test tiers (the KerasHub way) and the fast tier's time limit.
+"""Test tiers (the KerasHub way), the fast tier's time limit, and its processes.
 
 `python -m pytest` runs the fast tier: every test not marked `slow`. The slow tier (training,
 the notebooks, the PyTorch oracle / TFMOT worker / MediaPipe client subprocesses, wheel
 builds, many conversions) runs with `--run-slow` (both tiers) or `--run-slow -m slow` (only
 it); `.ci/run` runs both, in parallel (`-n 2`, pytest-xdist).
+
+A run given no paths (the `testpaths`: `python -m pytest -q`, the README's command) uses
+every core, at most `MAX_AUTO_WORKERS`, when pytest-xdist is installed (the `test` extra):
+the `mvit2_workers` setting of pyproject.toml (`auto`) becomes `-n N --dist loadfile`, so a
+module's tests and module fixtures stay in one process (the run-wide fixtures are made
+once in all, `tests/shared_fixtures.py`). `-n N` or `--dist` on the command line, `-p
+no:xdist`, `--pdb`, a run of named files or folders, and a machine with one core run as
+given (one process unless `-n`).
 
 A fast test whose setup + call take longer than `--fast-limit` seconds (default 15,
 `MVIT2_FAST_LIMIT` in the environment; scaled up by the machine's load when it is busier than
@@ -17,6 +25,8 @@ import pytest
 
 SLOW = "slow"
 DEFAULT_FAST_LIMIT_S = 15.0
+#: The most pytest-xdist workers `mvit2_workers = auto` starts (each imports TensorFlow).
+MAX_AUTO_WORKERS = 4
 _SETUP_SECONDS = pytest.StashKey[float]()
 
 
@@ -33,6 +43,47 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="seconds (setup + call) a fast-tier test may take before it fails; 0: no limit "
              f"(default {DEFAULT_FAST_LIMIT_S:g}, or MVIT2_FAST_LIMIT)",
     )
+    parser.addini(
+        "mvit2_workers", default="1",
+        help="pytest-xdist workers of a run given no paths: 'auto' (the machine's cores, at "
+             f"most {MAX_AUTO_WORKERS}) or a number; 1: one process. -n on the command line "
+             "wins.",
+    )
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the cores this process may use
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_workers(config: pytest.Config) -> int:
+    """The pytest-xdist workers this run gets without `-n` (see the module docstring): 0
+    when it runs in one process."""
+    if (not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput")
+            or config.option.numprocesses is not None or config.option.dist != "no"
+            or config.option.usepdb or config.option.collectonly
+            or config.args_source != pytest.Config.ArgsSource.TESTPATHS):
+        return 0
+    value = str(config.getini("mvit2_workers")).strip().lower()
+    try:
+        workers = min(_cores(), MAX_AUTO_WORKERS) if value == "auto" else int(value)
+    except ValueError:
+        raise pytest.UsageError(
+            f"mvit2_workers must be 'auto' or a number of processes. Received: {value!r}"
+        ) from None
+    return workers if workers > 1 else 0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """`python -m pytest` on a machine with several cores: `-n N --dist loadfile` (before
+    pytest-xdist reads them)."""
+    workers = default_workers(config)
+    if workers:
+        config.option.numprocesses = workers
+        config.option.dist = "loadfile"
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,11 +11,11 @@ measurements with the optimizer's own rule (`best_within`). Writes
 chosen candidate per budget) and each run's Pareto plot as
 ``optimize_budget_<model>_<target>.png`` to ``--out`` (default ``benchmarks/results/``).
 
-The models of the README's tables (Fashion-MNIST, 2 CPU cores):
+The models of the tables in docs/budget.md (Fashion-MNIST, 2 CPU cores):
 
     mvit2 train --config fashion_mnist --set model.image_size=64 --set training.epochs=3 \\
         --set training.steps_per_epoch=300 -o runs/fm64
-    mvit2 finetune ... (see the README's "Ship to a budget" section for the 256x256 model)
+    mvit2 finetune ... (see docs/budget.md for the 256x256 model)
 """
 
 from __future__ import annotations

@@ -410,9 +410,10 @@ def print_steps(title: str, steps: list[DemoStep], output_dir: str, where_all: s
                 console: Any = None) -> None:
     """The summary table of a pipeline (rich): step, result, file (relative to
     `output_dir`), time; the caption names `output_dir` and `where_all`."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from keras_mvit2.utils.console import output_console
 
     table = Table(title=title,
                   caption=f"files in {escape(_display_path(output_dir))}/ ({where_all})")
@@ -424,7 +425,7 @@ def print_steps(title: str, steps: list[DemoStep], output_dir: str, where_all: s
         where = "-" if row.artefact is None else os.path.relpath(row.artefact, output_dir)
         table.add_row(row.name, escape(row.figure), escape(where),
                       f"{row.seconds:.0f} s" if row.seconds else "")
-    console = console or Console()
+    console = console or output_console()  # off a terminal: the table at full width
     console.print(table)
 
 

@@ -301,3 +301,27 @@ def test_diverged_run_exits_3_with_one_line_and_keeps_no_model(folder, tmp_path,
     assert "Training diverged" in err and "optimizer.lr" in err and "clip_global_norm" in err
     assert not (out / "model.keras").exists() and not (out / "model_ema.keras").exists()
 
+
+
+@pytest.mark.slow
+def test_train_on_a_folder_smaller_than_one_batch_lowers_the_batch(folder, tmp_path, capsys):
+    # 3 classes x 12 images, 10 % held out per class: 33 training images, batch 64 asked.
+    out = tmp_path / "small"
+    code = main(["train", "--config", "fashion_mnist", "--data", str(folder), "-o", str(out),
+                 *_sets([*TINY, "data.batch_size=64", "training.epochs=1"])])
+    stdout = capsys.readouterr().out
+    assert code == 0, stdout[-3000:]
+    lines = stdout.splitlines()
+    note = ("data.batch_size 64 is more than the 33 training images: training with "
+            "data.batch_size 33, one step per epoch (--set data.batch_size=N picks another "
+            "batch).")
+    # Said before training, just before the run folder's line (even with output.verbose=0).
+    assert lines[lines.index(note) + 1].startswith(f"Run folder {out}: new run, 1 epoch(s) "
+                                                   "of 1 steps.")
+    with open(out / "config.yaml") as f:
+        assert yaml.safe_load(f)["data"]["batch_size"] == 33
+    assert "global batch 33, 1 replica(s)" in stdout
+    # The same command again: the same fitted batch, so the finished run is recognised.
+    assert main(["train", "--config", "fashion_mnist", "--data", str(folder), "-o", str(out),
+                 *_sets([*TINY, "data.batch_size=64", "training.epochs=1"])]) == 0
+    assert f"Run folder {out}: already complete" in capsys.readouterr().out

@@ -8,7 +8,9 @@ timm weights, tests/torch_oracle.py): the tag `imagenet`, an `hf://` id of anoth
 repository (with timm's `config.json`) and the same file given as a path. The slow tier
 runs the command three times at 32x32 (one short epoch): once to the end (exports,
 validation, card; its assertions share it), twice with `--export none` to check where the
-weights came from (a frozen backbone keeps the ported checkpoint's values).
+weights came from (a frozen backbone keeps the ported checkpoint's values). A folder of 3
+classes x 6 photos (smaller than the recipe's batch) runs end to end at 64x64 from random
+weights, then again from the `.keras` model it wrote.
 
 Oracles: LiteRT and MediaPipe Tasks running the exported file, the Keras model, the ported
 checkpoint (`create_model(weights=file)`), huggingface_hub's model-card parser, `run.json`.
@@ -97,7 +99,13 @@ def test_bad_weights_values_give_one_clear_line_each(tmp_path, capsys):
     _write_photos(photos, per_class=2)
     base = ["finetune", str(photos), "--model", MODEL, "--export", "none", "-o",
             str(tmp_path / "run")]
+    (tmp_path / "copy.weights.h5").write_bytes(b"<html>Sign in</html>")  # a saved web page
+    (tmp_path / "model.keras").write_bytes(b"not a zip")
     cases = {
+        str(tmp_path / "copy.weights.h5"): ["is not a Keras weights file: the file is an "
+                                            "HTML/XML page", "model.save_weights"],
+        str(tmp_path / "model.keras"): ["is not a Keras model file: it is not a zip archive",
+                                        "model.save('model.keras')"],
         "imagenet21k": ["neither a file nor a published tag", "'imagenet'", "hf://"],
         "missing.weights.h5": ["--weights: file not found", "missing.weights.h5"],
         "hf://no-owner": ["hf://<owner>/<repo>"],
@@ -408,3 +416,47 @@ def test_finetune_from_a_file_and_from_an_hf_id_records_and_uses_those_weights(
     assert get_target("tflite").class_names(tmp_path / "hf" / record["path"]) == list(CLASSES)
     assert any(path.startswith(f"/{OTHER_REPO}/resolve/") and path.endswith("config.json")
                for _, path in hub["server"].requests)
+
+
+@pytest.mark.slow
+@needs_fashion
+def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end(tmp_path, capsys):
+    """3 classes x 6 photos, as MediaPipe Model Maker users start: 15 training images
+    against the recipe's batch of 32. The batch is lowered to fit (one line says so) and
+    the command runs to the phone files; a second run starts from the first one's `.keras`
+    model (frozen backbone: its values stay the donor's)."""
+    from keras_mvit2.export import get_target
+
+    photos = tmp_path / "photos"
+    _write_photos(photos, per_class=6)
+    out = tmp_path / "tiny_run"
+    code = main(["finetune", str(photos), "--model", MODEL, "--weights", "none",
+                 "--epochs", "1", "--image-size", "64", "-o", str(out)])
+    stdout = capsys.readouterr().out
+    assert code == 0, stdout[-3000:]
+    assert ("data.batch_size 32 is more than the 15 training images: training with "
+            "data.batch_size 15, one step per epoch (--set data.batch_size=N picks another "
+            "batch).") in stdout
+    assert "Epoch 1/1 - 1/1 " in stdout  # one step of 15
+    assert load_config(str(out / "config.yaml")).data.batch_size == 15
+    facts = json.loads((out / "run.json").read_text())
+    assert facts["global_batch_size"] == 15 and facts["train_examples"] == 15
+    assert facts["data"]["per_class"] == {n: {"train": 5, "validation": 1} for n in CLASSES}
+    tflite = get_target("tflite")
+    assert tflite.class_names(out / "phone/model_int8.tflite") == list(CLASSES)
+    assert (out / "phone/model.mlpackage").is_dir() and (out / "MODEL_CARD.md").exists()
+    # The summary table off a terminal: each row whole on one line (no 80-column wrap).
+    row = next(line for line in stdout.splitlines() if "TFLite int8" in line)
+    assert "phone/model_int8.tflite" in row and "agrees with Keras" in row, row
+
+    again = tmp_path / "from_keras"
+    donor = out / "model_ema.keras"
+    assert main(["finetune", str(photos), "--model", MODEL, "--weights", str(donor),
+                 "--epochs", "1", "--image-size", "64", "--freeze-backbone", "--val", "0",
+                 "--export", "none", "-o", str(again)]) == 0
+    assert json.loads((again / "run.json").read_text())["weights"]["kind"] == "file"
+    source, tuned = (keras.saving.load_model(p) for p in (donor, again / "model.keras"))
+    for layer in ("stem_conv", "stem_bn"):
+        for a, b in zip(source.get_layer(layer).get_weights(),
+                        tuned.get_layer(layer).get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -1,4 +1,6 @@
-"""The test tiers of conftest.py, run in pytest's own `pytester` on a tiny suite."""
+"""The test tiers of conftest.py, and the processes a run given no paths gets (one
+pytest-xdist worker per core, `--dist loadfile`), run in pytest's own `pytester` on tiny
+suites."""
 
 import os
 
@@ -53,3 +55,64 @@ def test_a_fast_test_over_the_limit_fails_and_is_named(suite):
         ["*test_suite.py::test_fast_but_sleeps took 1.0 s*over the fast tier's limit of 0.1 s*"])
     suite.runpytest("-p", "no:cacheprovider", "--fast-limit", "0").assert_outcomes(
         passed=2, deselected=1)
+
+
+WHERE = """
+import os
+
+def _record(name):
+    folder = os.environ["WHERE_DIR"]
+    with open(os.path.join(folder, name), "w") as f:
+        f.write(os.environ.get("PYTEST_XDIST_WORKER", "main"))
+
+def test_{0}_one():
+    _record("{0}_one")
+
+def test_{0}_two():
+    _record("{0}_two")
+"""
+
+
+def _where(pytester, monkeypatch, *args, subprocess=False):
+    """Runs the two-module suite of WHERE; returns ({test: process}, result)."""
+    folder = pytester.path / "where"
+    folder.mkdir(exist_ok=True)
+    for old in folder.iterdir():
+        old.unlink()
+    monkeypatch.setenv("WHERE_DIR", str(folder))
+    # this very test may run in a pytest-xdist worker: the inner run is not one
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    run = pytester.runpytest_subprocess if subprocess else pytester.runpytest
+    result = run("-p", "no:cacheprovider", *args)
+    return {p.name: p.read_text() for p in folder.iterdir()}, result
+
+
+@pytest.fixture
+def where_suite(pytester):
+    with open(ROOT_CONFTEST) as f:
+        pytester.makeconftest(f.read())
+    pytester.makepyfile(test_a=WHERE.format("a"), test_b=WHERE.format("b"))
+    pytester.makeini("[pytest]\ntestpaths = .\nmvit2_workers = 2\n")
+    return pytester
+
+
+def test_a_run_given_no_paths_uses_two_workers_and_keeps_each_module_in_one(where_suite,
+                                                                            monkeypatch):
+    pytest.importorskip("xdist")
+    ran, result = _where(where_suite, monkeypatch, subprocess=True)
+    result.assert_outcomes(passed=4)
+    assert sorted(ran) == ["a_one", "a_two", "b_one", "b_two"], ran
+    assert set(ran.values()) <= {"gw0", "gw1"}, ran  # pytest-xdist workers, not the main one
+    assert ran["a_one"] == ran["a_two"] and ran["b_one"] == ran["b_two"]  # --dist loadfile
+    result.stdout.fnmatch_lines(["*2 workers*"])
+
+
+def test_named_paths_minus_n_and_no_xdist_run_as_given(where_suite, monkeypatch):
+    pytest.importorskip("xdist")  # without it every run is one process anyway
+    for args in (["test_a.py", "test_b.py"], ["-n", "0"], ["-p", "no:xdist"]):
+        ran, result = _where(where_suite, monkeypatch, *args)
+        result.assert_outcomes(passed=4)
+        assert set(ran.values()) == {"main"}, (args, ran)
+    where_suite.makeini("[pytest]\ntestpaths = .\nmvit2_workers = many\n")
+    _, result = _where(where_suite, monkeypatch)
+    result.stderr.fnmatch_lines(["*mvit2_workers must be 'auto' or a number*'many'*"])

@@ -223,6 +223,46 @@ def test_linear_scaling_rule():
         training.scale_for_replicas(0, 1, 1024)
 
 
+def test_a_batch_larger_than_the_training_set_is_lowered_to_fit_it(tmp_path):
+    from PIL import Image
+
+    from keras_mvit2.training.optimizer import _steps_per_epoch, plan_schedule
+    from keras_mvit2.training.run_data import build_run_data, fit_batch_size
+
+    config = training.load_config("finetune_small_data")  # data.batch_size 32
+    same, line = fit_batch_size(config, 32, 1)
+    assert same is config and line is None
+    fitted, line = fit_batch_size(config, 15, 1)
+    expected = config.to_dict()
+    expected["data"]["batch_size"] = 15
+    assert fitted.to_dict() == expected  # only the batch changes
+    assert line == ("data.batch_size 32 is more than the 15 training images: training with "
+                    "data.batch_size 15, one step per epoch (--set data.batch_size=N picks "
+                    "another batch).")
+    fitted, line = fit_batch_size(config, 15, 2)
+    assert fitted.data.batch_size == 7
+    assert "data.batch_size 32 x 2 replicas" in line and "data.batch_size 7 x 2" in line
+    with pytest.raises(ValueError, match=r"fewer images than the run has replicas \(4\): "
+                                         r"no batch fits.*--strategy default"):
+        fit_batch_size(config, 3, 4)
+    # A plan built on a batch that does not fit names the flag that changes it.
+    with pytest.raises(ValueError, match=r"--set data\.batch_size=15 on the command line"):
+        _steps_per_epoch(config, 15, training.scale_for_replicas(32, 1, 128), None)
+
+    # A folder of 3 classes x 6 photos, 1 per class held out: 15 training images.
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+        for i in range(6):
+            Image.fromarray(np.full((8, 8, 3), 40 * i, "uint8")).save(tmp_path / name / f"{i}.png")
+    config = config.replace(data={"train": str(tmp_path), "validation_fraction": 0.1})
+    data = build_run_data(config, replicas=1)
+    assert data.train_source.num_examples == 15 and data.val_source.num_examples == 3
+    assert data.config.data.batch_size == 15 and data.scaling.global_batch == 15
+    assert data.eval_batch == 15 and data.batch_line.startswith("data.batch_size 32 is more")
+    assert plan_schedule(data.config, data).steps_per_epoch == 1
+    assert plan_schedule(data.config, data).fields["data.batch_size"] == 15
+
+
 def test_precision_resolution_on_cpu():
     assert not tf.config.list_physical_devices("GPU")  # this suite runs on CPU
     assert training.resolve_precision("auto") == "float32"

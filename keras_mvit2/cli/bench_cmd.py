@@ -95,9 +95,10 @@ def _fail(command: str, err: Exception) -> int:
 
 
 def _print_results(results) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from keras_mvit2.utils.console import output_console
 
     table = Table("model", "format", "size (MB)", "params (M)", "MACs (G)", "threads",
                   "delegate", "min", "median", "p90", "max", "cpu median", "peak mem (MB)",
@@ -116,9 +117,7 @@ def _print_results(results) -> None:
             f"{r.extra['cpu_ms']['median']:.3f}" if "cpu_ms" in r.extra else "-",
             "-" if r.peak_memory_mb is None else f"{r.peak_memory_mb:.1f}",
         )
-    console = Console()
-    if not console.is_terminal:   # piped: do not squeeze the table into 80 columns
-        console = Console(width=170)
+    console = output_console()  # piped: the table is not squeezed into 80 columns
     console.print(table)
     for r in results:
         ops = ", ".join(f"{k} {v}" for k, v in sorted(r.op_histogram.items(),
@@ -192,20 +191,17 @@ def _bench_models(args: argparse.Namespace) -> int:
 
 
 def _bench_report(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from keras_mvit2.latency.report import compare, load_many
+    from keras_mvit2.utils.console import output_console
 
     table = compare(load_many(args.files))
     out = Table("model", *(escape(c) for c in table.columns),
                 title="median latency (ms), batch 1")
     for row in table.rows:
         out.add_row(escape(row), *(table.cell_text(row, c) for c in table.columns))
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(120, 60 + 45 * len(table.columns)))
-    console.print(out)
+    output_console().print(out)
     table.write(markdown=args.markdown, csv_path=args.csv_path, json_path=args.json_path)
     return 0

@@ -46,12 +46,12 @@ def _demo(args: argparse.Namespace) -> int:
         return _pretrained(args)
     import sys
 
-    from rich.console import Console
     from rich.markup import escape
 
     from keras_mvit2.demo import print_summary, run_demo
+    from keras_mvit2.utils.console import output_console
 
-    console = Console()
+    console = output_console()
     result = run_demo(args.output, small=args.small, threads=args.threads,
                       verbose=0 if args.quiet else (1 if sys.stdout.isatty() else 2),
                       log=lambda line: console.print(f"[bold]{escape(line)}[/bold]"))
@@ -60,15 +60,15 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _pretrained(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from keras_mvit2.pretrained_demo import run_pretrained_demo
+    from keras_mvit2.utils.console import output_console
 
     if not args.calibration:
         raise ValueError("--pretrained needs --calibration DIR: any folder of photos.")
-    console = Console()
+    console = output_console()
     result = run_pretrained_demo(
         args.output, args.calibration, model=args.model, weights=args.weights,
         num_images=args.num_images,

@@ -110,10 +110,8 @@ def _input_shape(sizes: list[int]) -> tuple[int, int, int]:
 
 def load_model(spec: str, args: argparse.Namespace):
     """A `.keras` file, or a registered model name built with --weights/--input-size/--classes."""
-    import keras
-
-    import keras_mvit2  # noqa: F401  (registers the custom layers for loading)
     from keras_mvit2 import create_model, list_models
+    from keras_mvit2.utils.model_files import load_keras_model
 
     if spec.endswith(".keras") or os.path.sep in spec or os.path.exists(spec):
         if not os.path.exists(spec):
@@ -124,7 +122,7 @@ def load_model(spec: str, args: argparse.Namespace):
             )
         if args.weights:
             raise ValueError("--weights is for registered model names; a .keras file has weights.")
-        return keras.models.load_model(spec, compile=False)
+        return load_keras_model(spec)
     if spec not in list_models():
         raise ValueError(
             f"Unknown model {spec!r}: not a .keras file and not a registered name "
@@ -190,15 +188,16 @@ def _export(args: argparse.Namespace) -> int:
 
 def print_report(target, report) -> None:
     """The export report as a table (the target's rows), and the target's note for this host."""
-    from rich.console import Console
     from rich.table import Table
+
+    from keras_mvit2.utils.console import output_console
 
     table = Table(title=f"{target.display_name} export: {report.path}", show_header=False)
     table.add_column("field")
     table.add_column("value")
     for field, value in target.report_rows(report):
         table.add_row(field, value)
-    Console().print(table)
+    output_console().print(table)
     note = target.host_note()
     if note:
         print(f"note: {note}", file=sys.stderr)
@@ -212,6 +211,7 @@ def _validate(args: argparse.Namespace) -> int:
         save_reports,
         validate,
     )
+    from keras_mvit2.utils.console import output_console
 
     for path in args.exported:
         if not os.path.exists(path):
@@ -245,7 +245,7 @@ def _validate(args: argparse.Namespace) -> int:
         )
         for path in args.exported
     ]
-    print_reports(reports)
+    print_reports(reports, console=output_console())  # off a terminal: at full width
     for report in reports:
         if report.per_layer is not None:
             _print_per_layer(report, args)
@@ -257,10 +257,10 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _print_per_layer(report, args: argparse.Namespace) -> None:
     """The top layers of `report.per_layer` as a table, and the bar chart written."""
-    from rich.console import Console
     from rich.table import Table
 
     from keras_mvit2.export.tflite.layer_errors import LayerError, plot_layer_errors
+    from keras_mvit2.utils.console import output_console
 
     errors = [LayerError(**e) for e in report.per_layer]
     top = max(1, args.per_layer_top)
@@ -273,7 +273,7 @@ def _print_per_layer(report, args: argparse.Namespace) -> None:
         table.add_row(str(rank), e.layer, f"{e.rmse_over_scale:.3g}",
                       f"{e.std_error_over_scale:.3g}", f"{e.mean_error_over_scale:+.3g}",
                       f"{e.max_abs_error_over_scale:.3g}", str(e.num_ops), e.worst_op)
-    Console().print(table)
+    output_console().print(table)
     if args.per_layer_plot:
         plot_path = args.per_layer_plot
     elif args.json_path:

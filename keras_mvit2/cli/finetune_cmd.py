@@ -52,8 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="what to start from: a published tag (imagenet, imagenet22k_ft_in1k, "
                    "... see `mvit2 weights`), a KerasHub preset name "
                    "(mobilevitv2_050_imagenet), an hf://<owner>/<repo> id, a checkpoint file "
-                   "(.pt, .pth, .bin, .safetensors, .weights.h5) or none (random "
-                   "initialization). Default: imagenet")
+                   "(.pt, .pth, .bin, .safetensors, .weights.h5, or an earlier run's .keras) "
+                   "or none (random initialization). Default: imagenet")
     p.add_argument("--config", metavar="CFG",
                    help=f"a packaged config name or a YAML file (default {DEFAULT_CONFIG})")
     p.add_argument("--set", dest="overrides", action="append", default=[],
@@ -143,8 +143,8 @@ def build_config(args: argparse.Namespace):
     except FileNotFoundError as err:
         raise FileNotFoundError(f"--weights: file not found: {args.weights!r}. Pass an "
                                 "ml-cvnets .pt, a timm .pth/.bin/.safetensors, a Keras "
-                                ".weights.h5, a published tag (imagenet), a KerasHub preset "
-                                "name or an hf:// id.") from err
+                                ".weights.h5 or .keras, a published tag (imagenet), a KerasHub "
+                                "preset name or an hf:// id.") from err
     if args.image_size is not None:
         d["model"]["image_size"] = args.image_size
     elif not args.config and source.input_size:
@@ -162,15 +162,15 @@ def build_config(args: argparse.Namespace):
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.markup import escape
 
     from keras_mvit2.demo import print_steps
     from keras_mvit2.ship import finetune_to_phone
+    from keras_mvit2.utils.console import output_console
 
     targets = _exports(args.export)
     config, source = build_config(args)
-    console = Console()
+    console = output_console()
     result = finetune_to_phone(
         config, source, freeze_backbone=args.freeze_backbone, export=targets,
         io_dtype=args.io_dtype, max_drop=args.max_drop, replan=args.resume,

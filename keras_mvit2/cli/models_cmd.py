@@ -40,10 +40,10 @@ def _list(args: argparse.Namespace) -> int:
 def _list_weights(pattern: str) -> int:
     import fnmatch
 
-    from rich.console import Console
     from rich.table import Table
 
     from keras_mvit2 import list_weights
+    from keras_mvit2.utils.console import output_console
 
     table = Table("model", "weights=", "input", "file", "top-1 %", "source",
                   title="Published MobileViTv2 weights (ImageNet-1k top-1)")
@@ -53,7 +53,7 @@ def _list_weights(pattern: str) -> int:
         size = "-" if w.file_size_mb is None else f"{w.file_size_mb:g} MB"
         source = w.location if w.source == "timm" else "Apple .pt (torch extra)"
         table.add_row(w.model, w.tag, f"{w.input_size}", size, f"{w.top1:.2f}", source)
-    Console(width=140).print(table)
+    output_console().print(table)
     return 0
 
 
@@ -92,13 +92,14 @@ def _profile(args: argparse.Namespace) -> int:
         for row in table:
             print("| " + " | ".join(row) + " |")
     else:
-        from rich.console import Console
         from rich.table import Table
+
+        from keras_mvit2.utils.console import output_console
 
         out = Table(*headers, title="keras_mvit2 profile (parameters exclude BN statistics)")
         for row in table:
             out.add_row(*row)
-        Console().print(out)
+        output_console().print(out)
     if args.json_path:
         with atomic_output(args.json_path) as tmp, open(tmp, "w") as f:
             json.dump([r.to_dict() for r in rows], f, indent=2)

@@ -52,12 +52,11 @@ def register(sub) -> None:
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from keras_mvit2.cli.export_cmd import load_model
     from keras_mvit2.export.optimizer import OverBudgetError, optimize
     from keras_mvit2.export.optimizer.report import format_table
     from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
+    from keras_mvit2.utils.console import output_console
 
     model = load_model(args.model, args)
     if has_dynamic_size(model):
@@ -72,11 +71,11 @@ def _optimize(args: argparse.Namespace) -> int:
                           num_held_out=args.num_held_out, latency_runs=args.latency_runs,
                           threads=args.threads, only=only)
     except OverBudgetError as err:
-        Console(width=160).print(format_table(err.result))
+        output_console().print(format_table(err.result))
         print(f"wrote {err.result.report_path}" + (
             f" and {err.result.plot_path}" if err.result.plot_path else ""))
         raise CommandFailedError(str(err), status=1) from None
-    Console(width=160).print(format_table(result))
+    output_console().print(format_table(result))
     data = result.data
     print(f"images: {data['num_calibration']} for calibration, {data['num_held_out']} held "
           f"out ({data['source']})")

@@ -23,17 +23,17 @@ def register(sub) -> None:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from keras_mvit2 import create_model, decode_predictions, preprocess_images
+    from keras_mvit2.utils.console import output_console
 
     if args.top < 1:
         raise ValueError(f"--top must be >= 1. Received: {args.top}")
     model = create_model(args.model, weights=args.weights)
     probs = model.predict(preprocess_images(args.images, model), verbose=0)
-    console = Console()
+    console = output_console()
     for path, top in zip(args.images, decode_predictions(probs, top=args.top), strict=True):
         table = Table("#", "class", "synset", "probability")
         for rank, (synset, name, score) in enumerate(top, 1):

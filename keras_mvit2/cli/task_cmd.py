@@ -226,13 +226,13 @@ def _evaluate(model, task: str, val) -> dict:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    import keras
-
     import keras_mvit2.tasks  # noqa: F401 (registers the task layers for loading)
     from keras_mvit2.tasks import data as td
+    from keras_mvit2.utils.model_files import check_file_format, load_keras_model
 
     if not os.path.exists(args.model):
         raise FileNotFoundError(f"Model file not found: {args.model!r}")
+    check_file_format(args.model)
     config_path = os.path.join(os.path.dirname(os.path.abspath(args.model)), "config.json")
     if not os.path.exists(config_path):
         raise FileNotFoundError(
@@ -241,7 +241,7 @@ def _eval(args: argparse.Namespace) -> int:
         )
     with open(config_path) as f:
         config = json.load(f)
-    model = keras.saving.load_model(args.model)
+    model = load_keras_model(args.model, compile=True)
     if config["task"] == "detection":
         from keras_mvit2.tasks.detection import AnchorConfig
 

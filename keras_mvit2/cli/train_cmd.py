@@ -157,9 +157,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def print_metrics(results: dict[str, EvalResult], title: str) -> None:
     """Prints `{column name: EvalResult}` as one rich table (top-1, top-5, per class)."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from keras_mvit2.utils.console import output_console
 
     table = Table("metric", *results, title=title)
     columns = list(results.values())
@@ -170,15 +171,14 @@ def print_metrics(results: dict[str, EvalResult], title: str) -> None:
         table.add_row(escape(name), *(
             "-" if math.isnan(r.per_class_accuracy[i])  # a class without examples
             else f"{100 * r.per_class_accuracy[i]:.2f}" for r in columns))
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=120)
-    console.print(table)
+    output_console().print(table)
 
 
 def _print_plan(plan: RunPlan) -> None:
-    """The one line of what happens with the run folder, before training (always shown)."""
-    print(plan.line, flush=True)
+    """The line of what happens with the run folder, before training (always shown), after
+    its notes (a batch lowered to fit a small training set)."""
+    for line in (*plan.notes, plan.line):
+        print(line, flush=True)
 
 
 def _attention_label(names: list[str]) -> str:
@@ -280,11 +280,10 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size must be >= 1. Received: {args.batch_size}")
     if args.crop_ratio is not None and not 0.0 < args.crop_ratio <= 1.0:
         raise ValueError(f"--crop-ratio must be in (0, 1]. Received: {args.crop_ratio}")
-    import keras
-
     from keras_mvit2 import data as mvdata
     from keras_mvit2 import training
     from keras_mvit2.models.input_size import with_dynamic_size
+    from keras_mvit2.utils.model_files import load_keras_model
 
     if args.data == FASHION_MNIST:
         source, default_crop = mvdata.fashion_mnist("test"), 1.0
@@ -297,7 +296,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError(
             f"The classes of {args.data!r} ({class_names}) are not those the model was "
             f"trained on ({trained}, from run.json); evaluate on data with the same classes.")
-    model = keras.saving.load_model(model_path)
+    model = load_keras_model(model_path, compile=True)
     outputs = int(model.output_shape[-1])
     if trained and len(trained) == outputs:
         class_names = list(trained)

@@ -15,16 +15,11 @@ def register(sub) -> None:
 
 def load_model_arg(model: str, weights: str | None = None, input_size: int = 256):
     """A `.keras` path or a registered model name (+ weights) as a Keras model."""
-    import os
-
-    import keras
-
     from keras_mvit2 import create_model
+    from keras_mvit2.utils.model_files import load_keras_model
 
     if model.endswith(".keras"):
-        if not os.path.exists(model):
-            raise FileNotFoundError(f"Model file not found: {model!r}")
-        return keras.saving.load_model(model)
+        return load_keras_model(model, compile=True)
     return create_model(model, weights=weights, input_shape=(input_size, input_size, 3))
 
 

@@ -352,11 +352,10 @@ def bench(
         return target.bench(spec, threads=threads, runs=runs, warmup=warmup, xnnpack=xnnpack,
                             measure_memory=measure_memory, compute_units=compute_units)
 
-    import keras
-
     import keras_mvit2.layers
     import keras_mvit2.tasks  # noqa: F401
     from keras_mvit2.models.registry import create_model, list_models
+    from keras_mvit2.utils.model_files import load_keras_model
 
     if lower.endswith(".keras"):
         if input_size:
@@ -366,7 +365,7 @@ def bench(
             )
         if not os.path.isfile(spec):
             raise FileNotFoundError(f"Keras model not found: {spec!r}")
-        model = keras.saving.load_model(spec, compile=False)
+        model = load_keras_model(spec)
         name, source = os.path.splitext(os.path.basename(spec))[0], spec
     elif spec in list_models():
         model = create_model(spec, input_shape=_input_shape(input_size))

@@ -89,6 +89,9 @@ def load_weights(model: keras.Model, weights) -> None:
         )
     if not os.path.exists(path):
         raise FileNotFoundError(f"Weights file not found: {path!r}")
+    from keras_mvit2.utils.model_files import check_file_format
+
+    check_file_format(path, what=f"weights={path!r}")
     if path.endswith(".weights.h5"):
         model.load_weights(path)
         return

@@ -298,9 +298,12 @@ def load_backbone_weights(
         raise FileNotFoundError(f"Weights file not found: {path!r}")
     layers = _backbone_layers(model)
     if path.endswith(".keras"):
+        from keras_mvit2.utils.model_files import check_file_format
+
         try:
+            check_file_format(path, what="it")  # not a Keras archive (Keras: "File not found")
             source = keras.saving.load_model(path, compile=False)
-        except Exception as err:  # corrupt archive, unknown layers, ...
+        except Exception as err:  # not a Keras archive, unknown layers, ...
             raise ValueError(f"Cannot load the Keras model {path!r}: {err}") from err
         _copy_backbone(layers, source, repr(path))
         return

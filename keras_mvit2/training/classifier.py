@@ -13,6 +13,7 @@ import numpy as np
 from keras_mvit2.models import create_model
 from keras_mvit2.training.config import TrainConfig
 from keras_mvit2.training.distribute import precision_policy
+from keras_mvit2.utils.model_files import check_file_format, load_keras_model
 
 HEAD_LAYERS = ("predictions", "head_dropout")
 
@@ -46,8 +47,9 @@ def load_pretrained(model: keras.Model, config: TrainConfig, num_classes: int) -
     """Copies pretrained weights (`config.model.weights`) into `model`, layer by layer.
 
     The source is an Apple ml-cvnets / timm / HF checkpoint (ported with
-    `load_torch_weights`) or a Keras `.weights.h5` of the same architecture (any
-    classifier size, or none). The classifier is copied only when `model.new_head` is
+    `load_torch_weights`), or a Keras `.weights.h5` or `.keras` model of the same
+    architecture (any classifier size, or none: a model an earlier run trained, say).
+    The classifier is copied only when `model.new_head` is
     false and the source's classifier has `num_classes` outputs; otherwise it keeps its
     fresh initialization. Returns the number of layers copied.
     """
@@ -55,12 +57,18 @@ def load_pretrained(model: keras.Model, config: TrainConfig, num_classes: int) -
     if not os.path.exists(path):
         raise FileNotFoundError(
             f"Pretrained weights not found: {path!r} (config model.weights). Pass an "
-            "ml-cvnets .pt, a timm .pth/.bin/.safetensors or a Keras .weights.h5."
+            "ml-cvnets .pt, a timm .pth/.bin/.safetensors, or a Keras .weights.h5 or "
+            ".keras."
         )
+    check_file_format(path, what=f"The pretrained weights {path!r} (config model.weights)")
     kwargs = _build_kwargs(config, num_classes)
     kwargs.pop("classes")
     with precision_policy("float32"):
-        if path.endswith(".weights.h5"):
+        if path.endswith(".keras"):
+            donor = load_keras_model(path)
+            head = next((int(layer.weights[0].shape[-1]) for layer in donor.layers
+                         if layer.name == "predictions" and layer.weights), None)
+        elif path.endswith(".weights.h5"):
             head = _h5_head_classes(path)
             donor = create_model(config.model.name, include_top=head is not None,
                                  classes=head or 1, classifier_activation=None, **kwargs)

@@ -49,8 +49,9 @@ def _steps_per_epoch(config: TrainConfig, num_examples: int, scaling: Scaling,
         raise ValueError(
             f"The training data ({num_examples} images) is smaller than one global batch "
             f"({scaling.global_batch} = data.batch_size {scaling.batch_per_replica} x "
-            f"{scaling.replicas} replicas). Use a smaller data.batch_size. "
-            f"Received: batch_size={scaling.batch_per_replica}"
+            f"{scaling.replicas} replicas). Use a smaller batch: --set data.batch_size="
+            f"{max(1, num_examples // scaling.replicas)} on the command line (data.batch_size "
+            f"in the config). Received: batch_size={scaling.batch_per_replica}"
         )
     return steps
 

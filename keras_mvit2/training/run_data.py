@@ -1,5 +1,6 @@
 """The data of a run: the `ImageSource`s of `config.data`, the classes, the batch scaled
-for the replicas, the multi-scale batches, and the datasets `train` fits and validates on.
+for the replicas (lowered to fit a training set smaller than one batch, `fit_batch_size`),
+the multi-scale batches, and the datasets `train` fits and validates on.
 """
 
 from __future__ import annotations
@@ -73,6 +74,39 @@ def _check_two_classes(source: mvdata.ImageSource, where: str | None) -> None:
         )
 
 
+def fit_batch_size(config: TrainConfig, num_examples: int,
+                   replicas: int) -> tuple[TrainConfig, str | None]:
+    """`config` with a `data.batch_size` that fits `num_examples` training images.
+
+    A training set smaller than one global batch (`data.batch_size x replicas`: 15 photos
+    against the recipe's 32, say) would give no full batch, so no training step. The batch
+    per replica is then lowered to the most that fits, `num_examples // replicas` (every
+    image in each epoch's one step), and a line says so. Anything else is left as it is.
+
+    Returns:
+        `(config, line)`: the config to train with (`data.batch_size` changed, or `config`
+        itself) and the line to show, None when nothing changed.
+
+    Raises:
+        ValueError: fewer training images than replicas: no batch fits; the message names
+            the ways out.
+    """
+    batch = config.data.batch_size
+    if num_examples >= batch * replicas:
+        return config, None
+    fitted = num_examples // replicas
+    if fitted < 1:
+        raise ValueError(
+            f"The training data ({num_examples} image(s)) has fewer images than the run has "
+            f"replicas ({replicas}): no batch fits, even --set data.batch_size=1. Add images, "
+            "or train on one replica (--strategy default).")
+    per_replicas = f" x {replicas} replicas" if replicas > 1 else ""
+    line = (f"data.batch_size {batch}{per_replicas} is more than the {num_examples} training "
+            f"images: training with data.batch_size {fitted}{per_replicas}, one step per "
+            f"epoch (--set data.batch_size=N picks another batch).")
+    return config.replace(data={"batch_size": fitted}), line
+
+
 @dataclasses.dataclass
 class RunData:
     """What `train` knows of its data before it builds a model.
@@ -85,6 +119,8 @@ class RunData:
         scaling: the global batch and learning-rate factor for the replicas.
         eval_batch: the global validation batch.
         pairs: the multi-scale `(size, batch)` pairs, None without multi-scale.
+        batch_line: the line saying the batch was lowered to fit the training set
+            (`fit_batch_size`; `config` holds the lowered batch), None when it was not.
     """
 
     config: TrainConfig
@@ -95,6 +131,7 @@ class RunData:
     scaling: Scaling
     eval_batch: int
     pairs: list[tuple[int, int]] | None
+    batch_line: str | None = None
 
     def train_dataset(self, epoch: int) -> tf.data.Dataset:
         """Epoch `epoch`'s batches (seed `data.seed + epoch`, repeated)."""
@@ -125,8 +162,11 @@ class RunData:
 
 
 def build_run_data(config: TrainConfig, replicas: int) -> RunData:
-    """Reads the sources of `config.data` and sizes the classifier and batches for them."""
+    """Reads the sources of `config.data` and sizes the classifier and batches for them
+    (a batch larger than the training set is lowered: `fit_batch_size`; the returned
+    `RunData.config` is the config to train with)."""
     train_source, val_source = make_sources(config)
+    config, batch_line = fit_batch_size(config, train_source.num_examples, replicas)
     class_names = list(train_source.class_names)
     num_classes = config.model.num_classes or len(class_names)
     if num_classes < len(class_names):
@@ -145,4 +185,4 @@ def build_run_data(config: TrainConfig, replicas: int) -> RunData:
             size_divisor=config.multiscale.size_divisor, batch_multiple=scaling.replicas)
     return RunData(config=config, train_source=train_source, val_source=val_source,
                    class_names=class_names, num_classes=num_classes, scaling=scaling,
-                   eval_batch=eval_batch, pairs=pairs)
+                   eval_batch=eval_batch, pairs=pairs, batch_line=batch_line)

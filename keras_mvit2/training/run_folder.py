@@ -115,6 +115,8 @@ class RunPlan:
         move_aside: the earlier files (`RUN_FILES`) that `prepare_folder` moves into
             `previous_dir` before a new run.
         previous_dir: where they go, else None.
+        notes: lines said before `line` about how the run was fitted to its data (the
+            batch lowered to fit a small training set, `run_data.fit_batch_size`).
     """
 
     action: Literal["new", "resume", "complete"]
@@ -127,6 +129,7 @@ class RunPlan:
     changes: list[str] = dataclasses.field(default_factory=list)
     move_aside: list[str] = dataclasses.field(default_factory=list)
     previous_dir: str | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@
   every weight evaluated and saved separately, optional stochastic depth, mixed precision
   where the hardware gains from it, multi-scale training;
 - distribution: `tf.distribute` strategies with the linear batch / learning-rate rule;
+  a training set smaller than one global batch trains with the batch lowered to fit it,
+  and one line says so (`run_data.fit_batch_size`);
 - outputs in `output.dir`: `config.yaml` (the final config) and `run.json` (derived
   values), `checkpoints/epoch_NNNN.weights.h5` + `checkpoints/state.json` after every
   epoch (resumed automatically), `tensorboard/`, `model.keras` and `model_ema.keras`
@@ -30,6 +32,7 @@ diverged epoch and no model is written, and a rerun resumes from the last checkp
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -98,6 +101,7 @@ from keras_mvit2.training.run_folder import (
     prepare_folder,
 )
 from keras_mvit2.training.train_step import ClassifierTrainer, ops_cast
+from keras_mvit2.utils.model_files import check_file_format
 from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
 
 # What this module held before it was split into the modules above stays importable from
@@ -206,7 +210,9 @@ def train(
             learning rate re-planned from its current step to the new end (`mvit2 train
             --resume`); without it such a run is refused.
         on_plan: called with the `RunPlan` (what happens with the run folder) before
-            training; by default its `line` is printed when `output.verbose` is not 0.
+            training; by default its `notes` (a `data.batch_size` larger than the
+            training set is lowered to fit it, `run_data.fit_batch_size`) and `line` are
+            printed when `output.verbose` is not 0.
 
     Returns:
         A `TrainResult`.
@@ -252,8 +258,10 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list, rep
     _check_pretrained_weights(config)
     keras.utils.set_random_seed(config.training.seed)
     data = build_run_data(config, strategy.num_replicas_in_sync)
+    config = data.config  # with a batch that fits a small training set
     wanted = plan_schedule(config, data)
-    plan = _plan_folder(config, wanted, replan, chief, on_plan)
+    plan = _plan_folder(config, wanted, replan, chief, on_plan,
+                        notes=[data.batch_line] if data.batch_line else [])
     val_ds = data.validation_dataset()
     with strategy.scope():
         trainer = build_trainer(config, data.num_classes, plan.learning_rate, policy,
@@ -271,21 +279,32 @@ def _check_pretrained_weights(config: TrainConfig) -> None:
     if config.model.weights and not os.path.exists(config.model.weights):
         raise FileNotFoundError(
             f"Pretrained weights not found: {config.model.weights!r} (config model.weights). "
-            "Pass an ml-cvnets .pt, a timm .pth/.bin/.safetensors or a Keras .weights.h5."
+            "Pass an ml-cvnets .pt, a timm .pth/.bin/.safetensors, or a Keras .weights.h5 or "
+            ".keras."
         )
+    if config.model.weights:  # before the data is read: a file that is not what it says
+        check_file_format(config.model.weights,
+                          what=f"The pretrained weights {config.model.weights!r} "
+                               "(config model.weights)")
 
 
 def _plan_folder(config: TrainConfig, wanted: SchedulePlan, replan: bool, chief: bool,
-                 on_plan: Callable[[RunPlan], None] | None) -> RunPlan:
-    """The run folder: new, resumed, complete or refused; one line says which."""
+                 on_plan: Callable[[RunPlan], None] | None,
+                 notes: list[str] | None = None) -> RunPlan:
+    """The run folder: new, resumed, complete or refused; one line says which, after the
+    `notes` (`RunPlan.notes`: the batch lowered to fit the data)."""
     plan = plan_run(config, wanted, replan=replan)
+    if notes:
+        plan = dataclasses.replace(plan, notes=list(notes))
     if chief:
         prepare_folder(plan)
-    logger.info(plan.line)
+    for line in (*plan.notes, plan.line):
+        logger.info(line)
     if on_plan is not None:
         on_plan(plan)
     elif chief and config.output.verbose:
-        print(plan.line, flush=True)
+        for line in (*plan.notes, plan.line):
+            print(line, flush=True)
     return plan
 
 

@@ -25,6 +25,7 @@ import os
 import zipfile
 
 from keras_mvit2.utils.files import sha256_file
+from keras_mvit2.utils.model_files import file_format_problem
 from keras_mvit2.weights.pretrained import APPLE_BASE_URL, PretrainedWeights
 
 __all__ = ["ResolvedWeights", "WeightsDownloadError", "download_weights", "load_pretrained"]
@@ -148,27 +149,12 @@ def _remove_download(path: str) -> None:
 
 def _format_problem(entry: PretrainedWeights, path: str) -> str | None:
     """Why the file at `path` is not a checkpoint of `entry`'s format (None if it looks fine)."""
-    size = os.path.getsize(path)
-    if size == 0:
-        return "the file is empty"
-    with open(path, "rb") as f:
-        head = f.read(1024)
-    text = head.lstrip().lower()
-    if text.startswith((b"<!doctype html", b"<html", b"<?xml", b"<head", b"<body")):
-        return ("the file is an HTML/XML page, not a checkpoint (a proxy, captive portal or "
-                "error page answered instead of the server)")
-    if entry.filename.endswith(".safetensors"):
-        try:
-            from safetensors import safe_open
-
-            with safe_open(path, framework="numpy") as f:
-                if not list(f.keys()):
-                    return "the safetensors file holds no tensors"
-        except Exception as e:  # SafetensorError for truncated / malformed headers
-            return f"the file is not a valid safetensors file ({type(e).__name__}: {e})"
-        return None
+    problem = file_format_problem(path, name=entry.filename)
+    if problem is not None or entry.filename.endswith(".safetensors"):
+        return problem
     if not zipfile.is_zipfile(path):  # torch.save files are zip archives
-        return f"the file ({size:,} bytes) is not a PyTorch checkpoint (not a zip archive)"
+        return (f"the file ({os.path.getsize(path):,} bytes) is not a PyTorch checkpoint "
+                "(not a zip archive)")
     return None
 
 

@@ -4,8 +4,8 @@ a local file with its provenance.
 One value names the source, in this order:
 
 * `None`, `"none"` or `"random"`: random initialization (no file);
-* an existing file: an ml-cvnets `.pt`, a timm `.pth` / `.bin` / `.safetensors` or a
-  Keras `.weights.h5`;
+* an existing file: an ml-cvnets `.pt`, a timm `.pth` / `.bin` / `.safetensors`, or a
+  Keras `.weights.h5` or `.keras` model (checked to be what its name says);
 * a published tag (`"imagenet"`, `"imagenet22k_ft_in1k"`, ... as `weights=` of the
   builders, `keras_mvit2.list_weights()`), for the model being fine-tuned;
 * a KerasHub preset name of ours (`"mobilevitv2_050_imagenet"`,
@@ -197,7 +197,8 @@ def resolve_weights_source(value: str | os.PathLike | None, model: str) -> Weigh
 
     Raises:
         FileNotFoundError: a path that does not exist.
-        ValueError: a value that names nothing, or weights of another model.
+        ValueError: a value that names nothing, weights of another model, or a file that
+            is not what its name says (`.keras` that is no Keras archive, say).
         WeightsDownloadError: the download failed or is not a checkpoint.
     """
     if value is None:
@@ -207,7 +208,9 @@ def resolve_weights_source(value: str | os.PathLike | None, model: str) -> Weigh
         return WeightsSource(kind="random", value=text, model=model)
     if os.path.isfile(text):
         from keras_mvit2.utils.files import sha256_file
+        from keras_mvit2.utils.model_files import check_file_format
 
+        check_file_format(text, what=f"weights {text!r}")  # before any training starts
         return WeightsSource(kind="file", value=text, path=os.path.abspath(text),
                              sha256=sha256_file(text))
     if text.startswith(HF_PREFIX):
@@ -223,6 +226,6 @@ def resolve_weights_source(value: str | os.PathLike | None, model: str) -> Weigh
     if _looks_like_a_path(text):
         raise FileNotFoundError(
             f"Pretrained weights not found: {text!r}. Pass an ml-cvnets .pt, a timm "
-            ".pth/.bin/.safetensors or a Keras .weights.h5, a published tag (imagenet), a "
-            "KerasHub preset name or an hf:// id.")
+            ".pth/.bin/.safetensors, a Keras .weights.h5 or .keras, a published tag "
+            "(imagenet), a KerasHub preset name or an hf:// id.")
     raise _unknown(text, model)
