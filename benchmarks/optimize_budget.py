@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import keras_mvit2  # noqa: F401  (registers the layers)
     from keras_mvit2.export.optimizer import OverBudgetError, best_within, optimize
+    from keras_mvit2.export.optimizer.report import speed_text
 
     os.makedirs(args.out, exist_ok=True)
     runs = []
@@ -74,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                 best = best_within(result.candidates, budget, result.objective)
                 choices[str(budget)] = None if best is None else best.name
             run = result.to_dict()
-            for candidate in run["candidates"]:
+            for candidate, measured in zip(run["candidates"], result.candidates, strict=True):
                 candidate["path"] = os.path.basename(candidate["path"] or "") or None
+                candidate["speed_text"] = speed_text(measured)  # "1.32x, slower"
             run.update(model=model_path, model_name=model.name, input_size=list(size),
                        label=label, choices=choices, plot=plot, seconds=round(seconds, 1))
             for key in ("best", "best_path", "report_path", "plot_path"):
@@ -98,22 +100,25 @@ def _table(run: dict) -> str:
              f"{run['target']}**: float Keras top-1 {100 * run['reference_top1']:.2f} % on "
              f"{run['data']['num_held_out']} held-out images "
              f"({run['data']['num_calibration']} other images calibrate)", "",
-             "| candidate | bytes | top-1 % | agreement % | drop (points) | ms | measured by |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+             "| candidate | bytes | top-1 % | agreement % | drop (points) | ms | vs float32 "
+             "| measured by |",
+             "|---|---:|---:|---:|---:|---:|---|---|"]
     for c in run["candidates"]:
         if c["error"]:
-            lines.append(f"| {c['name']} | | | | | | failed: {c['error'][:80]} |")
+            lines.append(f"| {c['name']} | | | | | | | failed: {c['error'][:80]} |")
             continue
+        speed = c.get("speed_text", "")
         def pct(v):
             return "" if v is None else f"{100 * v:.2f}"
         lines.append(
             f"| {c['name']} | {c['size_bytes']:,} | {pct(c['top1'])} | {pct(c['agreement'])} | "
             + ("" if c["drop_points"] is None else f"{c['drop_points']:+.2f}") + " | "
             + ("" if c["latency_ms"] is None else f"{c['latency_ms']:.2f}") + " | "
+            + speed + " | "
             + (c["measured_by"] + ("" if c["exact"] else " (approx.)") if c["top1"] is not None
                else "not measurable here: " + (c["note"] or "")) + " |")
     lines.append("")
-    lines.append("chosen (objective size): " + ", ".join(
+    lines.append(f"chosen (objective {run['objective']}): " + ", ".join(
         f"`--max-drop {b}` -> {name or 'none within budget'}"
         for b, name in run["choices"].items()))
     return "\n".join(lines)

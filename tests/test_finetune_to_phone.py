@@ -448,6 +448,25 @@ def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end(tmp_path, capsys):
     # The summary table off a terminal: each row whole on one line (no 80-column wrap).
     row = next(line for line in stdout.splitlines() if "TFLite int8" in line)
     assert "phone/model_int8.tflite" in row and "agrees with Keras" in row, row
+    # Quantization-aware training on the run's own training images is tried exactly when
+    # the post-training int8 file loses more than a point, and ships when it keeps it.
+    from keras_mvit2.ship.phone_files import drop_points
+
+    record = next(r for r in facts["exports"] if r["target"] == "tflite")
+    qat = record.get("qat")
+    card = (out / "MODEL_CARD.md").read_text()
+    if qat is None:
+        assert drop_points(record) <= 1.0
+        assert "quantization-aware" not in stdout + card
+    else:
+        assert qat["post_training"]["drop_points"] > 1.0 and "error" not in qat, qat
+        assert qat["training_images"] == 15 and qat["steps"] == 2  # 15 images, batch 8
+        assert "quantization-aware training on the run's training images" in stdout
+        assert qat["shipped"] == (qat["drop_points"] <= 1.0)
+        assert ("is quantization-aware trained" in card) == qat["shipped"]
+        assert ("did not fix it" in card) == (not qat["shipped"])
+        assert record["top1"] == (qat["top1"] if qat["shipped"]
+                                  else qat["post_training"]["top1"])
 
     again = tmp_path / "from_keras"
     donor = out / "model_ema.keras"

@@ -4,6 +4,7 @@ Every figure the optimizer reports is re-measured here by a plain LiteRT interpr
 written in the test (not the package's runner), on the same held-out images.
 """
 
+import importlib.util
 import json
 import os
 
@@ -77,7 +78,8 @@ def tiny():
 def test_optimize_ships_the_smallest_candidate_within_the_budget(tiny, tmp_path):
     model, data = tiny
     result = optimize(model, tmp_path, data=data, max_drop=100.0, latency_runs=3,
-                      only=["float32", "float16", "dynamic_int8"], verbose=False)
+                      objective="size", only=["float32", "float16", "dynamic_int8"],
+                      verbose=False)
     sizes = {r.name: os.path.getsize(r.path) for r in result.candidates}
     assert {r.name: r.size_bytes for r in result.candidates} == sizes
     assert result.best.name == min(sizes, key=sizes.get) == "dynamic_int8"
@@ -162,7 +164,8 @@ def test_mvit2_optimize_on_a_trained_classifier_keeps_the_budget(trained_classif
     out = tmp_path / "opt"
     status = main(["optimize", trained_classifier_path, "--data", "fashion_mnist",
                    "--target", "tflite", "--max-drop", "0.5", "--num-held-out", "300",
-                   "--latency-runs", "5", "-o", str(out)])
+                   "--latency-runs", "5", "--objective", "size", "--qat-steps", "30",
+                   "-o", str(out)])
     printed = capsys.readouterr().out
     assert status == 0, printed
     report = json.loads((out / "report.json").read_text())
@@ -185,6 +188,13 @@ def test_mvit2_optimize_on_a_trained_classifier_keeps_the_budget(trained_classif
     int8 = by_name["int8"]
     if int8["within_budget"]:
         assert best["size_bytes"] <= int8["size_bytes"]
+    # qat_int8 (on fashion_mnist's train split, --data's training part) is tried exactly
+    # when no post-training int8 file keeps the budget.
+    post_training = [c for c in report["candidates"] if c["name"] != "qat_int8"
+                     and c["recipe"].get("quantization") == "int8"]
+    assert report["qat"]["built"] == (not any(c["within_budget"] for c in post_training))
+    assert ("qat_int8" in by_name) == report["qat"]["built"]
+    assert report["qat"]["settings"]["train_data"] == "fashion_mnist:train"
     assert f"best: {report['best']}" in printed
     names = mv.export.get_target("tflite").class_names(out / "best.tflite")
     assert names == list(FASHION_MNIST_CLASSES)
@@ -294,3 +304,459 @@ def test_mvit2_optimize_over_budget_exits_1_naming_the_closest(tmp_path, capsys)
     # (the folder is read through the evaluation crop, so a colour or two changes class)
     assert report["reference_top1"] > 0.99 and report["candidates"][0]["drop_points"] > 0
     assert report["data"]["num_calibration"] == 50 and report["data"]["num_held_out"] == 350
+
+
+# --------------------------------------------------------------------------------------
+# The default objective: the smallest file not slower than float32 (issue 36, item 5)
+# --------------------------------------------------------------------------------------
+
+
+def _measured(name, size_bytes, top1, latency_ms, *, quantization=None, keras_top1=0.80,
+              max_drop=0.5):
+    """A `CandidateResult` as `optimize` records one (drop against a Keras top-1)."""
+    from keras_mvit2.export.candidate import CandidateResult
+
+    drop = 100 * (keras_top1 - top1)
+    return CandidateResult(name, {"quantization": quantization or name}, f"c/{name}.tflite",
+                           size_bytes, "LiteRT", True, top1=top1, agreement=top1,
+                           drop_points=drop, latency_ms=latency_ms,
+                           within_budget=drop <= max_drop + 1e-9,
+                           float_reference=name == "float32")
+
+
+def _table_256():
+    """The 256x256 TFLite candidates of docs/budget.md (bytes, top-1, ms), and qat_int8."""
+    rows = [("float32", 4281222, 0.7967, 8.58, None), ("float16", 2257802, 0.7967, 10.40, None),
+            ("dynamic_int8", 1434834, 0.7967, 16.00, None), ("int8", 1461082, 0.7467, 6.65, None),
+            ("int16x8", 1597554, 0.7967, 531.04, None),
+            ("int8_float_top1", 1493346, 0.7467, 2.41, "int8"),
+            ("int8_float_top3", 1569674, 0.7500, 6.45, "int8"),
+            ("weight_only_int8", 1348666, 0.7967, 13.93, None),
+            ("weight_only_int4", 867554, 0.2133, 52.85, None),
+            ("weight_only_int4_int8", 849970, 0.8000, 32.81, None),
+            ("qat_int8", 1461082, 0.7933, 6.50, "int8")]
+    return [_measured(n, b, t, ms, quantization=q, keras_top1=0.7967) for n, b, t, ms, q in rows]
+
+
+def test_size_fast_ships_the_smallest_file_that_is_not_slower_than_float32():
+    from keras_mvit2.export.optimizer import (
+        DEFAULT_OBJECTIVE,
+        OBJECTIVES,
+        best_within,
+        compare_with_float,
+    )
+
+    assert DEFAULT_OBJECTIVE == "size_fast" and {"size", "latency"} < set(OBJECTIVES)
+    results = [_measured("float32", 4_000_000, 0.80, 8.0),
+               _measured("float16", 2_000_000, 0.80, 9.0),
+               _measured("dynamic_int8", 1_400_000, 0.80, 16.0),
+               _measured("int8", 1_460_000, 0.75, 6.6),
+               _measured("int8_float_top1", 1_490_000, 0.80, 7.9, quantization="int8"),
+               _measured("weight_only_int4_int8", 850_000, 0.80, 33.0)]
+    # default: int8 breaks the budget, the three smaller files are slower than float32's 8 ms
+    assert best_within(results, 0.5).name == "int8_float_top1"
+    assert best_within(results, 0.5, "size").name == "weight_only_int4_int8"  # as before
+    assert best_within(results, 0.5, "latency").name == "int8_float_top1"
+    assert best_within(results, 10.0).name == "int8"  # within a 10-point budget
+    # as fast as float32 (the same median) is not slower
+    results.append(_measured("same_speed", 1_000_000, 0.80, 8.0))
+    assert best_within(results, 0.5).name == "same_speed"
+    compare_with_float(results)
+    words = {r.name: r.vs_float32 for r in results}
+    assert words == {"float32": "reference", "float16": "slower", "dynamic_int8": "slower",
+                     "int8": "faster", "int8_float_top1": "faster",
+                     "weight_only_int4_int8": "slower", "same_speed": "as fast"}
+    assert results[1].latency_vs_float32 == pytest.approx(9.0 / 8.0)
+    assert results[3].latency_vs_float32 == pytest.approx(6.6 / 8.0)
+    with pytest.raises(ValueError, match="objective must be one of"):
+        best_within(results, 0.5, "smallest")
+
+
+def test_size_fast_without_a_timed_float32_chooses_by_size_and_says_why():
+    from keras_mvit2.export.optimizer import best_within, compare_with_float
+    from keras_mvit2.export.optimizer.search import objective_note
+
+    untimed = [_measured("fp32", 4_000_000, 0.80, None), _measured("fp16", 2_000_000, 0.80, None),
+               _measured("palettize_6bit", 1_150_000, 0.80, None)]
+    untimed[0].float_reference = True  # Core ML's float32 package, not run off macOS
+    assert best_within(untimed, 0.5).name == best_within(untimed, 0.5, "size").name
+    compare_with_float(untimed)
+    assert {r.vs_float32 for r in untimed} == {None}
+    note = objective_note(untimed, "size_fast", can_time=False)
+    assert "do not run on this host" in note and "chosen by size alone" in note
+    timed = [_measured("int8", 1_460_000, 0.80, 6.6), _measured("float16", 2_000_000, 0.80, 9.0)]
+    assert "--only" in objective_note(timed, "size_fast")  # no float32 built
+    assert best_within(timed, 0.5).name == "int8"
+    assert objective_note(timed, "size") is None
+    assert objective_note([_measured("float32", 4_000_000, 0.8, 8.0), *timed], "size_fast") is None
+
+
+def test_size_fast_refuses_files_within_the_budget_but_slower_naming_objective_size():
+    from keras_mvit2.export.optimizer import OptimizeResult, best_within, compare_with_float
+    from keras_mvit2.export.optimizer.search import _over_budget_message
+
+    # float32 itself loses 0.6 points (LiteRT's float arithmetic flips a near-tie): the
+    # files within 0.5 points are all slower than it.
+    results = [_measured("float32", 4_000_000, 0.794, 8.0),
+               _measured("weight_only_int8", 1_350_000, 0.80, 13.9),
+               _measured("weight_only_int4_int8", 850_000, 0.797, 32.8)]
+    compare_with_float(results)
+    assert best_within(results, 0.5) is None
+    assert best_within(results, 0.5, "size").name == "weight_only_int4_int8"
+    result = OptimizeResult("tflite", "size_fast", 0.5, {"num_held_out": 1000}, 0.80, results)
+    message = _over_budget_message(result)
+    assert message.startswith("No candidate within 0.5 top-1 points runs as fast as float32")
+    assert "weight_only_int4_int8 (4.10x)" in message and "weight_only_int8 (1.74x)" in message
+    assert "--objective size" in message and "float32 itself loses 0.60 points" in message
+
+
+def test_pareto_plot_labels_do_not_overlap_and_off_scale_candidates_sit_at_the_edge(tmp_path):
+    from matplotlib.text import Text
+
+    from keras_mvit2.export.optimizer import OptimizeResult, best_within, compare_with_float
+    from keras_mvit2.export.optimizer.report import pareto_figure, plot_pareto, top1_window
+
+    results = _table_256()
+    compare_with_float(results)
+    result = OptimizeResult("tflite", "size_fast", 0.5, {"num_held_out": 300}, 0.7967,
+                            results, latency_setup={"runs": 20, "threads": 1})
+    result.best = best_within(results, 0.5)
+    assert result.best.name == "qat_int8"
+    fig = pareto_figure(result)
+    renderer = fig.canvas.get_renderer()
+    low, high = top1_window(0.7967, 0.5, [r.top1 for r in results])
+    assert low < 79.67 - 0.5 and high > 79.67 + 0.2  # the budget's floor and Keras in view
+    assert high - low < 5  # around the budget, not 21-80 %
+    for ax in fig.axes:
+        assert ax.get_ylim() == pytest.approx((low, high))
+        boxes = []
+        for text in ax.texts:
+            text.update_positions(renderer)
+            boxes.append(Text.get_window_extent(text, renderer))
+        assert len(boxes) == 11  # every candidate labelled
+        for i, a in enumerate(boxes):
+            assert a.x0 >= ax.bbox.x0 - 1 and a.x1 <= ax.bbox.x1 + 1, ax.texts[i].get_text()
+            for j in range(i):
+                assert not a.overlaps(boxes[j]), (ax.texts[i].get_text(), ax.texts[j].get_text())
+        labels = {t.get_text() for t in ax.texts}
+        assert "weight_only_int4 (21.3 %)" in labels and "int8 (74.7 %)" in labels
+        edge = [c for c in ax.collections if c.get_offsets()[0][1] == pytest.approx(low)]
+        assert len(edge) == 4  # int8, int8_float_top1/3, weight_only_int4: at the bottom edge
+    assert plot_pareto(result, str(tmp_path / "p.png")) == str(tmp_path / "p.png")
+
+
+def test_the_report_says_per_candidate_faster_or_slower_than_float32(tiny, tmp_path):
+    from rich.console import Console
+
+    from keras_mvit2.export.optimizer import best_within
+    from keras_mvit2.export.optimizer.report import format_table
+
+    model, data = tiny
+    result = optimize(model, tmp_path, data=data, max_drop=100.0, latency_runs=5,
+                      only=["float32", "float16", "dynamic_int8"], verbose=False)
+    assert result.objective == "size_fast" and result.objective_note is None
+    float32 = result.candidates[0]
+    assert float32.vs_float32 == "reference"
+    for r in result.candidates[1:]:
+        ratio = r.latency_ms / float32.latency_ms
+        assert r.latency_vs_float32 == pytest.approx(ratio)
+        assert r.vs_float32 == ("faster" if ratio < 1 else "as fast" if ratio == 1 else "slower")
+    assert result.best.latency_ms <= float32.latency_ms
+    not_slower = [r for r in result.candidates if r.latency_ms <= float32.latency_ms]
+    assert result.best.name == min(not_slower, key=lambda r: r.size_bytes).name
+    assert best_within(result.candidates, 100.0, "size_fast") is result.best
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["objective"] == "size_fast"
+    assert [c["vs_float32"] for c in report["candidates"]] == [
+        r.vs_float32 for r in result.candidates]
+    console = Console(record=True, width=200)
+    console.print(format_table(result))
+    text = console.export_text()
+    assert "vs float32" in text and "reference" in text
+    for r in result.candidates[1:]:
+        assert f"{r.latency_vs_float32:.2f}x, {r.vs_float32}" in text
+
+
+# --------------------------------------------------------------------------------------
+# qat_int8: quantization-aware training where post-training int8 is not enough (item 4)
+# --------------------------------------------------------------------------------------
+
+
+def test_qat_int8_is_offered_only_when_no_post_training_int8_file_meets_the_budget():
+    from keras_mvit2.export.optimizer import QATSettings, qat_decision
+    from keras_mvit2.ship.phone_files import ship_qat
+
+    qat = QATSettings("photos/train")
+    results = _table_256()[:-1]  # without qat_int8
+    built, why = qat_decision(results, 0.5, qat)
+    assert built and why == "no post-training int8 file is within the budget"
+    # a mixed int8 / float file within the budget is a post-training int8 file: no QAT
+    built, why = qat_decision(results, 5.0, qat)
+    assert not built and "'int8_float_top3' is within the budget" in why
+    built, why = qat_decision(results, 0.5, None)
+    assert not built and "--train-data" in why
+    # weight-only and dynamic-range files are not int8 files: they do not stop it
+    others = [r for r in results if r.recipe["quantization"] != "int8"]
+    assert qat_decision(others, 0.5, qat) == (True, "no post-training int8 file was built")
+    # --only decides alone
+    assert qat_decision(results, 5.0, qat, only=["int8", "qat_int8"])[0]
+    assert not qat_decision(results, 0.5, qat, only=["int8"])[0]
+    # the fine-tuning run's default file: replaced only when QAT keeps the point it lost
+    assert ship_qat(5.0, 0.67) and ship_qat(1.5, 1.0)
+    assert not ship_qat(5.0, 1.33) and not ship_qat(1.0, 0.0) and not ship_qat(5.0, None)
+
+
+def test_qat_settings_and_the_training_images_of_the_optimizers_data(tmp_path):
+    from keras_mvit2.export.optimizer import QATSettings, qat_settings, training_images_of
+
+    assert QATSettings("x").max_steps == 300 and QATSettings("x").learning_rate == 1e-5
+    with pytest.raises(ValueError, match=r"max_steps \(--qat-steps; 0 there: no quanti"):
+        QATSettings("x", max_steps=-2)
+    with pytest.raises(ValueError, match=r"learning_rate \(--qat-lr\) must be a number above 0"):
+        QATSettings("x", learning_rate=0.0)
+    assert qat_settings("x", steps=0) is None and qat_settings(None) is None
+    assert qat_settings("x", steps=20, learning_rate=1e-4).describe() == {
+        "train_data": "x", "max_steps": 20, "learning_rate": 1e-4, "batch_size": 8}
+    assert training_images_of("fashion_mnist") == "fashion_mnist:train"
+    assert training_images_of(tmp_path) is None  # a flat folder: only held-out cuts
+    for split in ("train", "val"):
+        for c in ("a", "b"):
+            os.makedirs(tmp_path / split / c)
+            for i in range(3):
+                Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(
+                    tmp_path / split / c / f"{i}.png")
+    assert training_images_of(tmp_path) == str(tmp_path / "train")
+    settings = QATSettings(str(tmp_path / "train"), max_steps=2, batch_size=2)
+    images, labels = settings.images((8, 8), ["a", "b"])
+    assert images.shape == (4, 8, 8, 3) and set(labels) <= {0, 1}  # 2 steps x 2 images
+    with pytest.raises(ValueError, match=r"hold the classes \['a', 'b'\].*same class"):
+        settings.images((8, 8), ["cat", "dog"])
+
+
+def test_naming_qat_int8_without_training_images_is_a_clear_error(tiny, tmp_path):
+    model, data = tiny
+    with pytest.raises(ValueError, match="'qat_int8' candidate trains on training images"):
+        optimize(model, tmp_path, data=data, max_drop=1.0, only=["int8", "qat_int8"],
+                 verbose=False)
+    assert not (tmp_path / "candidates").exists()  # refused before building anything
+    if importlib.util.find_spec("coremltools") is not None:
+        from keras_mvit2.export.optimizer import QATSettings
+
+        with pytest.raises(ValueError, match="Core ML has no 'qat_int8' candidate"):
+            optimize(model, tmp_path, target="coreml", data=data, max_drop=1.0,
+                     only=["fp16", "qat_int8"], qat=QATSettings("photos/train"),
+                     verbose=False)
+        assert not (tmp_path / "candidates").exists()
+
+
+def _float_as_qat(model, class_names):
+    """A stand-in `qat_candidate` whose file is the float32 one: it keeps every point, so
+    the run's default int8 file is replaced by it (the replacement itself is under test:
+    file moves, records, the note and the warnings, all re-measured in LiteRT)."""
+    from keras_mvit2.export import to_tflite
+    from keras_mvit2.export.candidate import Candidate
+
+    def qat_candidate(self, model_, settings, *, calibration_data, class_names=None,
+                      training_class_names=None, io_dtype=None):
+        def build(path):
+            to_tflite(model, path, quantization="float32", class_names=list(class_names))
+            return {"steps": 3, "training_images": 24}
+        return Candidate("qat_int8", {"quantization": "int8"}, build, "LiteRT")
+    return qat_candidate
+
+
+def test_finetune_replaces_a_default_int8_file_that_loses_a_point_when_qat_keeps_it(
+        tiny, tmp_path, monkeypatch):
+    from keras_mvit2.export.optimizer import QATSettings
+    from keras_mvit2.export.tflite.target import TFLiteTarget
+    from keras_mvit2.ship.phone_files import PhoneData, _export_phone_files, export_warnings
+
+    model, data = tiny
+    phone = PhoneData(data.calibration, data.held_out, data.labels)
+    qat = QATSettings((data.calibration, np.zeros(len(data.calibration), np.int64)))
+    monkeypatch.setattr(TFLiteTarget, "qat_candidate", _float_as_qat(model, data.class_names))
+    lines = []
+    [record] = _export_phone_files(model, tmp_path, phone, class_names=data.class_names,
+                                   targets=("tflite",), bench_runs=3, qat=qat,
+                                   log=lines.append)
+    shipped = tmp_path / "phone" / "model_int8.tflite"
+    kept = tmp_path / "phone" / "model_int8_post_training.tflite"
+    assert record["path"] == os.path.join("phone", "model_int8.tflite")
+    assert record["qat"]["shipped"] and not (tmp_path / "phone" / "model_qat_int8.tflite").exists()
+    post = record["qat"]["post_training"]
+    assert post["path"] == os.path.join("phone", "model_int8_post_training.tflite")
+    # re-measured: the post-training file lost more than a point, the shipped one none
+    assert 100 * (1 - np.mean(_litert_top1(kept, data.held_out) == data.labels)) == \
+        pytest.approx(post["drop_points"]) and post["drop_points"] > 1.0
+    assert record["top1"] == pytest.approx(np.mean(_litert_top1(shipped, data.held_out)
+                                                   == data.labels)) == 1.0
+    assert record["size_bytes"] == os.path.getsize(shipped)
+    assert record["note"].startswith("The TFLite int8 file (phone/model_int8.tflite) is "
+                                     "quantization-aware trained (qat_int8: 3 steps on 24")
+    assert any(line.startswith("shipping the quantization-aware-trained") for line in lines)
+    assert export_warnings([record]) == []
+    assert mv.export.get_target("tflite").class_names(shipped) == data.class_names
+
+
+def test_finetune_keeps_the_post_training_file_and_the_warning_when_qat_does_not_help(
+        tiny, tmp_path, monkeypatch):
+    from keras_mvit2.export.candidate import Candidate
+    from keras_mvit2.export.optimizer import QATSettings
+    from keras_mvit2.export.tflite.target import TFLiteTarget
+    from keras_mvit2.ship.phone_files import PhoneData, _export_phone_files, export_warnings
+
+    model, data = tiny
+
+    def int8_again(self, model_, settings, *, calibration_data, class_names=None,
+                   training_class_names=None, io_dtype=None):
+        def build(path):  # the post-training int8 file once more: no better
+            mv.export.to_tflite(model, path, quantization="int8",
+                                representative_data=calibration_data,
+                                num_calibration_samples=len(calibration_data))
+            return {"steps": 3, "training_images": 24}
+        return Candidate("qat_int8", {"quantization": "int8"}, build, "LiteRT")
+
+    monkeypatch.setattr(TFLiteTarget, "qat_candidate", int8_again)
+    phone = PhoneData(data.calibration, data.held_out, data.labels)
+    qat = QATSettings((data.calibration, np.zeros(len(data.calibration), np.int64)))
+    [record] = _export_phone_files(model, tmp_path, phone, class_names=data.class_names,
+                                   targets=("tflite",), bench_runs=3, qat=qat)
+    facts = record["qat"]
+    assert not facts["shipped"] and facts["path"] == os.path.join("phone",
+                                                                  "model_qat_int8.tflite")
+    assert facts["drop_points"] > 1.0 and record["top1"] == facts["post_training"]["top1"]
+    assert not (tmp_path / "phone" / "model_int8_post_training.tflite").exists()
+    (warning,) = export_warnings([record])
+    assert "Quantization-aware training (3 steps) did not fix it: its file " \
+           "(phone/model_qat_int8.tflite) scores" in warning and "--max-drop 1" in warning
+    # and where QAT cannot run, the record says why and the warning too
+    def not_installed(*args, **kwargs):
+        raise NotImplementedError("qat_int8 needs TensorFlow Model Optimization")
+
+    monkeypatch.setattr(TFLiteTarget, "qat_candidate", not_installed)
+    [record] = _export_phone_files(model, tmp_path, phone, class_names=data.class_names,
+                                   targets=("tflite",), bench_runs=3, qat=qat)
+    assert record["qat"]["error"].startswith("NotImplementedError: qat_int8 needs")
+    assert not (tmp_path / "phone" / "model_qat_int8.tflite").exists()  # the earlier one
+    assert "tried and failed (NotImplementedError" in export_warnings([record])[0]
+
+
+needs_qat = pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow_model_optimization") is None
+    or importlib.util.find_spec("tf_keras") is None
+    or not os.path.exists("/usr/share/datasets/fashion-mnist"),
+    reason="needs the qat extra (tf_keras, tensorflow-model-optimization) and Debian's "
+           "dataset-fashion-mnist")
+
+
+def _fashion_mnist(split: str, start: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    from shared_fixtures import fashion_mnist_rgb
+
+    from keras_mvit2.data.sources import load_fashion_mnist_arrays
+
+    x, y = load_fashion_mnist_arrays(split)
+    return (fashion_mnist_rgb(x[start:start + count], SIZE),
+            y[start:start + count].astype(np.int64))
+
+
+@pytest.mark.slow
+@needs_qat
+def test_qat_int8_is_the_same_kind_of_file_as_the_int8_candidate(tmp_path):
+    """A real QAT (the TFMOT worker) of a small MobileViTV2 (stem, inverted residuals, a
+    MobileViTV2 block) on a few Fashion-MNIST training images: full int8 like `int8`, the
+    same I/O, metadata, labels and signature, its figures re-measured in LiteRT."""
+    from ai_edge_litert.interpreter import Interpreter
+    from test_qat import small_model
+
+    from keras_mvit2.data.sources import FASHION_MNIST_CLASSES
+    from keras_mvit2.export.optimizer import QATSettings
+
+    keras.utils.set_random_seed(0)
+    model = small_model()
+    train, train_labels = _fashion_mnist("train", 0, 64)
+    calibration, _ = _fashion_mnist("train", 64, 32)
+    held_out, labels = _fashion_mnist("test", 0, 64)
+    names = list(FASHION_MNIST_CLASSES)
+    data = OptimizeData(calibration, held_out, labels, names, "Fashion-MNIST")
+    qat = QATSettings((train, train_labels), max_steps=4, batch_size=8)
+    result = optimize(model, tmp_path, data=data, max_drop=100.0, objective="size",
+                      only=["int8", "qat_int8"], qat=qat, latency_runs=3, verbose=False)
+    by_name = {r.name: r for r in result.candidates}
+    assert list(by_name) == ["int8", "qat_int8"]
+    assert result.qat["built"] and result.qat["reason"] == "'qat_int8' named in --only"
+    qat_file = by_name["qat_int8"]
+    assert qat_file.error is None, qat_file.error
+    assert qat_file.recipe["quantizer"] == "TFMOT quantization-aware training"
+    assert qat_file.recipe["steps"] == 4 and qat_file.recipe["training_images"] == 32
+    tflite = mv.export.get_target("tflite")
+    int8, trained = (tflite.inspect(by_name[n].path) for n in ("int8", "qat_int8"))
+    assert trained.float_ops == {} and int8.float_ops == {}  # full int8 inside
+    assert trained.input_dtype == int8.input_dtype == "float32"  # the same I/O
+    assert trained.output_dtype == int8.output_dtype == "float32"
+    assert trained.op_histogram.get("CONV_2D", 0) >= 8
+    meta = {n: tflite.metadata(by_name[n].path) for n in ("int8", "qat_int8")}
+    assert set(meta["int8"]) == set(meta["qat_int8"])
+    for key in ("quantization", "class_names", "preprocessing", "output_kind", "model"):
+        assert meta["int8"][key] == meta["qat_int8"][key], key
+    assert meta["qat_int8"]["quantization"] == "int8"
+    assert meta["qat_int8"]["user"]["quantization_aware_training"] is True
+    assert tflite.class_names(qat_file.path) == names  # the standard metadata's labels
+    signatures = [Interpreter(model_path=by_name[n].path).get_signature_list()
+                  for n in ("int8", "qat_int8")]
+    assert signatures[0] == signatures[1] and "serving_default" in signatures[1]
+    top1 = _litert_top1(qat_file.path, held_out)
+    assert qat_file.top1 == pytest.approx(np.mean(top1 == labels))
+    keras_top1 = model.predict(held_out, verbose=0).argmax(-1)
+    assert qat_file.agreement == pytest.approx(np.mean(top1 == keras_top1))
+    assert qat_file.size_bytes == os.path.getsize(qat_file.path) and qat_file.latency_ms > 0
+
+
+@pytest.mark.slow
+@needs_qat
+def test_finetune_tries_qat_when_its_int8_file_loses_a_point(tmp_path):
+    """The fine-tuning run's export step with a real QAT: a small MobileViTV2 whose classes 0
+    and 1 are nearly tied (full int8 flips them: the default file loses points), labels its
+    own top-1 (Keras scores 100 %). The QAT file replaces the default one exactly when it
+    keeps the point; every figure re-measured in LiteRT."""
+    from test_qat import small_model
+
+    from keras_mvit2.export.optimizer import QATSettings
+    from keras_mvit2.ship.phone_files import PhoneData, _export_phone_files, export_warnings
+
+    keras.utils.set_random_seed(0)
+    model = small_model()
+    rng = np.random.default_rng(0)
+    k = np.abs(rng.normal(size=(32,))).astype(np.float32)
+    kernel = np.stack([k, k + 1e-3 * rng.normal(size=32).astype(np.float32)] + [-k] * 8, 1)
+    model.get_layer("logits").set_weights([kernel, np.zeros(10, np.float32)])
+    train, _ = _fashion_mnist("train", 0, 192)
+    calibration, _ = _fashion_mnist("train", 192, 32)
+    held_out, _ = _fashion_mnist("test", 0, 100)
+    labels = model.predict(held_out, verbose=0).argmax(-1)
+    names = [f"class_{i}" for i in range(10)]
+    qat = QATSettings((train, model.predict(train, verbose=0).argmax(-1)), max_steps=12,
+                      batch_size=16, learning_rate=1e-3)
+    [record] = _export_phone_files(model, tmp_path, PhoneData(calibration, held_out, labels),
+                                   class_names=names, targets=("tflite",), bench_runs=3,
+                                   qat=qat)
+    facts = record["qat"]
+    assert facts["post_training"]["drop_points"] > 1.0  # the default file lost a point
+    assert "error" not in facts, facts.get("error")
+    assert facts["steps"] == 12 and facts["training_images"] == 192
+    phone = tmp_path / "phone"
+    if facts["shipped"]:
+        kept = _litert_top1(phone / "model_int8_post_training.tflite", held_out)
+        assert 100 * (1 - np.mean(kept == labels)) == pytest.approx(
+            facts["post_training"]["drop_points"])
+        assert facts["drop_points"] <= 1.0 and "quantization-aware trained" in record["note"]
+        assert export_warnings([record]) == []
+    else:
+        trained = _litert_top1(phone / "model_qat_int8.tflite", held_out)
+        assert facts["top1"] == pytest.approx(np.mean(trained == labels))
+        assert facts["drop_points"] > 1.0
+        assert "did not fix it" in export_warnings([record])[0]
+    shipped = _litert_top1(phone / "model_int8.tflite", held_out)
+    assert record["top1"] == pytest.approx(np.mean(shipped == labels))
+    meta = mv.export.get_target("tflite").metadata(phone / "model_int8.tflite")
+    assert bool((meta.get("user") or {}).get("quantization_aware_training")) == facts["shipped"]
+    assert mv.export.get_target("tflite").class_names(phone / "model_int8.tflite") == names

@@ -33,6 +33,8 @@ EXPORT_CHOICES = ("tflite", "coreml")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from keras_mvit2.export.optimizer.search import QAT_LEARNING_RATE, QAT_MAX_STEPS
+
     p = sub.add_parser(
         "finetune",
         help="fine-tune on a folder of photos and export labelled phone models",
@@ -73,8 +75,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "in, probabilities out; uint8: camera pixels in)")
     p.add_argument("--max-drop", type=float, metavar="POINTS",
                    help="instead of int8 / fp16, ship per target the smallest file whose "
-                   "top-1 drop against Keras on the held-out images is at most POINTS "
-                   "(mvit2 optimize's search; exits 1 if a target has none)")
+                   "top-1 drop against Keras on the held-out images is at most POINTS and "
+                   "that is not slower than float32 on this host (mvit2 optimize's search "
+                   "and default objective; exits 1 if a target has none)")
+    p.add_argument("--qat-steps", type=int, default=QAT_MAX_STEPS, metavar="N",
+                   help="where the int8 .tflite loses more than a top-1 point to Keras (or, "
+                   "with --max-drop, no post-training int8 file is within it), try a "
+                   "quantization-aware-trained int8 file: one pass over the training "
+                   f"images, at most N steps (default {QAT_MAX_STEPS}; 0: never)")
+    p.add_argument("--qat-lr", type=float, default=QAT_LEARNING_RATE, metavar="LR",
+                   help=f"its Adam learning rate (default {QAT_LEARNING_RATE:g})")
     p.add_argument("-o", "--output", metavar="RUN",
                    help="run folder (a folder holding a run resumes it)")
     p.add_argument("--strategy", choices=("default", "mirrored", "multi_worker", "tpu"),
@@ -173,7 +183,8 @@ def _finetune(args: argparse.Namespace) -> int:
     console = output_console()
     result = finetune_to_phone(
         config, source, freeze_backbone=args.freeze_backbone, export=targets,
-        io_dtype=args.io_dtype, max_drop=args.max_drop, replan=args.resume,
+        io_dtype=args.io_dtype, max_drop=args.max_drop, qat_steps=args.qat_steps,
+        qat_learning_rate=args.qat_lr, replan=args.resume,
         on_plan=_print_plan,
         log=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
     title = (f"mvit2 finetune: {config.model.name} on {len(result.data.class_names)} classes, "

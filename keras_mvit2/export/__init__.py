@@ -22,6 +22,7 @@ from keras_mvit2.export.coreml import (
     to_coreml,
     to_coreml_detector,
 )
+from keras_mvit2.export.equalize import AttentionEqualization, equalize_attention
 from keras_mvit2.export.optimizer import OptimizeResult, OverBudgetError, optimize
 from keras_mvit2.export.target import (
     ExportTarget,
@@ -53,6 +54,7 @@ from keras_mvit2.export.web import WebTarget, build_site, open_page
 __all__ = [
     "IO_DTYPES",
     "QUANTIZATIONS",
+    "AttentionEqualization",
     "CoreMLReport",
     "ExportTarget",
     "LabelledImages",
@@ -67,6 +69,7 @@ __all__ = [
     "build_site",
     "calibration_images",
     "coreml_predictions_available",
+    "equalize_attention",
     "get_target",
     "inspect_coreml",
     "inspect_tflite",

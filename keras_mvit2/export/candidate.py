@@ -5,7 +5,9 @@ builds each one, measures it on the user's held-out images and picks the best wi
 accuracy budget. A candidate knows how to write its file and says how its accuracy is
 measured on this host (`measured_by`): in the runtime apps use (LiteRT), or, where that
 runtime does not run here (Core ML off macOS), by an exact emulation of the file's
-weights (`exact=True`) or not at all (`measurable=False`: reported, never chosen).
+weights (`exact=True`) or not at all (`measurable=False`: reported, never chosen). One
+candidate per target is the `float_reference` (the float32 file): the optimizer's default
+objective ships no file slower than it on this host.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class Candidate:
         exact: whether that measurement is the file's own arithmetic (False for an
             approximation, said in the report).
         note: what a reader should know about it (e.g. the approximation).
+        float_reference: the target's float32 file, the yardstick of speed: every other
+            candidate's latency is reported against it ("faster / slower than float32").
     """
 
     name: str
@@ -41,6 +45,7 @@ class Candidate:
     measurable: bool = True
     exact: bool = True
     note: str | None = None
+    float_reference: bool = False
 
 
 @dataclasses.dataclass
@@ -49,6 +54,10 @@ class CandidateResult:
 
     `top1` and `agreement` are fractions in [0, 1]; `drop_points` is the float Keras
     model's top-1 minus the candidate's, in percentage points, on the same images.
+    `latency_vs_float32` is its median latency over the float reference's (measured in the
+    same run on this host; below 1: faster) and `vs_float32` says it in a word:
+    ``"faster"``, ``"slower"``, ``"as fast"`` or ``"reference"`` (None where either was
+    not timed here).
     """
 
     name: str
@@ -64,6 +73,9 @@ class CandidateResult:
     within_budget: bool | None = None
     error: str | None = None
     note: str | None = None
+    float_reference: bool = False
+    latency_vs_float32: float | None = None
+    vs_float32: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -162,6 +162,26 @@ class ExportTarget(abc.ABC):
         """
         raise NotImplementedError(f"{self.display_name} has no optimizer candidates.")
 
+    def qat_candidate(self, model: Any, settings: Any, *, calibration_data: np.ndarray,
+                      class_names: Sequence[str] | None = None,
+                      training_class_names: Sequence[str] | None = None,
+                      io_dtype: str | None = None) -> Any:
+        """The quantization-aware-trained candidate (``"qat_int8"``) for `model`: a
+        `keras_mvit2.export.candidate.Candidate` whose build trains on
+        `settings.train_data` (`keras_mvit2.export.optimizer.QATSettings`).
+
+        Args:
+            model: the float Keras model.
+            settings: the training images and schedule (`QATSettings`).
+            calibration_data: float32 images for the converter's calibration.
+            class_names: written into the file.
+            training_class_names: the classes the training images must hold, in the
+                model's order (default: `class_names`).
+            io_dtype: the file's input / output type (default: the target's int8 file's).
+        """
+        raise NotImplementedError(
+            f"{self.display_name} has no quantization-aware-trained candidate.")
+
     def outputs_here(self, model: Any, path: str | os.PathLike,
                      images: np.ndarray) -> np.ndarray:
         """The file's float outputs for `images` `(N, H, W, 3)` in [0, 1], computed on this

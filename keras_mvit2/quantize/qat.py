@@ -60,14 +60,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from keras_mvit2.quantize import _worker_client, _worker_common, twin_transfer
 
-__all__ = ["IO_DTYPES", "QATResult", "qat"]
+__all__ = ["IO_DTYPES", "QATResult", "qat", "qat_installed"]
 
 #: Input/output types of the exported full-integer model.
 IO_DTYPES = ("int8", "uint8", "float32")
@@ -159,6 +159,7 @@ def qat(
     num_calibration_samples: int = 200,
     freeze_batch_norm: bool = True,
     allow_float_ops: bool = False,
+    class_names: Sequence[str] | None = None,
     verbose: bool = True,
     timeout: float | None = None,
 ) -> QATResult:
@@ -204,6 +205,8 @@ def qat(
             during the fine-tune (recommended for a short QAT run).
         allow_float_ops: accept a TFLite model in which some ops stayed float
             (default: that is an error naming the ops).
+        class_names: one name per output class, written into the file's metadata (ours
+            and the standard one's labels) as `keras_mvit2.export.to_tflite` writes them.
         verbose: stream the worker's progress to stdout.
         timeout: stop the worker after this many seconds (``None``: no limit).
 
@@ -229,6 +232,9 @@ def qat(
     output_path = os.fspath(output_path)
 
     model = _worker_client.load_keras_model(model_or_path)
+    from keras_mvit2.export.class_names import check_class_names
+
+    class_names = check_class_names(class_names, model)
     input_shape = _worker_client.image_input_shape(model)
     num_classes = int(model.outputs[0].shape[-1])
 
@@ -277,16 +283,26 @@ def qat(
         model, flatbuffer, output_path, result=result, io_dtype=io_dtype, xv=xv, yv=yv,
         rep_count=len(rep_images), allow_float_ops=allow_float_ops, epochs=epochs,
         steps=steps, calibration_steps=calibration_steps, start=start, verbose=verbose,
+        class_names=class_names,
     )
 
 
+def qat_installed() -> bool:
+    """Whether the ``qat`` extra (tf_keras, tensorflow-model-optimization) is installed."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("tf_keras", "tensorflow_model_optimization"))
+
+
 def _finish(model, flatbuffer: bytes, output_path: str, *, result, io_dtype, xv, yv,
-            rep_count, allow_float_ops, epochs, steps, calibration_steps, start, verbose):
+            rep_count, allow_float_ops, epochs, steps, calibration_steps, start, verbose,
+            class_names=None):
     from keras_mvit2.export.tflite.inspect import inspect_tflite
     from keras_mvit2.export.tflite.run import run_tflite
     from keras_mvit2.utils.files import atomic_output
 
-    flatbuffer = _with_metadata(model, flatbuffer, io_dtype, rep_count)
+    flatbuffer = _with_metadata(model, flatbuffer, io_dtype, rep_count, class_names)
     with atomic_output(output_path) as tmp_path:
         with open(tmp_path, "wb") as f:
             f.write(flatbuffer)
@@ -338,9 +354,11 @@ def _finish(model, flatbuffer: bytes, output_path: str, *, result, io_dtype, xv,
     )
 
 
-def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int) -> bytes:
-    """Adds keras_mvit2's TFLite metadata (preprocessing, I/O quantization) and the
-    standard TFLite Model Metadata that MediaPipe Tasks reads."""
+def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int,
+                   class_names: list[str] | None = None) -> bytes:
+    """Adds keras_mvit2's TFLite metadata (preprocessing, I/O quantization, class names),
+    the ``serving_default`` signature and the standard TFLite Model Metadata that
+    MediaPipe Tasks reads (with the labels): `embed_all_metadata`, as `to_tflite` does."""
     from keras_mvit2.export.tflite import (
         embed_all_metadata,
         summarize_flatbuffer,
@@ -350,8 +368,8 @@ def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int) -> b
     summary = summarize_flatbuffer(bytes(flatbuffer))
     info = tflite_metadata(
         model, inputs=summary.inputs, outputs=summary.outputs, quantization="int8",
-        batch_size=1, calibration={"source": "representative images (QAT)",
-                                   "num_samples": rep_count},
+        batch_size=1, class_names=class_names,
+        calibration={"source": "representative images (QAT)", "num_samples": rep_count},
         user={"quantization_aware_training": True, "io_dtype": io_dtype},
     )
     return embed_all_metadata(flatbuffer, info, summary.outputs)

@@ -6,9 +6,18 @@ images (float or uint8 I/O) and a float16 Core ML package, both carrying the fol
 names and the standard metadata, each converted through its `ExportTarget`, validated on
 the held-out images (`keras_mvit2.export.validate`: top-1, agreement with Keras) and timed
 on this host where its runtime runs here. With `max_drop` (`--max-drop`) each
-target's file is instead the optimizer's choice (`keras_mvit2.export.optimize`: the smallest
-candidate within the top-1 budget, measured on the same held-out images), in the same
-records.
+target's file is instead the optimizer's choice (`keras_mvit2.export.optimize` with its
+default objective: the smallest candidate within the top-1 budget, measured on the same
+held-out images, that is not slower than float32 on this host), in the same records.
+
+Quantization-aware training (`qat`, the run's own training images): where the default int8
+`.tflite` scores more than `WARN_DROP_POINTS` top-1 points below Keras on the held-out
+images, the ``qat_int8`` file (the optimizer's candidate: a short QAT, the same full-int8
+file with the same metadata) is built and validated too; it becomes
+`phone/model_int8.tflite` if it is within those points (the post-training file is kept as
+`phone/model_int8_post_training.tflite`, the record's `note` says so), else the
+post-training file stays and the warning says that QAT did not fix it. With `max_drop` the
+optimizer offers ``qat_int8`` when no post-training int8 file meets the budget.
 """
 
 from __future__ import annotations
@@ -20,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_TARGETS", "PHONE_FOLDER", "WARN_DROP_POINTS", "PhoneData",
-           "_export_phone_files", "export_warnings", "file_kind"]
+__all__ = ["DEFAULT_TARGETS", "PHONE_FOLDER", "POST_TRAINING_FILE", "QAT_FILE",
+           "WARN_DROP_POINTS", "PhoneData", "_export_phone_files", "drop_points",
+           "export_warnings", "file_kind", "ship_qat"]
 
 #: What `--export` exports by default.
 DEFAULT_TARGETS = ("tflite", "coreml")
@@ -31,6 +41,10 @@ PHONE_FOLDER = "phone"
 _FILES = {"tflite": ("model_int8.tflite", "int8"), "coreml": ("model.mlpackage", "float16")}
 #: Top-1 points a default file may lose against Keras on the held-out images unwarned.
 WARN_DROP_POINTS = 1.0
+#: The quantization-aware-trained int8 file while it is measured (and where it stays when
+#: it does not replace the default one), and where the post-training file goes when it does.
+QAT_FILE = "model_qat_int8.tflite"
+POST_TRAINING_FILE = "model_int8_post_training.tflite"
 
 
 @dataclasses.dataclass
@@ -80,6 +94,7 @@ def _export_phone_files(
     io_dtype: str = "float32",
     bench_runs: int = 50,
     max_drop: float | None = None,
+    qat: Any = None,
     log: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Exports `model` for phones into `run_dir/phone/`, validates and times each file.
@@ -99,6 +114,10 @@ def _export_phone_files(
             every candidate and `report.json` in `phone/optimize_<target>/`) instead of
             the default int8 / fp16 files. A target with no candidate within the budget
             gets no file and a record whose `note` starts with "over budget".
+        qat: the run's training images and QAT schedule
+            (`keras_mvit2.export.optimizer.QATSettings`) for the ``qat_int8`` file: tried
+            where the default int8 `.tflite` loses more than `WARN_DROP_POINTS` (see the
+            module docstring), and offered to the optimizer with `max_drop`; None: never.
         log: called with one line per step.
 
     Returns:
@@ -107,7 +126,8 @@ def _export_phone_files(
         (`ValidationReport.to_dict()` of the held-out images, None without any),
         `top1`, `keras_top1`, `top1_agreement` (None where not run), `latency`
         (`median_ms`, `p90_ms`, ... or None), `note`; with `max_drop`, also `recipe` and
-        `optimizer_report`.
+        `optimizer_report`; where QAT was tried, `qat` (its settings and figures,
+        `shipped`, the post-training file's figures, or the `error` that stopped it).
     """
     from keras_mvit2.export import get_target, validate
     from keras_mvit2.export.validate import reference_outputs
@@ -136,6 +156,10 @@ def _export_phone_files(
             continue
         if max_drop is None:
             log(f"exporting {target.display_name} ({quantization})")
+            if name == "tflite":  # an earlier call's QAT files would be taken for this one's
+                for stale in (QAT_FILE, POST_TRAINING_FILE):
+                    if os.path.exists(os.path.join(folder, stale)):
+                        os.remove(os.path.join(folder, stale))
             options: dict[str, Any] = {}
             if name == "tflite":
                 options = {"calibration_data": data.calibration, "io_dtype": io_dtype,
@@ -144,7 +168,8 @@ def _export_phone_files(
             report = target.convert(model, path, quantization=quantization,
                                     class_names=list(class_names), **options)
         else:
-            path = _optimized(model, folder, name, data, class_names, max_drop, record, log)
+            path = _optimized(model, folder, name, data, class_names, max_drop, record, log,
+                              qat)
             if path is None:
                 records.append(record)
                 continue
@@ -160,6 +185,10 @@ def _export_phone_files(
                           top1_agreement=checked.top1_agreement)
             if not checked.numeric:
                 record["note"] = target.host_note()
+            if max_drop is None and name == "tflite" and qat is not None and (
+                    drop_points(record) or 0.0) > WARN_DROP_POINTS:
+                _try_qat(model, target, path, record, data, class_names, io_dtype,
+                         reference, qat, log)
         record["latency"] = _latency(target, path, bench_runs)
         records.append(record)
     return records
@@ -170,29 +199,122 @@ def file_kind(record: dict[str, Any]) -> str:
     return f"{record['format']} {record['quantization']}"
 
 
+def drop_points(record: dict[str, Any]) -> float | None:
+    """A phone file's top-1 drop against Keras on the held-out images, in points (rounded
+    to 6 decimals: 0.70 - 0.69 is 1.0), or None where not measured."""
+    if record.get("top1") is None or record.get("keras_top1") is None:
+        return None
+    return round(100 * (record["keras_top1"] - record["top1"]), 6)
+
+
 def export_warnings(records: Sequence[dict[str, Any]]) -> list[str]:
     """One warning per default file (not an optimizer choice, which is within its budget)
     whose top-1 on the held-out images is more than `WARN_DROP_POINTS` below the Keras
-    model's, naming the fix; `records` as `_export_phone_files` returns them."""
+    model's, naming the fix (and what quantization-aware training gave, where it was tried
+    and did not fix it); `records` as `_export_phone_files` returns them."""
     messages = []
     for record in records:
-        if "optimizer_report" in record or record.get("top1") is None \
-                or record.get("keras_top1") is None:
+        drop = drop_points(record)
+        if "optimizer_report" in record or drop is None:
             continue
-        drop = round(100 * (record["keras_top1"] - record["top1"]), 6)  # 0.70 - 0.69: 1.0
         if drop > WARN_DROP_POINTS:
             messages.append(
                 f"the {file_kind(record)} file ({record['path']}) "
                 f"scores {drop:.1f} top-1 points below the Keras model on the held-out "
                 f"images (they agree on {100 * record['top1_agreement']:.1f} % of them). "
+                f"{_qat_outcome(record.get('qat'))}"
                 "Before shipping it, run again with --max-drop 1 (Python: max_drop=1) to "
                 "get the smallest file within 1 point, or export a float16 file.")
     return messages
 
 
+def _qat_outcome(facts: dict[str, Any] | None) -> str:
+    """What the quantization-aware training tried for a warned file gave, as a sentence."""
+    if not facts:
+        return ""
+    if facts.get("error"):
+        return f"Quantization-aware training was tried and failed ({facts['error'][:200]}). "
+    return (f"Quantization-aware training ({facts.get('steps')} steps) did not fix it: its "
+            f"file ({facts['path']}) scores {_against_keras(facts['drop_points'])}. ")
+
+
+def ship_qat(post_training_drop: float | None, qat_drop: float | None) -> bool:
+    """Whether the quantization-aware-trained file replaces the default int8 one: the
+    post-training file loses more than `WARN_DROP_POINTS` top-1 points against Keras and
+    the QAT file does not."""
+    return (post_training_drop is not None and qat_drop is not None
+            and post_training_drop > WARN_DROP_POINTS >= qat_drop)
+
+
+def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: PhoneData,
+             class_names: Sequence[str], io_dtype: str, reference: np.ndarray,
+             qat: Any, log: Callable[[str], None]) -> None:
+    """Builds and validates the ``qat_int8`` file for the default int8 file at `path`
+    (`record`, which loses more than `WARN_DROP_POINTS`); where it is within them it
+    becomes the file at `path` and `record` its figures. `record["qat"]` says what
+    happened."""
+    from keras_mvit2.export import validate
+    from keras_mvit2.export.optimizer.search import QAT_CANDIDATE
+
+    folder = os.path.dirname(path)
+    run_dir = os.path.dirname(folder)
+    before = drop_points(record)
+    qat_path = os.path.join(folder, QAT_FILE)
+    log(f"the post-training int8 file scores {_against_keras(before)}: "
+        f"quantization-aware training on the run's training images (at most "
+        f"{qat.max_steps} steps of {qat.batch_size}, learning rate {qat.learning_rate:g})")
+    facts: dict[str, Any] = {**qat.describe(), "post_training": {
+        "top1": record["top1"], "top1_agreement": record["top1_agreement"],
+        "drop_points": before, "size_bytes": record["size_bytes"]}}
+    record["qat"] = facts
+    try:
+        candidate = target.qat_candidate(model, qat, calibration_data=data.calibration,
+                                         class_names=list(class_names), io_dtype=io_dtype)
+        facts.update(candidate.build(qat_path) or {})
+    except Exception as err:  # the worker, TFMOT or the converter: reported, never fatal
+        facts["error"] = f"{type(err).__name__}: {err}"
+        log(f"quantization-aware training failed: {facts['error'].splitlines()[0][:200]}")
+        return
+    checked = validate(qat_path, model, data.images, data.labels,
+                       class_names=list(class_names), reference_outputs=reference)
+    after = round(100 * (checked.reference_accuracy - checked.accuracy), 6)
+    facts.update(top1=checked.accuracy, top1_agreement=checked.top1_agreement,
+                 drop_points=after, shipped=ship_qat(before, after))
+    if not facts["shipped"]:
+        facts["path"] = os.path.relpath(qat_path, run_dir)
+        log(f"the quantization-aware-trained file scores {_against_keras(after)}: not "
+            f"shipped ({facts['path']})")
+        return
+    kept = os.path.join(folder, POST_TRAINING_FILE)
+    os.replace(path, kept)  # both renames are atomic: each file is whole or absent
+    os.replace(qat_path, path)
+    facts["post_training"]["path"] = os.path.relpath(kept, run_dir)
+    report = target.inspect(path)
+    record.update(size_bytes=int(report.size_bytes), num_ops=int(report.num_ops),
+                  validation=checked.to_dict(), top1=checked.accuracy,
+                  keras_top1=checked.reference_accuracy,
+                  top1_agreement=checked.top1_agreement)
+    record["note"] = (
+        f"The {file_kind(record)} file ({record['path']}) is quantization-aware trained "
+        f"({QAT_CANDIDATE}: {facts.get('steps')} steps on "
+        f"{facts.get('training_images')} training images, learning rate "
+        f"{qat.learning_rate:g}): on the held-out images the post-training int8 file "
+        f"scored {_against_keras(before)}, this one {_against_keras(after)} (the "
+        f"post-training file is kept as {facts['post_training']['path']}).")
+    log(f"shipping the quantization-aware-trained int8 file as {record['path']}: it scores "
+        f"{_against_keras(after)} (post-training: {_against_keras(before)})")
+
+
+def _against_keras(drop: float) -> str:
+    """A top-1 drop in words: ``"7.0 top-1 points below Keras"``, ``"1.3 points above"``."""
+    if abs(drop) < 0.05:
+        return "the Keras model's top-1"
+    return f"{abs(drop):.1f} top-1 points {'below' if drop > 0 else 'above'} Keras"
+
+
 def _optimized(model: Any, folder: str, name: str, data: PhoneData,
                class_names: Sequence[str], max_drop: float, record: dict[str, Any],
-               log: Callable[[str], None]) -> str | None:
+               log: Callable[[str], None], qat: Any = None) -> str | None:
     """The optimizer's best file for target `name` (its path), or None over budget (the
     record then says so)."""
     from keras_mvit2.export.optimizer import OptimizeData, OverBudgetError, optimize
@@ -206,7 +328,7 @@ def _optimized(model: Any, folder: str, name: str, data: PhoneData,
                                                  os.path.dirname(folder))
     try:
         result = optimize(model, out, target=name, data=held_out, max_drop=max_drop,
-                          class_names=list(class_names), verbose=False)
+                          class_names=list(class_names), qat=qat, verbose=False)
     except OverBudgetError as err:
         record.update(path=None, note=f"over budget: {err}")
         return None

@@ -11,8 +11,11 @@ The steps, each the library's own function:
 4. evaluate  the shipped model (EMA weights where the recipe keeps an EMA) on the held-out
              images: top-1 / top-5, per class, confusion matrix (`eval/`);
 5. export    `keras_mvit2.ship.phone_files._export_phone_files`: int8 `.tflite` and Core
-             ML fp16 in `phone/`, validated and timed; a warning (printed and in the
-             card's limits) for a file that loses more than a point of top-1 to Keras;
+             ML fp16 in `phone/`, validated and timed; an int8 `.tflite` that loses more
+             than a point of top-1 to Keras gets a short quantization-aware training on
+             the run's training images and is replaced by its file where that one keeps
+             the point (said in the output and the card); a warning (printed and in the
+             card's limits) for a file that still loses more;
 6. describe  `run.json` gains `data`, `recipe`, `evaluation`, `exports`, `created`,
              `limits`; `MODEL_CARD.md` is written from `run.json`
              (`keras_mvit2.ship.model_card`).
@@ -145,6 +148,8 @@ def finetune_to_phone(
     num_calibration_samples: int = 200,
     bench_runs: int = 50,
     max_drop: float | None = None,
+    qat_steps: int | None = None,
+    qat_learning_rate: float | None = None,
     replan: bool = False,
     log: Log | None = None,
     on_plan: Callable[[Any], None] | None = None,
@@ -163,7 +168,14 @@ def finetune_to_phone(
         bench_runs: timed runs of each host latency measurement.
         max_drop: ship per target the optimizer's smallest file within this top-1 drop
             (points, on the held-out images) instead of int8 / fp16
-            (`keras_mvit2.ship.phone_files._export_phone_files`).
+            (`keras_mvit2.ship.phone_files._export_phone_files`; its default objective:
+            nothing slower than float32 on this host).
+        qat_steps: the quantization-aware training of the ``qat_int8`` file (tried where
+            the int8 `.tflite` loses more than `WARN_DROP_POINTS`, and offered to the
+            optimizer with `max_drop`): one pass over the run's training images, at most
+            this many steps (default `keras_mvit2.export.optimizer.QAT_MAX_STEPS`; 0:
+            never).
+        qat_learning_rate: its Adam learning rate (default `QAT_LEARNING_RATE`).
         replan: as `training.train`.
         log: called with progress lines and the warnings: small or imbalanced classes,
             and default files that lose more than `WARN_DROP_POINTS` top-1 points
@@ -179,6 +191,7 @@ def finetune_to_phone(
 
     from keras_mvit2 import training
     from keras_mvit2._version import __version__
+    from keras_mvit2.export.optimizer import QAT_LEARNING_RATE, QAT_MAX_STEPS, qat_settings
     from keras_mvit2.ship.model_card import write_model_card
     from keras_mvit2.training.records import update_run_json
     from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
@@ -190,6 +203,10 @@ def finetune_to_phone(
     steps: list[DemoStep] = []
 
     checked, train_source, val_source = check_training_data(config)
+    qat = qat_settings(  # checked before training, used by the export
+        train_source, steps=QAT_MAX_STEPS if qat_steps is None else qat_steps,
+        learning_rate=QAT_LEARNING_RATE if qat_learning_rate is None else qat_learning_rate,
+        crop_ratio=config.data.crop_ratio, verbose=log is not None)
     say(f"{len(checked.class_names)} classes:")
     for line in checked.lines():
         say(line)
@@ -244,7 +261,8 @@ def finetune_to_phone(
         data = _phone_data(config, train_source, val_source, size, num_calibration_samples)
         records = _export_phone_files(model, run_dir, data, class_names=checked.class_names,
                                       targets=export, io_dtype=io_dtype,
-                                      bench_runs=bench_runs, max_drop=max_drop, log=say)
+                                      bench_runs=bench_runs, max_drop=max_drop, qat=qat,
+                                      log=say)
         per_file = (time.monotonic() - t) / max(1, len(records))
         for record in records:
             if record["path"] is not None:
@@ -313,4 +331,7 @@ def _export_step(record: dict[str, Any], run_dir: str, seconds: float) -> DemoSt
     latency = record.get("latency")
     if latency:
         parts.append(f"{latency['median_ms']:.2f} ms on this host")
+    if (record.get("qat") or {}).get("shipped"):
+        parts.append("quantization-aware trained (the post-training file lost "
+                     f"{record['qat']['post_training']['drop_points']:.1f} points)")
     return DemoStep(name, ", ".join(parts), os.path.join(run_dir, record["path"]), seconds)

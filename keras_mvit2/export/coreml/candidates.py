@@ -49,5 +49,6 @@ def coreml_candidates(model: Any, *, calibration_data: np.ndarray,
             name, {**settings, "description": recipe.description,
                    "measurement": "Core ML" if runs_here else recipe.measurement},
             build, measured_by, measurable=measurable, exact=exact,
-            note=None if runs_here or exact else recipe.measurement))
+            note=None if runs_here or exact else recipe.measurement,
+            float_reference=recipe.arguments.get("quantization") == "float32"))
     return candidates

@@ -6,6 +6,10 @@ split; a folder is read once in a seeded shuffled order (which mixes the classes
 in two, the first `num_calibration` images for calibration and the next `num_held_out`
 for measuring (so no file is in both). A folder that holds ``train/`` and ``val/`` (or
 ``test/``) sub-folders of class folders uses them as the two sets.
+
+`training_images_of` names the training images of the same data (never the held-out ones)
+for the quantization-aware-trained candidate: Fashion-MNIST's train split, a folder's
+``train/``; a flat folder has none apart from its held-out cut.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import numpy as np
 
 from keras_mvit2.export.calibration import FASHION_MNIST, load_labelled_images
 
-__all__ = ["OptimizeData", "load_optimize_data"]
+__all__ = ["OptimizeData", "load_optimize_data", "training_images_of"]
 
 _HELD_OUT_FOLDERS = ("val", "validation", "test")
 
@@ -104,3 +108,15 @@ def _split_folders(spec: str) -> tuple[str, str] | None:
         if os.path.isdir(candidate):
             return train, candidate
     return None
+
+
+def training_images_of(data: str | os.PathLike) -> str | None:
+    """The training images that go with `data` (as `load_optimize_data` reads it), none of
+    them held out: ``"fashion_mnist:train"`` for Fashion-MNIST, ``DIR/train`` for a folder
+    with ``train/`` and ``val/`` (or ``test/``) sub-folders; None for a flat folder (its
+    images are the calibration and held-out ones)."""
+    spec = os.fspath(data)
+    if spec.lower().replace("-", "_") == FASHION_MNIST:
+        return f"{FASHION_MNIST}:train"
+    split = _split_folders(spec)
+    return None if split is None else split[0]

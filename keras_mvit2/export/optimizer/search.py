@@ -5,9 +5,25 @@ The budget is a drop in top-1 accuracy, in percentage points, against the float 
 model on the same held-out images. A candidate is eligible when its accuracy was measured
 on this host (LiteRT for TFLite; Keras with the package's own weights for Core ML's
 weight-only compression) and its drop is at most `max_drop`. Among the eligible ones the
-objective picks: ``"size"`` the smallest file (then the faster, then the more accurate),
-``"latency"`` the fastest on this host (then the smaller). No eligible candidate is an
-`OverBudgetError` naming the closest one: nothing that breaks the budget is called best.
+objective picks (`OBJECTIVES`):
+
+- ``"size_fast"`` (the default): the smallest file that is not slower than the float32
+  candidate timed in the same run on this host (median latency at most float32's; float32
+  itself always qualifies). Where float32 was not timed in the run (its runtime does not
+  run here, as Core ML off macOS, or `only` left it out) speeds cannot be compared and it
+  chooses as ``"size"`` does, said in `OptimizeResult.objective_note`;
+- ``"size"``: the smallest file whatever its speed (then the faster, then the more
+  accurate): it may ship a file slower than float32;
+- ``"latency"``: the fastest on this host (then the smaller).
+
+No eligible candidate is an `OverBudgetError` naming the closest one: nothing that breaks
+the budget (or, under ``"size_fast"``, runs slower than float32) is called best.
+
+Quantization-aware training (`QATSettings`): given training images, the optimizer of a
+target that has one (TFLite) builds the ``qat_int8`` candidate (a short QAT through the
+TFMOT twin, the same full-int8 file as the ``int8`` candidate) only when no post-training
+int8 candidate meets the budget (`qat_decision`): it costs minutes where the others cost
+seconds.
 """
 
 from __future__ import annotations
@@ -24,10 +40,97 @@ from keras_mvit2.export.candidate import Candidate, CandidateResult
 from keras_mvit2.export.optimizer.data import OptimizeData, load_optimize_data
 from keras_mvit2.utils.files import atomic_output, disk_size
 
-__all__ = ["OBJECTIVES", "OptimizeResult", "OverBudgetError", "best_within", "optimize"]
+__all__ = [
+    "DEFAULT_OBJECTIVE", "OBJECTIVES", "QAT_BATCH_SIZE", "QAT_CANDIDATE", "QAT_LEARNING_RATE",
+    "QAT_MAX_STEPS", "OptimizeResult", "OverBudgetError", "QATSettings", "best_within",
+    "compare_with_float", "float_reference", "objective_note", "optimize", "qat_decision",
+    "qat_settings",
+]
 
-OBJECTIVES = ("size", "latency")
+OBJECTIVES = ("size_fast", "size", "latency")
+#: What `optimize`, `mvit2 optimize` and `mvit2 finetune --max-drop` minimise by default.
+DEFAULT_OBJECTIVE = "size_fast"
 CANDIDATES_FOLDER = "candidates"
+#: The quantization-aware-trained candidate's name.
+QAT_CANDIDATE = "qat_int8"
+#: The short QAT of the `qat_int8` candidate: at most this many steps (one pass over the
+#: training images read, `QAT_MAX_STEPS * QAT_BATCH_SIZE` of them at most), at this
+#: Adam learning rate, this many images a step.
+QAT_MAX_STEPS = 300
+QAT_LEARNING_RATE = 1e-5
+QAT_BATCH_SIZE = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class QATSettings:
+    """The training images and schedule of the ``qat_int8`` candidate.
+
+    Attributes:
+        train_data: labelled training images, never the held-out ones: a folder of class
+            sub-folders (the same classes, in the same order, as the model's), a
+            Fashion-MNIST split (``"fashion_mnist:train"``), a `keras_mvit2.data.ImageSource`
+            (a fine-tuning run's training split) or ``(images, labels)`` arrays (float32 in
+            [0, 1]).
+        max_steps: one pass over the images read, capped at this many steps (at most
+            ``max_steps * batch_size`` images are read).
+        learning_rate: Adam's learning rate (small: the model is already trained).
+        batch_size: images per step.
+        crop_ratio: the centre crop of the images read (default: the reader's, 0.875 for
+            folders, 1.0 for Fashion-MNIST).
+        verbose: stream the QAT worker's progress lines.
+    """
+
+    train_data: Any
+    max_steps: int = QAT_MAX_STEPS
+    learning_rate: float = QAT_LEARNING_RATE
+    batch_size: int = QAT_BATCH_SIZE
+    crop_ratio: float | None = None
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        for name, option in (("max_steps", "--qat-steps"), ("batch_size", None)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                where = f" ({option}; 0 there: no quantization-aware training)" if option else ""
+                raise ValueError(f"QATSettings.{name}{where} must be a positive int. "
+                                 f"Received: {value!r}")
+        rate = self.learning_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+            raise ValueError("QATSettings.learning_rate (--qat-lr) must be a number above 0. "
+                             f"Received: {rate!r}")
+
+    def describe(self) -> dict[str, Any]:
+        """The settings as the report records them (the images by where they come from)."""
+        data = self.train_data
+        if isinstance(data, tuple | list):
+            source = f"{len(data[0])} images given as arrays"
+        elif isinstance(data, str | os.PathLike):
+            source = os.fspath(data)
+        else:
+            source = getattr(getattr(data, "skipped", None), "where", None) or type(data).__name__
+        return {"train_data": source, "max_steps": self.max_steps,
+                "learning_rate": self.learning_rate, "batch_size": self.batch_size}
+
+    def images(self, image_size: tuple[int, int],
+               class_names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`(images, labels)`: at most `max_steps * batch_size` training images (a seeded,
+        class-mixed subset), checked against the model's `class_names` where given."""
+        limit = self.max_steps * self.batch_size
+        data = self.train_data
+        if isinstance(data, tuple | list):
+            images, labels = np.asarray(data[0], np.float32), np.asarray(data[1], np.int64)
+            return images[:limit], labels[:limit]
+        from keras_mvit2.export.calibration import load_labelled_images
+
+        read = load_labelled_images(data, image_size=tuple(image_size), limit=limit,
+                                    split="train", shuffle=True, crop_ratio=self.crop_ratio)
+        if class_names is not None and list(read.class_names) != list(class_names):
+            raise ValueError(
+                f"The training images ({read.source}) hold the classes {read.class_names}, "
+                f"the held-out images {list(class_names)}; give training images of the same "
+                "class sub-folders (--train-data)."
+            )
+        return read.images, read.labels
 
 
 class OverBudgetError(RuntimeError):
@@ -48,6 +151,11 @@ class OptimizeResult:
         candidates: every candidate, measured (or with the error that stopped it).
         reference_top1: the float Keras model's top-1 on the held-out images.
         report_path / plot_path: `report.json` and `pareto.png`.
+        latency_setup: how each file was timed on this host (None: not timed here).
+        objective_note: how the objective was applied where it could not be as stated
+            (``"size_fast"`` without a float32 timed in the run), else None.
+        qat: whether the ``qat_int8`` candidate was built and why (`qat_decision`), and
+            its settings.
     """
 
     target: str
@@ -61,6 +169,8 @@ class OptimizeResult:
     report_path: str | None = None
     plot_path: str | None = None
     latency_setup: dict[str, Any] | None = None
+    objective_note: str | None = None
+    qat: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -68,13 +178,27 @@ class OptimizeResult:
         return out
 
 
+def qat_settings(train_data: Any, *, steps: int = QAT_MAX_STEPS,
+                 learning_rate: float = QAT_LEARNING_RATE, crop_ratio: float | None = None,
+                 verbose: bool = False) -> QATSettings | None:
+    """The `QATSettings` of the command lines' ``--qat-steps`` / ``--qat-lr`` for
+    `train_data`, or None (no ``qat_int8``) for 0 steps or no training images (None);
+    an invalid value is a ValueError naming the option."""
+    if steps == 0 or train_data is None:
+        return None
+    return QATSettings(train_data, max_steps=steps, learning_rate=learning_rate,
+                       crop_ratio=crop_ratio, verbose=verbose)
+
+
 def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite",
              data: str | os.PathLike | OptimizeData = "fashion_mnist", max_drop: float = 0.5,
-             objective: str = "size", class_names: Sequence[str] | None = None,
+             objective: str = DEFAULT_OBJECTIVE, class_names: Sequence[str] | None = None,
              num_calibration: int = 200, num_held_out: int = 1000,
              latency_runs: int = 50, threads: int = 1,
-             only: Sequence[str] | None = None, verbose: bool = True) -> OptimizeResult:
-    """Ships the smallest (or fastest) file of `target` whose top-1 drop is within budget.
+             only: Sequence[str] | None = None, qat: QATSettings | None = None,
+             verbose: bool = True) -> OptimizeResult:
+    """Ships the smallest file of `target` within the top-1 budget that is not slower than
+    float32 on this host (or, by `objective`, the smallest or the fastest).
 
     Args:
         model: the float Keras classifier (fixed input size).
@@ -86,20 +210,27 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
             disjoint).
         max_drop: the largest top-1 drop allowed, in percentage points, against the
             float Keras model on the held-out images.
-        objective: ``"size"`` or ``"latency"`` (on this host; needs the runtime here).
+        objective: ``"size_fast"`` (default: the smallest file not slower than float32
+            on this host), ``"size"`` (the smallest, whatever its speed) or ``"latency"``
+            (the fastest on this host; needs the runtime here). See the module docstring.
         class_names: written into every file (default: the data's class names).
         num_calibration: calibration images read from `data`.
         num_held_out: held-out images read from `data`.
         latency_runs: timed runs per candidate (median reported), 1 image each.
         threads: runtime threads for the latency.
-        only: build only the candidates of these names (default: all of the target's).
-        verbose: print a line per candidate.
+        only: build only the candidates of these names (default: all of the target's;
+            ``"qat_int8"`` among them builds it whatever the other int8 files measure).
+        qat: training images and schedule of the ``qat_int8`` candidate, built when no
+            post-training int8 candidate meets the budget (`qat_decision`); None: never.
+        verbose: print a line per candidate (the QAT worker's progress is streamed by
+            `qat.verbose`).
 
     Returns:
         `OptimizeResult` (also written as ``report.json``).
 
     Raises:
-        OverBudgetError: no candidate meets `max_drop` (the report is still written).
+        OverBudgetError: no candidate meets `max_drop` (under ``"size_fast"``: none that
+            meets it is as fast as float32); the report is still written.
     """
     from keras_mvit2.export.optimizer.report import plot_pareto, write_report
     from keras_mvit2.export.target import available_targets, get_target
@@ -125,7 +256,29 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
     except NotImplementedError as err:
         optimizable = [n for n in available_targets() if _has_candidates(get_target(n))]
         raise ValueError(f"{err} Optimize for one of {optimizable}.") from None
-    candidates = _selected(candidates, only)
+    qat_asked = only is not None and QAT_CANDIDATE in only
+    has_qat = _has_qat(export_target)
+    if qat_asked and not has_qat:
+        raise ValueError(f"{export_target.display_name} has no {QAT_CANDIDATE!r} candidate "
+                         "(quantization-aware training makes TFLite files); leave it out of "
+                         "--only.")
+    if qat_asked and qat is None:
+        raise ValueError(f"The {QAT_CANDIDATE!r} candidate trains on training images; pass "
+                         "them (qat=QATSettings(train_data=...), --train-data DIR).")
+
+    def qat_candidate() -> Candidate:
+        return export_target.qat_candidate(model, qat, calibration_data=data.calibration,
+                                           class_names=names,
+                                           training_class_names=data.class_names)
+
+    asked = None
+    if qat_asked:  # before anything is built: a missing extra is said at once
+        try:
+            asked = qat_candidate()
+        except NotImplementedError as err:
+            raise ValueError(f"{err} (or leave {QAT_CANDIDATE!r} out of --only)") from None
+    candidates = _selected(candidates, None if only is None else
+                           [n for n in only if n != QAT_CANDIDATE])
     folder = os.path.join(out, CANDIDATES_FOLDER)
     os.makedirs(folder, exist_ok=True)
     can_time = bool(export_target.can_run())  # then `bench` times its files here
@@ -134,19 +287,41 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
             f"objective='latency' needs {export_target.runtime} on this host, which is not "
             f"available here ({export_target.host_note()}); use objective='size'."
         )
-    results = []
-    for candidate in candidates:
+    results: list[CandidateResult] = []
+
+    def measure(candidate: Candidate) -> None:
         path = os.path.join(folder, candidate.name + export_target.suffixes[0])
-        result = _measure(export_target, candidate, model, path, data, keras_top1,
-                          reference_top1, max_drop, can_time, latency_runs, threads)
-        results.append(result)
+        measured = _measure(export_target, candidate, model, path, data, keras_top1,
+                            reference_top1, max_drop, can_time, latency_runs, threads)
+        results.append(measured)
         if verbose:
-            print(_line(result), flush=True)
+            print(_line(measured, float_reference(results)), flush=True)
+
+    for candidate in candidates:
+        measure(candidate)
+    build_qat, reason = qat_decision(results, max_drop, qat, only)
+    if not has_qat:
+        build_qat, reason = False, (f"{export_target.display_name} has no "
+                                    "quantization-aware-trained candidate")
+    if build_qat:
+        try:
+            candidate = asked or qat_candidate()
+        except NotImplementedError as err:  # the qat extra is not installed
+            build_qat, reason = False, str(err)
+        else:
+            if verbose:
+                print(f"  {QAT_CANDIDATE}: {reason}: quantization-aware training "
+                      f"({qat.max_steps} steps at most)", flush=True)
+            measure(candidate)
+    compare_with_float(results)
     result = OptimizeResult(
         target=export_target.name, objective=objective, max_drop=float(max_drop),
         data=data.describe(), reference_top1=reference_top1, candidates=results,
         latency_setup={"runtime": export_target.runtime, "threads": threads,
                        "runs": latency_runs, "batch": 1} if can_time else None,
+        objective_note=objective_note(results, objective, can_time),
+        qat={"built": build_qat, "reason": reason,
+             "settings": None if qat is None else qat.describe()},
     )
     result.best = best_within(results, max_drop, objective)
     if result.best is not None:
@@ -158,9 +333,14 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
     return result
 
 
-def _checked(objective: str, max_drop: Any, model: Any) -> str:
+def _check_objective(objective: Any) -> str:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}. Received: {objective!r}")
+    return objective
+
+
+def _checked(objective: str, max_drop: Any, model: Any) -> str:
+    _check_objective(objective)
     if isinstance(max_drop, bool) or not isinstance(max_drop, int | float) or not (
             0 <= max_drop <= 100):
         raise ValueError(
@@ -181,13 +361,20 @@ def _has_candidates(export_target: Any) -> bool:
     return type(export_target).candidates is not ExportTarget.candidates
 
 
+def _has_qat(export_target: Any) -> bool:
+    from keras_mvit2.export.target import ExportTarget
+
+    return type(export_target).qat_candidate is not ExportTarget.qat_candidate
+
+
 def _selected(candidates: list[Candidate], only: Sequence[str] | None) -> list[Candidate]:
     if only is None:
         return candidates
     known = [c.name for c in candidates]
     unknown = sorted(set(only) - set(known))
     if unknown:
-        raise ValueError(f"Unknown candidates {unknown}; this target's are {known}.")
+        raise ValueError(f"Unknown candidates {unknown}; this target's are {known} (and "
+                         f"{QAT_CANDIDATE!r} for TFLite, given training images).")
     return [c for c in candidates if c.name in set(only)]
 
 
@@ -197,7 +384,8 @@ def _measure(export_target: Any, candidate: Candidate, model: Any, path: str,
              threads: int) -> CandidateResult:
     """Builds `candidate` at `path` and measures it (errors are recorded, not raised)."""
     result = CandidateResult(candidate.name, dict(candidate.recipe), None, None,
-                             candidate.measured_by, candidate.exact, note=candidate.note)
+                             candidate.measured_by, candidate.exact, note=candidate.note,
+                             float_reference=candidate.float_reference)
     try:
         found = candidate.build(path)
     except Exception as err:  # a recipe the runtime or converter refuses: reported
@@ -235,15 +423,104 @@ def _rank_key(result: CandidateResult, objective: str) -> tuple:
     return (result.size_bytes, latency, -(result.top1 or 0.0))
 
 
+def float_reference(results: Sequence[CandidateResult]) -> CandidateResult | None:
+    """The float reference among `results` (the float32 file) where it was built and timed
+    on this host, else None."""
+    for r in results:
+        if r.float_reference and r.error is None and r.latency_ms is not None:
+            return r
+    return None
+
+
+def _not_slower(result: CandidateResult, reference: CandidateResult) -> bool:
+    return result.latency_ms is not None and result.latency_ms <= reference.latency_ms
+
+
+def compare_with_float(results: Sequence[CandidateResult]) -> None:
+    """Sets each timed result's `latency_vs_float32` (its median over float32's) and
+    `vs_float32` (``"faster"``, ``"slower"``, ``"as fast"``, ``"reference"``); leaves them
+    None where float32 or the candidate was not timed in the run."""
+    reference = float_reference(results)
+    for r in results:
+        r.latency_vs_float32 = r.vs_float32 = None
+        if reference is None or r.latency_ms is None or r.error is not None:
+            continue
+        r.latency_vs_float32 = r.latency_ms / reference.latency_ms
+        if r is reference:
+            r.vs_float32 = "reference"
+        elif r.latency_ms < reference.latency_ms:
+            r.vs_float32 = "faster"
+        else:
+            r.vs_float32 = "as fast" if _not_slower(r, reference) else "slower"
+
+
 def best_within(results: Sequence[CandidateResult], max_drop: float,
-                objective: str = "size") -> CandidateResult | None:
+                objective: str = DEFAULT_OBJECTIVE) -> CandidateResult | None:
     """The candidate `optimize` would choose from these measurements for another budget
-    (None when none is within it): the same rule, without building anything again."""
+    (None when none is within it): the same rule, without building anything again.
+
+    Under ``"size_fast"`` a candidate slower than the float32 result timed among `results`
+    is not eligible; without such a float32 result the choice is by size alone
+    (`objective_note` says so)."""
+    _check_objective(objective)
     eligible = [r for r in results if r.error is None and r.drop_points is not None
                 and r.drop_points <= max_drop + 1e-9]
+    if objective == "size_fast":
+        reference = float_reference(results)
+        if reference is not None:
+            eligible = [r for r in eligible if _not_slower(r, reference)]
     if not eligible:
         return None
     return min(eligible, key=lambda r: _rank_key(r, objective))
+
+
+def objective_note(results: Sequence[CandidateResult], objective: str,
+                   can_time: bool = True) -> str | None:
+    """Why ``"size_fast"`` chose by size alone (no float32 timed in the run), else None."""
+    if objective != "size_fast" or float_reference(results) is not None:
+        return None
+    if not can_time:
+        why = "files of this target do not run on this host, so none was timed"
+    elif not any(r.float_reference for r in results):
+        why = "the run built no float32 candidate (--only)"
+    else:
+        why = "the float32 candidate could not be built or timed"
+    return (f"objective size_fast compares each file's speed with float32's, but {why}: "
+            "chosen by size alone (as objective size).")
+
+
+def qat_decision(results: Sequence[CandidateResult], max_drop: float,
+                 qat: QATSettings | None,
+                 only: Sequence[str] | None = None) -> tuple[bool, str]:
+    """Whether `optimize` builds the ``qat_int8`` candidate after measuring `results`, and
+    why, in words.
+
+    With `only` given it is built exactly when named there. Otherwise it is built when
+    training images were given (`qat`) and no post-training int8 candidate (a file the
+    converter quantized to full int8, some layers kept float included) is within
+    `max_drop`: quantization-aware training is the fix for an int8 file that loses too
+    much, and costs minutes where the others cost seconds.
+    """
+    if only is not None:
+        if QAT_CANDIDATE in only:
+            return True, f"{QAT_CANDIDATE!r} named in --only"
+        return False, f"{QAT_CANDIDATE!r} not named in --only"
+    int8 = [r for r in results if r.name != QAT_CANDIDATE and r.error is None
+            and r.recipe.get("quantization") == "int8"]
+    within = [r for r in int8 if r.drop_points is not None
+              and r.drop_points <= max_drop + 1e-9]
+    if within:
+        best = min(within, key=lambda r: r.drop_points)
+        return False, (f"the post-training int8 file {best.name!r} is within the budget "
+                       f"({best.drop_points:+.2f} points): no quantization-aware training "
+                       "needed")
+    if qat is None:
+        return False, ("no post-training int8 file is within the budget, and no training "
+                       "images were given for quantization-aware training (--train-data "
+                       "DIR)")
+    if not int8:
+        return True, "no post-training int8 file was built"
+    return True, "no post-training int8 file is within the budget"
 
 
 def _ship(path: str, out: str, suffix: str) -> str:
@@ -261,6 +538,19 @@ def _over_budget_message(result: OptimizeResult) -> str:
     measured = [r for r in result.candidates if r.drop_points is not None]
     if not measured:
         return "No candidate could be measured on this host; nothing was chosen."
+    within = [r for r in measured if r.error is None and r.drop_points <= result.max_drop + 1e-9]
+    reference = float_reference(result.candidates)
+    if within and result.objective == "size_fast" and reference is not None:
+        slower = ", ".join(f"{r.name} ({r.latency_ms / reference.latency_ms:.2f}x)"
+                           if r.latency_ms is not None else f"{r.name} (not timed)"
+                           for r in sorted(within, key=lambda r: r.size_bytes))
+        return (
+            f"No candidate within {result.max_drop:g} top-1 points runs as fast as float32 "
+            f"on this host ({reference.latency_ms:.2f} ms; float32 itself loses "
+            f"{reference.drop_points:.2f} points): the ones within the budget are slower, by "
+            f"their latency over float32's: {slower}. Pass --objective size (Python: "
+            "objective='size') to ship the smallest of them anyway, or raise --max-drop."
+        )
     closest = min(measured, key=lambda r: r.drop_points)
     return (
         f"No candidate keeps the top-1 drop within {result.max_drop:g} points (float Keras "
@@ -271,13 +561,15 @@ def _over_budget_message(result: OptimizeResult) -> str:
     )
 
 
-def _line(result: CandidateResult) -> str:
+def _line(result: CandidateResult, reference: CandidateResult | None = None) -> str:
     if result.error:
         return f"  {result.name:<28} failed: {result.error.splitlines()[0][:120]}"
     size = f"{result.size_bytes / 1e6:7.2f} MB"
     if result.top1 is None:
         return f"  {result.name:<28} {size}  accuracy not measurable here"
     latency = f"  {result.latency_ms:7.2f} ms" if result.latency_ms is not None else ""
+    if latency and reference is not None and result is not reference:
+        latency += f" ({result.latency_ms / reference.latency_ms:.2f}x float32)"
     mark = "within budget" if result.within_budget else "over budget"
     return (f"  {result.name:<28} {size}  top-1 {100 * result.top1:6.2f} %  "
             f"agreement {100 * result.agreement:6.2f} %  drop {result.drop_points:+.2f}"

@@ -18,6 +18,13 @@ The mixed int8 / float candidates rank the layers with `layer_errors` on calibra
 | `weight_only_int4`      | int4 weights (depthwise kernels stay float)                      |
 | `weight_only_int4_int8` | int4 for kernels of >= 4096 elements, int8 for the others        |
 
+| `qat_int8` (given training images) | full int8 after a short quantization-aware training (TFMOT) |
+
+`qat_int8` (`qat_candidate`) is the same kind of file as `int8` (full int8, float32 I/O,
+the same metadata, labels and signature), written by `keras_mvit2.quantize.qat` after one
+pass over the training images (at most `QATSettings.max_steps` steps); the optimizer builds
+it only when no post-training int8 candidate meets the budget.
+
 ai-edge-quantizer's calibrated full-int8 recipes are not candidates: on MobileViTV2 they
 agree with Keras on ~71 % of Fashion-MNIST images where the converter's int8 agrees on
 97 % (measured; the converter keeps full int8 and uint8 I/O).
@@ -43,7 +50,8 @@ import numpy as np
 from keras_mvit2.export.candidate import Candidate
 
 __all__ = [
-    "EDGE_WEIGHT_ONLY", "FORM_TIMING_RUNS", "RANK_BY", "SENSITIVE_FLOAT_K", "tflite_candidates",
+    "EDGE_WEIGHT_ONLY", "FORM_TIMING_RUNS", "RANK_BY", "SENSITIVE_FLOAT_K", "qat_candidate",
+    "tflite_candidates",
 ]
 
 _MEASURED_BY = "LiteRT"
@@ -79,7 +87,8 @@ def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
                  _plain(convert, quantization))
         candidates.append(Candidate(quantization, {"quantization": quantization,
                                                    "quantizer": "TFLite converter"},
-                                    build, _MEASURED_BY))
+                                    build, _MEASURED_BY,
+                                    float_reference=quantization == "float32"))
     for quantization in ("dynamic_int8", *_CALIBRATED):
         recipe = {"quantization": quantization, "quantizer": "TFLite converter"}
         if quantization in _CALIBRATED:
@@ -103,6 +112,46 @@ def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
                        "from": "float32"},
                 _edge(float_source, recipe, class_names), _MEASURED_BY))
     return candidates
+
+
+def qat_candidate(model: Any, settings: Any, *, calibration_data: np.ndarray,
+                  class_names: Sequence[str] | None = None,
+                  training_class_names: Sequence[str] | None = None,
+                  io_dtype: str = "float32") -> Candidate:
+    """The ``qat_int8`` candidate: `keras_mvit2.quantize.qat` on `settings`' training images
+    (one pass, at most `settings.max_steps` steps, BatchNorm frozen), calibrated on
+    `calibration_data`, `class_names` in the file.
+
+    Raises:
+        NotImplementedError: the ``qat`` extra (tf_keras, TFMOT) is not installed.
+    """
+    from keras_mvit2.export.optimizer.search import QAT_CANDIDATE
+    from keras_mvit2.quantize.qat import qat_installed
+
+    if not qat_installed():
+        raise NotImplementedError(
+            f"{QAT_CANDIDATE} needs TensorFlow Model Optimization and tf_keras: "
+            "pip install 'keras_mvit2[qat]'")
+    names = list(class_names) if class_names is not None else None
+    expected = list(training_class_names) if training_class_names is not None else names
+    recipe = {"quantization": "int8", "quantizer": "TFMOT quantization-aware training",
+              **settings.describe(), "io_dtype": io_dtype,
+              "calibration_images": len(calibration_data)}
+
+    def build(path: str) -> dict[str, Any]:
+        from keras_mvit2.quantize.qat import qat
+
+        size = tuple(int(d) for d in model.inputs[0].shape[1:3])
+        images, labels = settings.images(size, expected)
+        result = qat(model, (images, labels), epochs=1, learning_rate=settings.learning_rate,
+                     output_path=path, representative_data=calibration_data,
+                     io_dtype=io_dtype, batch_size=settings.batch_size,
+                     num_calibration_samples=len(calibration_data), class_names=names,
+                     verbose=settings.verbose)
+        return {"training_images": len(images), "steps": result.steps_per_epoch,
+                "qat_seconds": round(result.seconds, 1)}
+
+    return Candidate(QAT_CANDIDATE, recipe, build, _MEASURED_BY)
 
 
 #: How many of the most sensitive layers the mixed int8 / float candidates keep in float.

@@ -88,6 +88,9 @@ IO_DTYPES = {
 }
 #: Quantizations calibrated on a representative dataset.
 CALIBRATED = ("int8", "int16x8")
+#: The activation range method of each calibrated quantization when none is given: int8
+#: clips heavy tails (``docs/int8.md``); int16 has 256x finer steps and keeps min / max.
+DEFAULT_ACTIVATION_RANGES = {"int8": "p99.99", "int16x8": "minmax"}
 
 
 def to_tflite(
@@ -107,6 +110,7 @@ def to_tflite(
     fuse_pointwise: bool = True,
     image_size: int | tuple[int, int] | None = None,
     float_layers: Sequence[str] | None = None,
+    activation_ranges: str | None = None,
 ) -> TFLiteReport:
     """Converts a Keras 3 model to a TFLite file with builtin ops only, optionally quantized.
 
@@ -194,6 +198,13 @@ def to_tflite(
             `allow_float_ops`; any other float op is still an error. Recorded in the
             metadata as ``calibration["float_layers"]``
             (`keras_mvit2.export.tflite.float_layers`).
+        activation_ranges: for ``"int8"`` and ``"int16x8"``, how each activation's range is
+            chosen from the calibration images
+            (`keras_mvit2.export.tflite.activation_ranges`): a two-sided percentile,
+            ``"p99.99"`` (the int8 default: the 0.005 % most extreme values of each side are
+            clipped), ``"mse"`` (the range of least squared quantization error) or
+            ``"minmax"`` (the converter's global min / max; the int16x8 default). Recorded
+            in the metadata as ``calibration["activation_ranges"]``.
 
     Returns:
         The `TFLiteReport` of the written file (with `float_ops` and `metadata`).
@@ -222,16 +233,19 @@ def to_tflite(
         metadata=metadata,
         float_layers=float_layers,
     )
+    activation_ranges = _activation_ranges(activation_ranges, quantization)
     float_layers = tuple(float_layers or ())
     calibration, calibration_info = _calibration_data(
         representative_data, quantization, input_shape, num_calibration_samples,
         calibration_seed,
     )
+    if activation_ranges is not None:
+        calibration_info = {**(calibration_info or {}), "activation_ranges": activation_ranges}
     if float_layers:
         calibration_info = {**(calibration_info or {}), "float_layers": list(float_layers)}
     flatbuffer, fusions = _convert_model(
         model, input_shape, quantization, io_dtype, calibration, fuse_pointwise,
-        float_layers=float_layers,
+        float_layers=float_layers, activation_ranges=activation_ranges,
     )
     flatbuffer = _with_postprocess_and_metadata(
         flatbuffer,
@@ -341,6 +355,24 @@ def _check_quantization_options(quantization: Any, io_dtype: Any, representative
         )
 
 
+def _activation_ranges(method: Any, quantization: str) -> str | None:
+    """The checked range method of a calibrated `quantization` (its default for None);
+    None for the quantizations that do not calibrate."""
+    from keras_mvit2.export.tflite.activation_ranges import check_range_method
+
+    if quantization not in CALIBRATED:
+        if method is not None:
+            raise ValueError(
+                f"activation_ranges applies to the calibrated quantizations {CALIBRATED}; "
+                f"quantization={quantization!r} has no activation ranges. Drop it or use "
+                "quantization='int8'."
+            )
+        return None
+    if method is None:
+        return DEFAULT_ACTIVATION_RANGES[quantization]
+    return check_range_method(method)
+
+
 def _export_input_shape(model: keras.Model, batch_size: int | None) -> tuple[int | None, ...]:
     if batch_size is not None and (
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
@@ -444,9 +476,11 @@ def _convert_model(
     fuse_pointwise: bool = True,
     *,
     float_layers: Sequence[str] = (),
+    activation_ranges: str | None = None,
 ) -> tuple[bytes, list[PointwiseFusion]]:
     """The converted flatbuffer and the 1x1 convolution pairs fused in it (`float_layers`:
-    see `keras_mvit2.export.tflite.float_layers`)."""
+    see `keras_mvit2.export.tflite.float_layers`; `activation_ranges`:
+    `keras_mvit2.export.tflite.activation_ranges`)."""
     from tensorflow.lite.python.convert_phase import ConverterError
 
     concrete_function = _concrete_function(model, input_shape)
@@ -458,10 +492,8 @@ def _convert_model(
     fusions: list[PointwiseFusion] = []
     if fuse_pointwise and quantization in CALIBRATED:
         _fuse_before_calibration(converter, fusions)
-    if float_layers:
-        from keras_mvit2.export.tflite.float_layers import quantize_with_float_layers
-
-        quantize_with_float_layers(converter, model, float_layers)
+    if float_layers or activation_ranges not in (None, "minmax"):
+        _quantize_after_calibration(converter, model, float_layers, activation_ranges)
     try:
         with warnings.catch_warnings():
             # "Statistics for quantized inputs were expected, but not specified" (harmless).
@@ -481,6 +513,31 @@ def _convert_model(
         if error is None:
             raise
         raise error from err
+
+
+def _quantize_after_calibration(converter, model: keras.Model, float_layers: Sequence[str],
+                                activation_ranges: str | None) -> None:
+    """Hooks the range selection and the float layers between calibration and quantization."""
+    from keras_mvit2.export.tflite.calibrated_quantize import (
+        quantize_after_calibration,
+        representative_images,
+    )
+
+    edit = denylist = None
+    if activation_ranges not in (None, "minmax"):
+        from keras_mvit2.export.tflite.activation_ranges import select_ranges
+
+        def edit(calibrated: bytes) -> bytes:
+            return select_ranges(calibrated, representative_images(converter), activation_ranges)
+    if float_layers:
+        from keras_mvit2.export.tflite.float_layers import selected_nodes
+        from keras_mvit2.export.tflite.layer_names import LayerNames
+
+        names = LayerNames(model)
+
+        def denylist(calibrated: bytes) -> list[str]:
+            return selected_nodes(calibrated, names, float_layers)
+    quantize_after_calibration(converter, edit=edit, denylisted_nodes=denylist)
 
 
 def _concrete_function(model: keras.Model, input_shape: tuple[int | None, ...]):

@@ -1,16 +1,14 @@
 """Full-int8 files with chosen Keras layers kept in float (`to_tflite(float_layers=...)`).
 
-The route: TF 2.21's converter calibrates and quantizes in ``TFLiteConverter._quantize``,
-which calls the MLIR quantizer (``tensorflow.lite.python.convert.mlir_quantize``) on the
-calibrated float flatbuffer. That quantizer takes ``denylisted_nodes``: output tensor names
-of ops to leave in float, between a DEQUANTIZE and a QUANTIZE (the mechanism behind
+The route: the MLIR quantizer (``tensorflow.lite.python.convert.mlir_quantize``) takes
+``denylisted_nodes``: output tensor names of ops to leave in float, between a DEQUANTIZE
+and a QUANTIZE (the mechanism behind
 ``tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=...)`` and the debugger's
 ``get_nondebug_quantized_model()``, which however always writes float I/O).
-`quantize_with_float_layers` wraps ``converter._quantize``: it lets the converter calibrate
-only, picks the ops of the named layers in the calibrated graph (`LayerNames.selected`)
-and makes the same ``mlir_quantize`` call as the converter with those ops denylisted, so
-everything else (I/O types, uint8 I/O included, per-channel weights) is what a plain int8
-conversion gives.
+`selected_nodes` picks the ops of the named layers in the calibrated graph
+(`LayerNames.selected`); `keras_mvit2.export.tflite.calibrated_quantize` calibrates, then
+quantizes with those ops denylisted, so everything else (I/O types, uint8 I/O included,
+per-channel weights) is what a plain int8 conversion gives.
 
 `float_ops_outside` is the float-op check of such a file: the ops of the named layers and
 the QUANTIZE / DEQUANTIZE at the edges of their float islands are expected; any other op
@@ -33,7 +31,7 @@ from keras_mvit2.export.tflite.flatbuffer import (
 from keras_mvit2.export.tflite.inspect import _FLOAT_TENSOR_TYPES
 from keras_mvit2.export.tflite.layer_names import LayerNames
 
-__all__ = ["float_ops_outside", "quantize_with_float_layers", "selected_nodes"]
+__all__ = ["float_ops_outside", "selected_nodes"]
 
 
 def selected_nodes(flatbuffer: bytes, names: LayerNames, float_layers: Sequence[str]) -> list[str]:
@@ -55,46 +53,6 @@ def selected_nodes(flatbuffer: bytes, names: LayerNames, float_layers: Sequence[
             "compute, as `layer_errors` lists them."
         )
     return nodes
-
-
-def quantize_with_float_layers(converter, model: keras.Model, float_layers: Sequence[str]) -> None:
-    """Makes `converter` (full int8) keep the ops of `float_layers` in float.
-
-    Wraps ``converter._quantize`` (after any other wrapper, e.g. the 1x1 fusion of
-    `convert._fuse_before_calibration`, so the names are those of the graph it calibrates).
-    """
-    from tensorflow.lite.python.convert import mlir_quantize
-
-    quantize = converter._quantize
-    names = LayerNames(model)
-
-    def calibrate_then_quantize(float_model, input_type, output_type, activations_type,
-                                bias_type, allow_float, enable_variable_quantization,
-                                debug_options):
-        calibrate_only = converter._experimental_calibrate_only
-        converter._experimental_calibrate_only = True
-        try:
-            calibrated = quantize(float_model, input_type, output_type, activations_type,
-                                  bias_type, allow_float, enable_variable_quantization,
-                                  debug_options)
-        finally:
-            converter._experimental_calibrate_only = calibrate_only
-        if calibrate_only:  # e.g. a QuantizationDebugger asked for the calibrated model
-            return calibrated
-        # The call TFLiteConverter._quantize makes (TF 2.21), plus denylisted_nodes.
-        return mlir_quantize(
-            calibrated,
-            converter._experimental_disable_per_channel,
-            input_data_type=input_type,
-            output_data_type=output_type,
-            enable_variable_quantization=enable_variable_quantization,
-            disable_per_channel_for_dense_layers=(
-                converter._experimental_disable_per_channel_quantization_for_dense_layers),
-            debug_options_str=debug_options.SerializeToString(),
-            denylisted_nodes=selected_nodes(bytes(calibrated), names, float_layers),
-        )
-
-    converter._quantize = calibrate_then_quantize
 
 
 def float_ops_outside(

@@ -126,6 +126,18 @@ class TFLiteTarget(ExportTarget):
         return tflite_candidates(model, calibration_data=calibration_data,
                                  class_names=class_names)
 
+    def qat_candidate(self, model: Any, settings: Any, *, calibration_data: np.ndarray,
+                      class_names: Sequence[str] | None = None,
+                      training_class_names: Sequence[str] | None = None,
+                      io_dtype: str | None = None) -> Any:
+        """`keras_mvit2.export.tflite.candidates.qat_candidate`."""
+        from keras_mvit2.export.tflite.candidates import qat_candidate
+
+        return qat_candidate(model, settings, calibration_data=calibration_data,
+                             class_names=class_names,
+                             training_class_names=training_class_names,
+                             io_dtype=io_dtype or "float32")
+
     def run(self, path: str | os.PathLike, images: np.ndarray, *,
             num_threads: int = 1) -> np.ndarray:
         return run_tflite(path, images, num_threads=num_threads)

@@ -1,0 +1,228 @@
+"""Activation ranges of a full-int8 file chosen per tensor, instead of the global min / max.
+
+TF 2.21's converter calibrates by running the float graph on the representative images
+and keeping, per tensor, the smallest and largest value it ever saw
+(``calibration_logger.cc``); the int8 step is that range / 255. On MobileViTV2 at 256x256
+the activations are heavy-tailed (a tensor's max is 15-25x its RMS: SiLU pre-activations,
+the residual stream, the attention's ``ReLU(v) * context``), so the step is coarse for
+almost every value, and the range widens with every calibration pixel seen (16x more per
+image at 256x256 than at 64x64). See ``docs/int8.md`` for the measurements.
+
+`select_ranges` re-chooses each range from the tensor's histogram over the calibration
+images, then the quantizer quantizes with those ranges (the same MLIR quantizer call the
+converter makes; `keras_mvit2.export.tflite.calibrated_quantize`):
+
+* ``"minmax"``: the converter's ranges, unchanged;
+* ``"mse"``: the range ``[a, b]`` (``a <= 0 <= b``) that minimises the expected squared
+  error of the quantized tensor over the calibration values: the clipping error of the
+  values outside it plus the rounding error ``step^2 / 12`` of those inside, with
+  ``step = (b - a) / 255`` (searched on a grid of fractions of the calibrated min and max);
+* ``"p99.99"`` (any ``"p<percent>"``): the two-sided percentile.
+
+Tensors whose range the int8 kernels fix (the model input, the outputs of LOGISTIC, EXP,
+SOFTMAX, TANH) keep theirs. The histograms also give `RangeStats`: per tensor the
+calibrated range against its 99.9 / 99.99 percentiles and the chosen range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from keras_mvit2.export.tflite.flatbuffer import (
+    decode_name,
+    op_names,
+    parse_flatbuffer,
+    serialize_flatbuffer,
+    tensor_indices,
+)
+
+__all__ = ["RANGE_METHODS", "RangeStats", "check_range_method", "select_ranges"]
+
+#: Activation range methods of `to_tflite(activation_ranges=...)` (and any ``"p<percent>"``).
+RANGE_METHODS = ("minmax", "mse", "p99.99", "p99.9")
+#: Histogram bins between a tensor's calibrated min and max.
+BINS = 2048
+#: Grid of the MSE search: fractions of the calibrated min / max.
+_FRACTIONS = np.linspace(0.05, 1.0, 96)
+#: Ops whose int8 output range the kernels fix.
+_FIXED_RANGE_OPS = ("LOGISTIC", "EXP", "SOFTMAX", "TANH")
+_PERCENTILE = re.compile(r"^p(\d+(?:\.\d+)?)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeStats:
+    """One activation tensor's calibration statistics and the range chosen for it.
+
+    Attributes:
+        tensor: the tensor's name in the graph.
+        op: the type of the op that writes it (``"CONV_2D"``).
+        calibrated: ``(min, max)`` the converter calibrated (global min / max).
+        p99_9: ``(0.05th, 99.95th)`` percentiles: 99.9 % of the values lie in between.
+        p99_99: ``(0.005th, 99.995th)`` percentiles.
+        rms: root mean square of the calibration values.
+        chosen: the range the file is quantized with.
+    """
+
+    tensor: str
+    op: str
+    calibrated: tuple[float, float]
+    p99_9: tuple[float, float]
+    p99_99: tuple[float, float]
+    rms: float
+    chosen: tuple[float, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def check_range_method(method: Any) -> str:
+    """`method` if it is one of `RANGE_METHODS` or ``"p<percent>"`` (50 < percent < 100)."""
+    if isinstance(method, str):
+        if method in ("minmax", "mse"):
+            return method
+        match = _PERCENTILE.match(method)
+        if match and 50.0 < float(match.group(1)) < 100.0:
+            return method
+    raise ValueError(
+        f"activation_ranges must be one of {RANGE_METHODS} or 'p<percent>' (e.g. 'p99.99', "
+        f"percent in (50, 100)). Received: activation_ranges={method!r}"
+    )
+
+
+def select_ranges(calibrated: bytes, images: np.ndarray, method: str,
+                  *, stats: list[RangeStats] | None = None) -> bytes:
+    """The calibrated float flatbuffer with each activation range chosen by `method`.
+
+    Args:
+        calibrated: the converter's calibrated float model (``_experimental_calibrate_only``:
+            float ops, each activation tensor annotated with its calibrated min / max).
+        images: the calibration images, `(N, H, W, C)` float32 (the model's fixed batch).
+        method: ``"minmax"``, ``"mse"`` or ``"p<percent>"`` (`check_range_method`).
+        stats: a list that receives one `RangeStats` per ranged tensor (optional).
+
+    Returns:
+        The calibrated flatbuffer with the new ranges, for ``mlir_quantize``.
+    """
+    method = check_range_method(method)
+    if method == "minmax" and stats is None:
+        return calibrated
+    model = parse_flatbuffer(calibrated)
+    subgraph = model.subgraphs[0]
+    tensors = subgraph.tensors
+    ranged = {
+        i: (float(t.quantization.min[0]), float(t.quantization.max[0]))
+        for i, t in enumerate(tensors)
+        if t.quantization is not None and t.quantization.min is not None
+        and len(t.quantization.min) == 1 and len(t.quantization.max) == 1
+    }
+    kinds = op_names(model)
+    writer = {
+        i: kinds[op.opcodeIndex] for op in subgraph.operators or []
+        for i in tensor_indices(op.outputs)
+    }
+    fixed = set(tensor_indices(subgraph.inputs)) | {
+        i for i, kind in writer.items() if kind in _FIXED_RANGE_OPS
+    }
+    histograms = _histograms(calibrated, images, {
+        i: (lo, hi) for i, (lo, hi) in ranged.items() if i not in fixed and hi - lo > 1e-6})
+    for i, (lo, hi) in ranged.items():
+        if i in fixed or i not in histograms:
+            continue
+        hist, moments = histograms[i]
+        chosen = choose_range(hist, lo, hi, method)
+        if stats is not None:
+            stats.append(RangeStats(
+                tensor=decode_name(tensors[i].name), op=writer.get(i, ""), calibrated=(lo, hi),
+                p99_9=_percentiles(hist, lo, hi, 99.9), p99_99=_percentiles(hist, lo, hi, 99.99),
+                rms=float(np.sqrt(moments)), chosen=chosen,
+            ))
+        tensors[i].quantization.min = np.array([chosen[0]], np.float32)
+        tensors[i].quantization.max = np.array([chosen[1]], np.float32)
+    return serialize_flatbuffer(model, size_hint=len(calibrated) + 1024)
+
+
+def _histograms(calibrated: bytes, images: np.ndarray, ranged: dict[int, tuple[float, float]]):
+    """Per tensor: a `BINS`-bin histogram over its calibrated range and its mean square,
+    from the calibrated float model run in LiteRT on `images` (every tensor kept)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    with tempfile.TemporaryDirectory(prefix="keras_mvit2_ranges_") as tmp:
+        path = os.path.join(tmp, "calibrated.tflite")
+        with open(path, "wb") as f:
+            f.write(calibrated)
+        interpreter = Interpreter(
+            model_path=path, experimental_preserve_all_tensors=True,
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        )
+        interpreter.allocate_tensors()
+        detail = interpreter.get_input_details()[0]
+        batch = int(detail["shape"][0]) or 1
+        hists = {i: np.zeros(BINS) for i in ranged}
+        squares = dict.fromkeys(ranged, 0.0)
+        counts = dict.fromkeys(ranged, 0)
+        for start in range(0, len(images) - batch + 1, batch):
+            interpreter.set_tensor(
+                detail["index"], np.ascontiguousarray(images[start:start + batch], np.float32))
+            interpreter.invoke()
+            for i, (lo, hi) in ranged.items():
+                values = interpreter.get_tensor(i).ravel()
+                hists[i] += np.histogram(values, bins=BINS, range=(lo, hi))[0]
+                squares[i] += float(np.dot(values.astype(np.float64), values))
+                counts[i] += values.size
+    return {i: (hists[i], squares[i] / max(counts[i], 1)) for i in ranged}
+
+
+def _percentiles(hist: np.ndarray, lo: float, hi: float, percent: float) -> tuple[float, float]:
+    """The two-sided `percent` interval of the histogrammed values (bin edges)."""
+    edges = np.linspace(lo, hi, len(hist) + 1)
+    cumulative = np.cumsum(hist)
+    total = cumulative[-1]
+    if total <= 0:
+        return lo, hi
+    tail = (100.0 - percent) / 200.0 * total
+    low = edges[int(np.searchsorted(cumulative, tail, side="right"))]
+    high = edges[min(int(np.searchsorted(cumulative, total - tail, side="left")) + 1, len(hist))]
+    return float(low), float(high)
+
+
+def choose_range(hist: np.ndarray, lo: float, hi: float, method: str) -> tuple[float, float]:
+    """The range `method` picks for a tensor with histogram `hist` over ``[lo, hi]``.
+
+    The range always holds 0 (int8 represents 0 exactly), and never exceeds ``[lo, hi]``.
+    """
+    if hi <= lo or method == "minmax" or hist.sum() <= 0:
+        return lo, hi
+    match = _PERCENTILE.match(method)
+    if match:
+        a, b = _percentiles(hist, lo, hi, float(match.group(1)))
+        return (min(a, 0.0) if lo < 0 else lo), (max(b, 0.0) if hi > 0 else hi)
+    return _mse_range(hist, lo, hi)
+
+
+def _mse_range(hist: np.ndarray, lo: float, hi: float) -> tuple[float, float]:
+    """The ``[a, b]`` of smallest expected squared quantization error (see the module doc)."""
+    edges = np.linspace(lo, hi, len(hist) + 1)
+    centers = (edges[:-1] + edges[1:]) / 2
+    # Prefix sums of n, n x, n x^2: the clipping error of any [a, b] in O(1).
+    n = np.concatenate([[0.0], np.cumsum(hist)])
+    nx = np.concatenate([[0.0], np.cumsum(hist * centers)])
+    nxx = np.concatenate([[0.0], np.cumsum(hist * centers * centers)])
+    lows = np.array([lo]) if lo >= 0 else np.minimum(lo * _FRACTIONS, 0.0)
+    highs = np.array([hi]) if hi <= 0 else np.maximum(hi * _FRACTIONS, 0.0)
+    a = lows[:, None]
+    b = highs[None, :]
+    ia = np.searchsorted(centers, a)           # bins below a: [0, ia)
+    ib = np.searchsorted(centers, b, side="right")  # bins above b: [ib, B)
+    below = nxx[ia] - 2 * a * nx[ia] + a * a * n[ia]
+    above = (nxx[-1] - nxx[ib]) - 2 * b * (nx[-1] - nx[ib]) + b * b * (n[-1] - n[ib])
+    step = (b - a) / 255.0
+    inside = n[ib] - n[ia]
+    error = below + above + inside * step * step / 12.0
+    i, j = np.unravel_index(int(np.argmin(error)), error.shape)
+    return float(lows[i]), float(highs[j])

@@ -1,0 +1,149 @@
+"""Activation ranges of full-int8 files (`to_tflite(activation_ranges=...)`) and the attention
+equalization rewrite (`keras_mvit2.export.equalize_attention`).
+
+Oracles: numpy's percentiles of the raw samples; a brute-force search of the squared
+quantization error written out here (clip, round to the int8 grid, compare); the
+converter's own min / max file; for the rewrite, the original Keras model's logits.
+"""
+
+import keras
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+
+import keras_mvit2 as mv
+from keras_mvit2.export import equalize_attention, read_tflite_metadata, to_tflite
+from keras_mvit2.export.tflite.activation_ranges import (
+    BINS,
+    check_range_method,
+    choose_range,
+)
+
+
+def _heavy_tailed(seed=0, n=200_000):
+    """SiLU of a Student-t: most values near 0, a long right tail (as post-SiLU maps)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_t(3, size=n)
+    return x / (1 + np.exp(-x))
+
+
+def _histogram(samples):
+    lo, hi = float(samples.min()), float(samples.max())
+    return np.histogram(samples, bins=BINS, range=(lo, hi))[0].astype("float64"), lo, hi
+
+
+def _quantization_mse(samples, a, b):
+    """The squared error of int8 fake quantization of `samples` with range [a, b]."""
+    step = (b - a) / 255.0
+    q = np.round((np.clip(samples, a, b) - a) / step) * step + a
+    return float(np.mean((q - samples) ** 2))
+
+
+def test_percentile_range_matches_numpy():
+    samples = _heavy_tailed()
+    hist, lo, hi = _histogram(samples)
+    a, b = choose_range(hist, lo, hi, "p99.99")
+    bin_width = (hi - lo) / BINS
+    assert a == pytest.approx(np.percentile(samples, 0.005), abs=bin_width)
+    assert b == pytest.approx(np.percentile(samples, 99.995), abs=bin_width)
+    assert lo <= a <= 0.0 <= b < hi  # (SiLU piles values at its minimum: a may be lo)
+
+
+def test_mse_range_is_the_least_squared_error():
+    samples = _heavy_tailed(seed=1)
+    hist, lo, hi = _histogram(samples)
+    a, b = choose_range(hist, lo, hi, "mse")
+    chosen = _quantization_mse(samples, a, b)
+    # A brute-force search over the same kind of grid, on the raw samples.
+    grid = np.linspace(0.05, 1.0, 40)
+    best = min(_quantization_mse(samples, lo * fa, hi * fb) for fa in grid for fb in grid)
+    assert chosen <= 1.02 * best
+    # ... and better than the global min / max on such a tail (0.0019 vs 0.0024 here).
+    assert chosen < 0.9 * _quantization_mse(samples, lo, hi)
+
+
+def test_minmax_and_degenerate_ranges_are_kept():
+    hist, lo, hi = _histogram(_heavy_tailed())
+    assert choose_range(hist, lo, hi, "minmax") == (lo, hi)
+    assert choose_range(np.zeros(BINS), -1.0, 2.0, "p99.99") == (-1.0, 2.0)
+    # a non-negative tensor keeps its lower bound
+    hist, lo, hi = _histogram(np.abs(_heavy_tailed()))
+    assert choose_range(hist, lo, hi, "mse")[0] == lo
+
+
+@pytest.mark.parametrize("bad", ["p100", "p50", "percentile", "max", None, 99.99])
+def test_bad_method_is_a_clear_error(bad):
+    with pytest.raises(ValueError, match="activation_ranges must be one of"):
+        check_range_method(bad)
+
+
+def test_activation_ranges_need_a_calibrated_quantization(tmp_path):
+    model = mv.MobileViTV2(0.5, input_shape=(32, 32, 3), classes=4)
+    with pytest.raises(ValueError, match="activation_ranges applies to the calibrated"):
+        to_tflite(model, tmp_path / "m.tflite", activation_ranges="p99.99")
+
+
+def _scales(path):
+    interpreter = Interpreter(model_path=str(path))
+    return {d["name"]: d["quantization"][0] for d in interpreter.get_tensor_details()
+            if d["dtype"] == np.int8 and d["quantization"][0]}
+
+
+def _op_outputs(path, op_name):
+    interpreter = Interpreter(model_path=str(path))
+    details = interpreter.get_tensor_details()
+    return {details[i]["name"] for op in interpreter._get_ops_details()
+            if op["op_name"] == op_name for i in op["outputs"]}
+
+
+@pytest.fixture(scope="module")
+def small_model_files(tmp_path_factory):
+    """A MobileViTV2-0.5 at 32x32 with non-trivial norm affines and biases, converted to int8
+    with the converter's min / max and with the default (percentile) ranges."""
+    keras.utils.set_random_seed(0)
+    model = mv.MobileViTV2(0.5, input_shape=(32, 32, 3), classes=10, classifier_activation=None)
+    rng = np.random.default_rng(0)
+    for weight in model.weights:  # non-trivial affine parameters (not the 1 / 0 init)
+        if weight.path.endswith(("gamma", "beta", "bias")):
+            shift = 1.0 if weight.path.endswith("gamma") else 0.0
+            weight.assign(shift + 0.3 * rng.standard_normal(weight.shape).astype("float32"))
+    images = rng.random((12, 32, 32, 3)).astype("float32")
+    folder = tmp_path_factory.mktemp("ranges")
+    files = {}
+    for method in ("minmax", None):
+        files[method] = folder / f"{method}.tflite"
+        to_tflite(model, files[method], quantization="int8", representative_data=images,
+                  activation_ranges=method)
+    return model, images, files
+
+
+def test_default_ranges_are_narrower_and_recorded(small_model_files):
+    _, _, files = small_model_files
+    minmax, default = _scales(files["minmax"]), _scales(files[None])
+    common = set(minmax) & set(default)
+    assert len(common) > 100
+    # Every clipped range is within the min / max one (a percentile never widens it) ...
+    assert all(default[n] <= minmax[n] * (1 + 1e-6) for n in common)
+    # ... many are narrower, and the fixed-range outputs (sigmoid: 1/256) are untouched.
+    assert sum(default[n] < 0.99 * minmax[n] for n in common) > 20
+    for name in _op_outputs(files[None], "LOGISTIC"):
+        assert default[name] == pytest.approx(1 / 256)
+    assert read_tflite_metadata(files[None])["calibration"]["activation_ranges"] == "p99.99"
+    assert read_tflite_metadata(files["minmax"])["calibration"]["activation_ranges"] == "minmax"
+
+
+def test_equalize_attention_is_float_exact(small_model_files):
+    model, images, _ = small_model_files
+    equalized, report = equalize_attention(model, images[:8])
+    assert [r.layer for r in report] == [
+        f"stage{s}_block1/transformer_{i}/attn" for s, n in ((2, 2), (3, 4), (4, 3))
+        for i in range(n)]
+    assert all(r.product_spread >= 1.0 and r.value_spread >= 1.0 for r in report)
+    before = model.predict(images, verbose=0)
+    after = equalized.predict(images, verbose=0)
+    assert np.max(np.abs(after - before)) <= 1e-5 * max(1.0, np.max(np.abs(before)))
+    # the model given is not changed, the copy is
+    attn = "stage3_block1/transformer_0/attn"
+    original = {w.path: np.array(w) for w in model.weights if attn in w.path}
+    changed = {w.path: np.array(w) for w in equalized.weights if attn in w.path}
+    assert any(not np.allclose(original[p], changed[p]) for p in original if p in changed)
