@@ -359,11 +359,8 @@ def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int,
     """Adds keras_mvit2's TFLite metadata (preprocessing, I/O quantization, class names),
     the ``serving_default`` signature and the standard TFLite Model Metadata that
     MediaPipe Tasks reads (with the labels): `embed_all_metadata`, as `to_tflite` does."""
-    from keras_mvit2.export.tflite import (
-        embed_all_metadata,
-        summarize_flatbuffer,
-        tflite_metadata,
-    )
+    from keras_mvit2.export.tflite.inspect import summarize_flatbuffer
+    from keras_mvit2.export.tflite.metadata import embed_all_metadata, tflite_metadata
 
     summary = summarize_flatbuffer(bytes(flatbuffer))
     info = tflite_metadata(

@@ -150,8 +150,7 @@ def load_keras_model(path: str | os.PathLike, *, compile: bool = False) -> Any:
     """
     import keras
 
-    import keras_mvit2  # noqa: F401  (registers the custom layers for loading)
-
+    # The custom layers are registered: importing this module ran keras_mvit2/__init__.py.
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"Model file not found: {path!r}")

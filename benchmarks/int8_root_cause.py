@@ -1,0 +1,413 @@
+"""Why full int8 loses MobileViTV2-0.5's answers at 256x256: the measurements of docs/int8.md.
+
+    python benchmarks/int8_root_cause.py
+        [--model runs/int8_fidelity/mobilevitv2_050_256_seed0.keras]
+        [--test-images 300] [--out benchmarks/results]
+
+Runs on a model trained by `benchmarks/int8_fidelity.py` (its first 256x256 MobileViTV2-0.5
+by default; the calibration and test images are that benchmark's). Sections of
+``int8_root_cause.json`` / ``.md``:
+
+* ``prefix``: the error of an int8 prefix feeding a float suffix. The int8 file runs on
+  each test image with every tensor kept; at the output of each top-level Keras layer
+  (where the file has that tensor) its dequantized value goes through the float Keras
+  layers that follow: argmax agreement with Keras and the logits' relative error, for the
+  converter's min / max ranges and for the default ranges. Cumulative: everything before
+  the boundary is int8, everything after is float.
+* ``ranges``: per activation tensor the calibrated (min / max) range against its 99.9 and
+  99.99 % intervals and its RMS (`keras_mvit2.export.tflite.activation_ranges.RangeStats`),
+  summarised by the op that writes it, for the same weights at 256x256 and at 64x64.
+* ``channels``: per-channel ranges of the tensors that enter a 1x1 convolution after each
+  GroupNorm and after each attention (largest / median channel range; share of the
+  tensor's range the median channel uses).
+* ``suspects``: each suspect changed alone in the default int8 file, agreement and logit
+  error: the GroupNorm statistics (one-pass variance over the tokens) kept float, the
+  centred variance form, the ``exp_mean`` normaliser kept float, the token sum's other
+  forms, the 1x1 fusion before calibration off, and how many ops `float_layers` keeps
+  float for one GroupNorm and one attention against the ops those layers have.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import int8_fidelity as fidelity  # noqa: E402
+
+CHANNEL_TENSORS = {
+    "after GroupNorm (into qkv / fc1 / conv_proj)": r"norm\d?_1/add_1$",
+    "after attention: ReLU(v) * context (into out_proj)": r"attn_1/mul_3$",
+}
+SUSPECTS = {
+    "default int8 (p99.99 ranges)": {},
+    "GroupNorm statistics float (mean, E[x^2], rsqrt)":
+        {"float_ops": r"norm\d?_1/(Mean|Mean_1|mul|mul_1|mul_2|mul_3|sub|sub_1|add|Rsqrt)$"},
+    "GroupNorm centred variance form": {"forms": {"variance": "centred"}},
+    "exp_mean normaliser float (max, exp, N * mean, division)":
+        {"float_ops": r"attn_1/(Max|sub|Exp|mul|Mean|truediv)$"},
+    "token sum as product_sum": {"forms": {"token_pooling": "product_sum"}},
+    "token sum as product_mean": {"forms": {"token_pooling": "product_mean"}},
+    "no 1x1 fusion before calibration": {"fuse_pointwise": False},
+}
+FLOAT_LAYERS = ["stage3_block1/transformer_0/norm1", "stage3_block1/transformer_0/attn"]
+
+
+def _top_level(model):
+    import keras
+
+    return [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+
+
+def _keep_all_interpreter(path: str):
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interpreter = Interpreter(
+        model_path=path, experimental_preserve_all_tensors=True,
+        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interpreter.allocate_tensors()
+    return interpreter
+
+
+def _dequantized(interpreter, detail):
+    import numpy as np
+
+    value = interpreter.get_tensor(detail["index"])
+    scale, zero = detail["quantization"]
+    return (value.astype(np.float32) - zero) * scale if scale else value.astype(np.float32)
+
+
+def prefix_errors(model, path: str, images, reference) -> list[dict]:
+    """Agreement / logit error with int8 up to each top-level layer, float after it."""
+    import keras
+    import numpy as np
+
+    layers = _top_level(model)
+    interpreter = _keep_all_interpreter(path)
+    details = interpreter.get_tensor_details()
+    writers = [i for op in interpreter._get_ops_details() for i in op["outputs"]]
+    boundaries = {}
+    for index, layer in enumerate(layers[:-1]):
+        pattern = re.compile(rf"/{re.escape(layer.name)}(_\d+)?/")
+        shape = tuple(layer.output.shape[1:])
+        # The last tensor the layer writes with the layer's output shape (its output, where
+        # the converter kept it: a 1x1 fusion or a folded BN can remove it).
+        found = [i for i in writers
+                 if any(pattern.search(p) for p in details[i]["name"].split(";"))
+                 and tuple(details[i]["shape"][1:]) == shape]
+        if found and _is_layer_output(layer, details[found[-1]]["name"]):
+            boundaries[index] = details[found[-1]]
+    values = {index: [] for index in boundaries}
+    source = interpreter.get_input_details()[0]
+    for image in images:
+        interpreter.set_tensor(source["index"], image[None].astype(np.float32))
+        interpreter.invoke()
+        for index, detail in boundaries.items():
+            values[index].append(_dequantized(interpreter, detail)[0])
+    rows = []
+    for index in sorted(boundaries):
+        x = np.stack(values[index])
+        outputs = []
+        for start in range(0, len(x), 32):
+            y = keras.ops.convert_to_tensor(x[start:start + 32])
+            for layer in layers[index + 1:]:
+                y = layer(y, training=False)
+            outputs.append(keras.ops.convert_to_numpy(y))
+        out = np.concatenate(outputs)
+        rows.append({"int8 up to": layers[index].name, **fidelity_figures(out, reference)})
+    return rows
+
+
+def _is_layer_output(layer, name: str) -> bool:
+    """Whether tensor `name` is the output of `layer` rather than an inner tensor of it."""
+    from keras_mvit2.layers import MobileViTV2Block
+    from keras_mvit2.layers.inverted_residual import InvertedResidual
+
+    last = name.split(";")[-1]
+    if isinstance(layer, MobileViTV2Block):
+        return "proj_bn" in name
+    if isinstance(layer, InvertedResidual):
+        return "project_bn" in name or last.endswith("/add")
+    return True
+
+
+def fidelity_figures(out, reference) -> dict:
+    import numpy as np
+
+    return {
+        "agreement": float(np.mean(out.argmax(1) == reference.argmax(1))),
+        "logit_rel_error": float(
+            np.sqrt(((out - reference) ** 2).mean() / (reference ** 2).mean())),
+    }
+
+
+def range_summary(stats) -> list[dict]:
+    """RangeStats grouped by the op that writes the tensor: medians of the ratios."""
+    import numpy as np
+
+    groups = collections.defaultdict(list)
+    for s in stats:
+        groups[s.op].append(s)
+    rows = []
+    for op, items in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        def width(r):
+            return r[1] - r[0]
+
+        rows.append({
+            "op": op, "tensors": len(items),
+            "max_abs_over_rms": float(np.median([
+                max(abs(s.calibrated[0]), abs(s.calibrated[1])) / max(s.rms, 1e-12)
+                for s in items])),
+            "calibrated_over_p99_99": float(np.median([
+                width(s.calibrated) / max(width(s.p99_99), 1e-12) for s in items])),
+            "calibrated_over_p99_9": float(np.median([
+                width(s.calibrated) / max(width(s.p99_9), 1e-12) for s in items])),
+            "rms_in_minmax_steps": float(np.median([
+                s.rms / max(width(s.calibrated) / 255, 1e-12) for s in items])),
+            "rms_in_chosen_steps": float(np.median([
+                s.rms / max(width(s.chosen) / 255, 1e-12) for s in items])),
+        })
+    return rows
+
+
+def calibration_stats(model, calibration) -> list:
+    """RangeStats of every activation of `model`'s int8 conversion on `calibration`."""
+    from keras_mvit2.export.tflite import convert
+    from keras_mvit2.export.tflite.activation_ranges import select_ranges
+
+    shape = (1, *model.inputs[0].shape[1:])
+    converter = convert._make_converter(
+        convert._concrete_function(model, shape), "int8", "float32", calibration)
+    convert._fuse_before_calibration(converter, [])
+    converter._experimental_calibrate_only = True
+    calibrated = bytes(converter.convert())
+    stats: list = []
+    select_ranges(calibrated, calibration, "p99.99", stats=stats)
+    return stats
+
+
+def channel_spreads(float_file: str, images) -> list[dict]:
+    import numpy as np
+
+    interpreter = _keep_all_interpreter(float_file)
+    details = interpreter.get_tensor_details()
+    source = interpreter.get_input_details()[0]
+    picked = {kind: [d for d in details if re.search(pattern, d["name"])]
+              for kind, pattern in CHANNEL_TENSORS.items()}
+    values = collections.defaultdict(list)
+    for image in images:
+        interpreter.set_tensor(source["index"], image[None].astype(np.float32))
+        interpreter.invoke()
+        for kind, found in picked.items():
+            for d in found:
+                values[(kind, d["name"])].append(interpreter.get_tensor(d["index"]))
+    rows = []
+    for (kind, name), vs in values.items():
+        v = np.stack(vs)
+        v = v.reshape(-1, v.shape[-1])
+        per_channel = v.max(0) - v.min(0)
+        median = float(np.median(per_channel))
+        rows.append({"tensor": kind, "name": name.split(";")[-1],
+                     "largest_over_median": float(per_channel.max() / max(median, 1e-12)),
+                     "median_over_tensor": float(median / max(v.max() - v.min(), 1e-12))})
+    return rows
+
+
+def convert_variant(model, path: str, calibration, *, forms=None, float_ops=None,
+                    fuse_pointwise=True) -> None:
+    """The default int8 file with one thing changed (`SUSPECTS`)."""
+    import keras_mvit2 as mv
+    from keras_mvit2.layers.export_forms import use_forms
+
+    if float_ops is None:
+        with use_forms(**(forms or {})):
+            mv.export.to_tflite(model, path, quantization="int8",
+                                representative_data=calibration,
+                                fuse_pointwise=fuse_pointwise, allow_float_ops=True)
+        return
+    from keras_mvit2.export.tflite import convert
+    from keras_mvit2.export.tflite.activation_ranges import select_ranges
+    from keras_mvit2.export.tflite.calibrated_quantize import quantize_after_calibration
+    from keras_mvit2.export.tflite.flatbuffer import decode_name, parse_flatbuffer
+
+    shape = (1, *model.inputs[0].shape[1:])
+    converter = convert._make_converter(
+        convert._concrete_function(model, shape), "int8", "float32", calibration)
+    convert._fuse_before_calibration(converter, [])
+
+    def denylist(calibrated: bytes) -> list[str]:
+        fb = parse_flatbuffer(calibrated)
+        tensors = fb.subgraphs[0].tensors
+        names = [decode_name(tensors[op.outputs[0]].name) for op in fb.subgraphs[0].operators]
+        return [n for n in names if re.search(float_ops, n)]
+
+    quantize_after_calibration(
+        converter, edit=lambda c: select_ranges(c, calibration, "p99.99"),
+        denylisted_nodes=denylist)
+    with open(path, "wb") as f:
+        f.write(converter.convert())
+
+
+def float_layer_op_counts(model, folder: str, calibration) -> dict:
+    """Ops `float_layers` keeps float for `FLOAT_LAYERS`, against the ops of those layers in
+    the float32 file (by the same naming rule)."""
+    import keras_mvit2 as mv
+    from keras_mvit2.export.tflite.flatbuffer import decode_name, op_names, parse_flatbuffer
+    from keras_mvit2.export.tflite.inspect import _FLOAT_TENSOR_TYPES
+    from keras_mvit2.export.tflite.layer_names import LayerNames
+
+    names = LayerNames(model)
+    path = os.path.join(folder, "float_layers.tflite")
+    mv.export.to_tflite(model, path, quantization="int8", representative_data=calibration,
+                        float_layers=FLOAT_LAYERS)
+    f32 = os.path.join(folder, "float32.tflite")
+
+    def count(file: str, float_only: bool) -> dict:
+        fb = parse_flatbuffer(file)
+        kinds = op_names(fb)
+        tensors = fb.subgraphs[0].tensors
+        counts: dict = {}
+        for op in fb.subgraphs[0].operators:
+            out = tensors[op.outputs[0]]
+            layer = next((n for n in FLOAT_LAYERS
+                          if names.selected(decode_name(out.name), [n])), None)
+            if layer is None or kinds[op.opcodeIndex] in ("QUANTIZE", "DEQUANTIZE"):
+                continue
+            if float_only and int(out.type) not in _FLOAT_TENSOR_TYPES:
+                continue
+            counts.setdefault(layer, collections.Counter())[kinds[op.opcodeIndex]] += 1
+        return {k: dict(v) for k, v in counts.items()}
+
+    return {"float32 file: ops of the layers": count(f32, False),
+            "int8 file: float ops of the layers": count(path, True)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import keras
+    import numpy as np
+
+    import keras_mvit2 as mv
+    from keras_mvit2.export.tflite.run import run_tflite
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=os.path.join(
+        ROOT, "runs", "int8_fidelity", "mobilevitv2_050_256_seed0.keras"))
+    parser.add_argument("--test-images", type=int, default=300)
+    parser.add_argument("--train-images", type=int, default=3000)
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = parser.parse_args(argv)
+    model = keras.saving.load_model(args.model, compile=False)
+    size = int(model.inputs[0].shape[1])
+    x_train, _ = fidelity.fashion_mnist("train", args.train_images)
+    calibration = np.asarray(fidelity.as_model_input(
+        x_train[:fidelity.CALIBRATION_IMAGES], size))
+    x, _ = fidelity.fashion_mnist("test", args.test_images)
+    images = np.asarray(fidelity.as_model_input(x, size))
+    reference = np.asarray(model.predict(images, batch_size=32, verbose=0))
+    record: dict = {"model": os.path.relpath(args.model, ROOT), "size": size,
+                    "test_images": len(images)}
+    with tempfile.TemporaryDirectory() as folder:
+        f32 = os.path.join(folder, "float32.tflite")
+        mv.export.to_tflite(model, f32)
+        files = {}
+        for method in ("minmax", "p99.99"):
+            files[method] = os.path.join(folder, f"int8_{method}.tflite")
+            mv.export.to_tflite(model, files[method], quantization="int8",
+                                representative_data=calibration, activation_ranges=method)
+        record["prefix"] = {
+            method: prefix_errors(model, path, images, reference)
+            + [{"int8 up to": "(whole file)", **fidelity_figures(
+                run_tflite(path, images), reference)}]
+            for method, path in files.items()}
+        print(json.dumps(record["prefix"], indent=1), flush=True)
+        record["channels"] = channel_spreads(f32, images[:8])
+        small = mv.MobileViTV2(0.5, input_shape=(64, 64, 3), classes=model.outputs[0].shape[-1],
+                               classifier_activation=None)
+        small.set_weights(model.get_weights())
+        small_calibration = np.asarray(fidelity.as_model_input(
+            x_train[:fidelity.CALIBRATION_IMAGES], 64))
+        record["ranges"] = {f"{size}x{size}": range_summary(calibration_stats(model, calibration)),
+                            "64x64 (same weights)": range_summary(
+                                calibration_stats(small, small_calibration))}
+        print(json.dumps(record["ranges"], indent=1), flush=True)
+        suspects = {}
+        for name, options in SUSPECTS.items():
+            path = os.path.join(folder, "suspect.tflite")
+            convert_variant(model, path, calibration, **options)
+            suspects[name] = fidelity_figures(run_tflite(path, images), reference)
+            print(name, suspects[name], flush=True)
+        record["suspects"] = suspects
+        record["float_layers"] = float_layer_op_counts(model, folder, calibration)
+    os.makedirs(args.out, exist_ok=True)
+    from keras_mvit2.utils.files import atomic_output
+
+    with atomic_output(os.path.join(args.out, "int8_root_cause.json")) as tmp, \
+            open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+    with atomic_output(os.path.join(args.out, "int8_root_cause.md")) as tmp, open(tmp, "w") as f:
+        f.write(markdown(record))
+    print(markdown(record))
+    return 0
+
+
+def markdown(record: dict) -> str:
+    lines = ["# Why full int8 loses MobileViTV2-0.5's answers at 256x256", "",
+             f"`python benchmarks/int8_root_cause.py` on `{record['model']}` "
+             f"({record['test_images']} test images).", "",
+             "## int8 prefix, float suffix (cumulative)", "",
+             "| int8 up to | agreement (min/max) | logit error (min/max) | agreement (p99.99) "
+             "| logit error (p99.99) |", "|---|---:|---:|---:|---:|"]
+    by_layer = collections.OrderedDict()
+    for method, rows in record["prefix"].items():
+        for row in rows:
+            by_layer.setdefault(row["int8 up to"], {})[method] = row
+    for layer, methods in by_layer.items():
+        cells = []
+        for method in ("minmax", "p99.99"):
+            row = methods.get(method)
+            cells += (["-", "-"] if row is None else
+                      [f"{100 * row['agreement']:.1f} %", f"{row['logit_rel_error']:.3f}"])
+        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+    for label, rows in record["ranges"].items():
+        lines += ["", f"## Activation ranges at {label}, by the op that writes the tensor",
+                  "(medians over the tensors)", "",
+                  "| op | tensors | max abs / RMS | min-max width / 99.99 % width | "
+                  "min-max width / 99.9 % width | RMS in min-max steps | RMS in p99.99 steps |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in rows[:12]:
+            lines.append(
+                f"| {r['op']} | {r['tensors']} | {r['max_abs_over_rms']:.1f} | "
+                f"{r['calibrated_over_p99_99']:.2f} | {r['calibrated_over_p99_9']:.2f} | "
+                f"{r['rms_in_minmax_steps']:.1f} | {r['rms_in_chosen_steps']:.1f} |")
+    lines += ["", "## Per-channel ranges entering a 1x1 convolution", "",
+              "| tensor | count | largest / median channel (median, max) | median channel's "
+              "share of the tensor range (median) |", "|---|---:|---:|---:|"]
+    import numpy as np
+
+    for kind in CHANNEL_TENSORS:
+        rows = [r for r in record["channels"] if r["tensor"] == kind]
+        if rows:
+            spread = [r["largest_over_median"] for r in rows]
+            share = [r["median_over_tensor"] for r in rows]
+            lines.append(f"| {kind} | {len(rows)} | {np.median(spread):.1f}, "
+                         f"{np.max(spread):.1f} | {np.median(share):.2f} |")
+    lines += ["", "## Suspects, each changed alone in the default int8 file", "",
+              "| change | agreement | logit error |", "|---|---:|---:|"]
+    for name, row in record["suspects"].items():
+        lines.append(f"| {name} | {100 * row['agreement']:.1f} % | "
+                     f"{row['logit_rel_error']:.3f} |")
+    lines += ["", "## float_layers by Keras name", "", "```",
+              json.dumps(record["float_layers"], indent=1), "```"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
