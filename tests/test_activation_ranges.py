@@ -77,12 +77,6 @@ def test_bad_method_is_a_clear_error(bad):
         check_range_method(bad)
 
 
-def test_activation_ranges_need_a_calibrated_quantization(tmp_path):
-    model = mv.MobileViTV2(0.5, input_shape=(32, 32, 3), classes=4)
-    with pytest.raises(ValueError, match="activation_ranges applies to the calibrated"):
-        to_tflite(model, tmp_path / "m.tflite", activation_ranges="p99.99")
-
-
 def _scales(path):
     interpreter = Interpreter(model_path=str(path))
     return {d["name"]: d["quantization"][0] for d in interpreter.get_tensor_details()
@@ -97,28 +91,27 @@ def _op_outputs(path, op_name):
 
 
 @pytest.fixture(scope="module")
-def small_model_files(tmp_path_factory):
-    """A MobileViTV2-0.5 at 32x32 with non-trivial norm affines and biases, converted to int8
-    with the converter's min / max and with the default (percentile) ranges."""
+def small_model():
+    """A MobileViTV2-0.5 at 32x32 with non-trivial norm affines and biases (not the 1 / 0
+    initialization), and images for it."""
     keras.utils.set_random_seed(0)
     model = mv.MobileViTV2(0.5, input_shape=(32, 32, 3), classes=10, classifier_activation=None)
     rng = np.random.default_rng(0)
-    for weight in model.weights:  # non-trivial affine parameters (not the 1 / 0 init)
+    for weight in model.weights:
         if weight.path.endswith(("gamma", "beta", "bias")):
             shift = 1.0 if weight.path.endswith("gamma") else 0.0
             weight.assign(shift + 0.3 * rng.standard_normal(weight.shape).astype("float32"))
-    images = rng.random((12, 32, 32, 3)).astype("float32")
-    folder = tmp_path_factory.mktemp("ranges")
+    return model, rng.random((12, 32, 32, 3)).astype("float32")
+
+
+@pytest.mark.slow  # two full-int8 conversions
+def test_default_ranges_are_narrower_and_recorded(small_model, tmp_path):
+    model, images = small_model
     files = {}
     for method in ("minmax", None):
-        files[method] = folder / f"{method}.tflite"
+        files[method] = tmp_path / f"{method}.tflite"
         to_tflite(model, files[method], quantization="int8", representative_data=images,
                   activation_ranges=method)
-    return model, images, files
-
-
-def test_default_ranges_are_narrower_and_recorded(small_model_files):
-    _, _, files = small_model_files
     minmax, default = _scales(files["minmax"]), _scales(files[None])
     common = set(minmax) & set(default)
     assert len(common) > 100
@@ -132,18 +125,42 @@ def test_default_ranges_are_narrower_and_recorded(small_model_files):
     assert read_tflite_metadata(files["minmax"])["calibration"]["activation_ranges"] == "minmax"
 
 
-def test_equalize_attention_is_float_exact(small_model_files):
-    model, images, _ = small_model_files
-    equalized, report = equalize_attention(model, images[:8])
+def test_equalize_attention_is_float_exact(small_model):
+    model, images = small_model
+    equalized, report = equalize_attention(model, images[:4], batch_size=4)
     assert [r.layer for r in report] == [
         f"stage{s}_block1/transformer_{i}/attn" for s, n in ((2, 2), (3, 4), (4, 3))
         for i in range(n)]
     assert all(r.product_spread >= 1.0 and r.value_spread >= 1.0 for r in report)
-    before = model.predict(images, verbose=0)
-    after = equalized.predict(images, verbose=0)
+    before = keras.ops.convert_to_numpy(model(images, training=False))
+    after = keras.ops.convert_to_numpy(equalized(images, training=False))
     assert np.max(np.abs(after - before)) <= 1e-5 * max(1.0, np.max(np.abs(before)))
     # the model given is not changed, the copy is
     attn = "stage3_block1/transformer_0/attn"
     original = {w.path: np.array(w) for w in model.weights if attn in w.path}
     changed = {w.path: np.array(w) for w in equalized.weights if attn in w.path}
     assert any(not np.allclose(original[p], changed[p]) for p in original if p in changed)
+
+
+def test_activation_ranges_need_a_calibrated_quantization(small_model, tmp_path):
+    model, _ = small_model
+    with pytest.raises(ValueError, match="activation_ranges applies to the calibrated"):
+        to_tflite(model, tmp_path / "m.tflite", activation_ranges="p99.99")
+
+
+def test_cli_option_reaches_to_tflite():
+    import argparse
+
+    from keras_mvit2.export.tflite.target import TFLITE
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quantization")
+    TFLITE.add_cli_arguments(parser.add_argument_group())
+    common = ["--calibration-data", "fashion_mnist", "--activation-ranges", "mse"]
+    args = parser.parse_args(["--quantization", "int8", *common])
+    assert TFLITE.cli_arguments(args)["activation_ranges"] == "mse"
+    assert "activation_ranges" not in TFLITE.cli_arguments(
+        parser.parse_args(["--quantization", "int8", "--calibration-data", "fashion_mnist"]))
+    args = parser.parse_args(["--quantization", "float16", "--activation-ranges", "mse"])
+    with pytest.raises(ValueError, match="--activation-ranges applies to --quantization int8"):
+        TFLITE.cli_arguments(args)

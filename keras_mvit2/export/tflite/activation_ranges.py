@@ -172,8 +172,11 @@ def _histograms(calibrated: bytes, images: np.ndarray, ranged: dict[int, tuple[f
             interpreter.invoke()
             for i, (lo, hi) in ranged.items():
                 values = interpreter.get_tensor(i).ravel()
-                hists[i] += np.histogram(values, bins=BINS, range=(lo, hi))[0]
-                squares[i] += float(np.dot(values.astype(np.float64), values))
+                # The bins of np.histogram(values, BINS, (lo, hi)), counted with bincount
+                # (several times faster on the ~500 tensors of a model, per image).
+                bins = ((values - lo) * (BINS / (hi - lo))).astype(np.int64)
+                hists[i] += np.bincount(np.clip(bins, 0, BINS - 1), minlength=BINS)
+                squares[i] += float(np.dot(values, values))
                 counts[i] += values.size
     return {i: (hists[i], squares[i] / max(counts[i], 1)) for i in ranged}
 

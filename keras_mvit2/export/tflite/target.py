@@ -36,7 +36,7 @@ class TFLiteTarget(ExportTarget):
 
     Options of `convert` besides the shared ones: those of `to_tflite` (`io_dtype`,
     `batch_size`, `num_calibration_samples`, `sidecar`, `allow_float_ops`,
-    `calibration_seed`, `fuse_pointwise`, `float_layers`).
+    `calibration_seed`, `fuse_pointwise`, `float_layers`, `activation_ranges`).
     """
 
     name = "tflite"
@@ -78,6 +78,11 @@ class TFLiteTarget(ExportTarget):
                            help="int8: keep these Keras layers in float (comma-separated "
                                 "names or paths as `mvit2 validate --per-layer` lists "
                                 "them); the rest stays int8")
+        group.add_argument("--activation-ranges", metavar="p99.99|mse|minmax|pPERCENT",
+                           help="int8/int16x8: how each activation's range is chosen from the "
+                                "calibration images: its two-sided 99.99 %% interval (the int8 "
+                                "default), least squared error (mse) or the converter's global "
+                                "min / max (minmax, the int16x8 default); see docs/int8.md")
         group.add_argument("--no-fuse-pointwise", dest="fuse_pointwise", action="store_false",
                            help="keep back-to-back 1x1 convolutions apart (by default each "
                                 "such pair is fused into one: same function, fewer MACs)")
@@ -102,6 +107,13 @@ class TFLiteTarget(ExportTarget):
                 f"--quantization int8. Received: --quantization {quantization}"
             )
         options = {"float_layers": float_layers} if float_layers else {}
+        if args.activation_ranges is not None:
+            if quantization not in CALIBRATED:
+                raise ValueError(
+                    "--activation-ranges applies to --quantization int8/int16x8. Received: "
+                    f"--quantization {quantization}"
+                )
+            options["activation_ranges"] = args.activation_ranges
         return {
             **options,
             "quantization": quantization,
