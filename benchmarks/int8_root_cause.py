@@ -400,7 +400,7 @@ def bias_correction(model, calibration, images, reference, rounds: int = 2) -> l
 
 def mse_clipping(model, calibration) -> list[dict]:
     """The share of each tensor's min / max width the ``mse`` and ``p99.99`` methods keep, by
-    op (median), with the SiLU outputs (the MUL tensors TF names ``Sigmoid``) apart."""
+    the op that writes the tensor (medians)."""
     import numpy as np
 
     from keras_mvit2.export.tflite import convert
@@ -415,15 +415,13 @@ def mse_clipping(model, calibration) -> list[dict]:
     select_ranges(bytes(converter.convert()), calibration, "mse", stats=stats)
     groups = collections.defaultdict(list)
     for st in stats:
-        silu = st.op == "MUL" and re.search(r"/Sigmoid(_\d+)?$", st.tensor)
-        kind = "SiLU output (MUL)" if silu else st.op
         width = max(st.calibrated[1] - st.calibrated[0], 1e-12)
-        groups[kind].append(((st.chosen[1] - st.chosen[0]) / width,
+        groups[st.op].append(((st.chosen[1] - st.chosen[0]) / width,
                              (st.p99_99[1] - st.p99_99[0]) / width))
-    return [{"tensor": kind, "tensors": len(v),
+    return [{"tensor": op, "tensors": len(v),
              "kept_share_median": float(np.median([m for m, _ in v])),
              "p99_99_kept_share_median": float(np.median([p for _, p in v]))}
-            for kind, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+            for op, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -274,7 +274,8 @@ def test_cli_export_then_validate(model, data, tmp_path, capsys):
     assert "fused 1x1 conv pairs" in printed
     meta = read_tflite_metadata(int8_path)
     assert meta["quantization"] == "int8" and meta["class_names"] == CLASSES
-    assert meta["calibration"] == {"source": "fashion_mnist", "num_samples": 100}
+    assert meta["calibration"] == {"source": "fashion_mnist", "num_samples": 100,
+                                   "activation_ranges": "p99.99"}
     assert json.loads((tmp_path / "tiny_int8.tflite.json").read_text()) == meta
     exported = json.loads((tmp_path / "export.json").read_text())
     assert exported["float_ops"] == {} and exported["inputs"][0]["dtype"] == "uint8"
