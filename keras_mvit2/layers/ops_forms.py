@@ -152,8 +152,8 @@ def resize_shorter_side(x, shape, target: float, interpolation: str,
 
     `shape` is `keras.ops.shape(x)`. The longer side becomes `floor(target * long / short)`,
     computed in float32 as on TensorFlow. Returns `(resized, new_height, new_width)`, the
-    sizes as ints. `keras.ops.image.resize`'s kernels are the backend's own (PyTorch's
-    bicubic is Keys' with a = -0.75, TensorFlow's and JAX's a = -0.5).
+    sizes as ints. `keras.ops.image.resize`'s antialiased kernels are the backend's own
+    (within 5e-5 of TensorFlow's on [0, 1] images, 400x300 -> 288 -> 256 bicubic).
     """
     height, width = np.float32(shape[1]), np.float32(shape[2])
     short = min(height, width)
