@@ -1,15 +1,12 @@
 """keras_mvit2: MobileViTv2 and linear-cost attention for Keras 3, TFLite and CoreML."""
 
-# `_startup` first: it loads TensorFlow without its C++ start-up INFO lines.
+# `_startup` first: it loads TensorFlow (on the TensorFlow backend only) without its C++
+# start-up INFO lines.
 from keras_mvit2 import (
-    _startup,  # noqa: F401
+    _startup,
     attention,
-    data,
-    export,
     layers,
     models,
-    quantize,
-    tasks,
     visualize,
 )
 from keras_mvit2._version import __version__
@@ -31,9 +28,22 @@ from keras_mvit2.models import (
     with_input_size,
 )
 from keras_mvit2.preprocessing import preprocess_images, preprocessing_model
-from keras_mvit2.profiling import profile
 from keras_mvit2.weights import load_torch_weights
 from keras_mvit2.weights.pretrained import list_weights
+
+#: The TensorFlow-only parts (tf.data, training, export, quantization, the profiler): imported
+#: here on the TensorFlow backend; on JAX and PyTorch on first use (`keras_mvit2.export`),
+#: where they raise `keras_mvit2.utils.backend.TensorFlowBackendRequiredError`.
+_TENSORFLOW_ONLY = {
+    "data": ("keras_mvit2.data", None),
+    "export": ("keras_mvit2.export", None),
+    "quantize": ("keras_mvit2.quantize", None),
+    "tasks": ("keras_mvit2.tasks", None),
+    "profile": ("keras_mvit2.profiling", "profile"),
+}
+if _startup.TENSORFLOW_BACKEND:
+    from keras_mvit2 import data, export, quantize, tasks
+    from keras_mvit2.profiling import profile
 
 __all__ = [
     "MobileViT",
@@ -67,13 +77,20 @@ __all__ = [
     "with_input_size",
 ]
 
+if not _startup.TENSORFLOW_BACKEND:  # `from keras_mvit2 import *` loads no TensorFlow
+    __all__ = [name for name in __all__ if name not in _TENSORFLOW_ONLY]
+
 
 def __getattr__(name: str):
+    import importlib
+
     # `keras_mvit2.kerashub` needs the `hub` extra (keras-hub): imported on first use only.
     if name == "hub":
-        import importlib
-
         return importlib.import_module("keras_mvit2.kerashub")
+    if name in _TENSORFLOW_ONLY:
+        module_name, attribute = _TENSORFLOW_ONLY[name]
+        module = importlib.import_module(module_name)
+        return module if attribute is None else getattr(module, attribute)
     raise AttributeError(f"module 'keras_mvit2' has no attribute {name!r}")
 
 

@@ -19,7 +19,12 @@ from dataclasses import asdict, dataclass
 
 import keras
 import numpy as np
-import tensorflow as tf
+
+from keras_mvit2.utils.backend import require_tensorflow
+
+require_tensorflow("keras_mvit2.profile (MAC counts from the TensorFlow graph)")
+
+import tensorflow as tf  # noqa: E402
 
 _BN_STATISTICS = ("moving_mean", "moving_variance")
 

@@ -6,6 +6,11 @@ Augmentation settings: `AugmentConfig`. Unreadable images are skipped and counte
 `source.skipped` (`SkippedImages`).
 """
 
+# TensorFlow-only: on JAX / PyTorch, a clear error instead of loading TensorFlow.
+from keras_mvit2.utils.backend import require_tensorflow
+
+require_tensorflow("keras_mvit2.data (the tf.data input pipelines)")
+
 from keras_mvit2.data.augment import (
     AugmentConfig,
     eval_transform,

@@ -9,6 +9,11 @@ demo dispatch through; `calibration` (calibration and labelled images), `class_n
 smallest or fastest file of a target within a top-1 budget.
 """
 
+# TensorFlow-only: on JAX / PyTorch, a clear error instead of loading TensorFlow.
+from keras_mvit2.utils.backend import require_tensorflow
+
+require_tensorflow("keras_mvit2.export (TFLite, Core ML and web export)")
+
 from keras_mvit2.export.calibration import (
     LabelledImages,
     calibration_images,

@@ -15,8 +15,10 @@ Token layouts (P pixel positions of a patch, N patches, d channels):
 
 The math is `keras.ops`; the steps that only TensorFlow converts op-for-op as wanted
 (space_to_depth, NCHW 1x1 convolutions, the transposed matrix product) are the small
-functions of `keras_mvit2.layers.tf_forms`. Every function here traces exactly the ops
-the layers traced before it existed, in the same order (exported files are unchanged).
+functions of `keras_mvit2.layers.tf_forms` on TensorFlow, of `keras_mvit2.layers.ops_forms`
+on the other backends (picked by `keras_mvit2.layers.backend_forms`). Every function here
+traces exactly the ops the layers traced before it existed, in the same order (exported
+files are unchanged).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 from keras import ops
 
-from keras_mvit2.layers import export_forms, tf_forms
+from keras_mvit2.layers import backend_forms, export_forms
 from keras_mvit2.layers.export_forms import ExportForms
 
 __all__ = [
@@ -115,7 +117,7 @@ def pointwise_conv(x, kernel, bias=None, *, layout: TokenLayout = CHANNELS_LAST,
     if layout.channels_last:
         y = ops.conv(x, ops.cast(kernel_part(), x.dtype))
         return y if bias is None else y + ops.cast(bias_part(), x.dtype)
-    return tf_forms.conv1x1_nchw(x, kernel_part(), None if bias is None else bias_part())
+    return backend_forms.conv1x1_nchw(x, kernel_part(), None if bias is None else bias_part())
 
 
 def group_norm1(x, gamma, beta, epsilon: float, *, layout: TokenLayout = CHANNELS_LAST,
@@ -198,7 +200,7 @@ def _matmul_pool(x, weights):
     positions, dim = x.shape[2], x.shape[3]
     tokens = ops.shape(x)[1]
     flat = ops.reshape(x, (-1, tokens, positions * dim))              # (B, N, P*d)
-    pairs = tf_forms.matmul_transpose_a(
+    pairs = backend_forms.matmul_transpose_a(
         ops.reshape(weights, (-1, tokens, positions)), flat)           # (B, P, P*d)
     if positions == 1:
         return ops.reshape(pairs, (-1, 1, 1, dim))
@@ -344,9 +346,9 @@ def unfold(x, patch_size: int = 2, *, layout: TokenLayout = CHANNELS_LAST,
         )
     area = patch_size * patch_size
     if form == "space_to_depth":
-        x = tf_forms.space_to_depth(x, patch_size)
+        x = backend_forms.space_to_depth(x, patch_size)
         if height is None or width is None:
-            tokens = ops.reshape(x, (tf_forms.batch_size(x), -1, area, channels))
+            tokens = ops.reshape(x, (backend_forms.batch_size(x), -1, area, channels))
         else:
             num_patches = (height // patch_size) * (width // patch_size)
             tokens = ops.reshape(x, (-1, num_patches, area, channels))
@@ -355,7 +357,7 @@ def unfold(x, patch_size: int = 2, *, layout: TokenLayout = CHANNELS_LAST,
         raise ValueError(f"Unknown unfold form {form!r}.")
     if height is None or width is None:
         raise ValueError("The 'depthwise_conv' unfold needs a static height and width.")
-    patches = tf_forms.depthwise_patch_conv(x, patch_size)    # (B, rows, cols, C * P)
+    patches = backend_forms.depthwise_patch_conv(x, patch_size)    # (B, rows, cols, C * P)
     num_patches = patches.shape[1] * patches.shape[2]
     if layout.channels_last:
         tokens = ops.reshape(patches, (-1, num_patches, channels, area))
@@ -379,7 +381,7 @@ def fold(tokens, grid_size, patch_size: int = 2, *, layout: TokenLayout = CHANNE
         x = ops.transpose(tokens, (0, 2, 1, 3))                       # (B, P, C, N)
         x = ops.reshape(x, (-1, area * channels, rows, cols))          # channel k * C + c
         x = ops.transpose(x, (0, 2, 3, 1))  # cancels Core ML's own layout change
-    return tf_forms.depth_to_space(x, patch_size)
+    return backend_forms.depth_to_space(x, patch_size)
 
 
 def transform_patches(features, grid_size, patch_size: int, layers: Sequence[Callable],

@@ -3,18 +3,17 @@
 import math
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers import backend_forms
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import batch_norm
 from keras_mvit2.layers.patching import (
     fold,
     resize_if_needed,
     round_up_to_patch,
-    size_argument,
     spatial_size,
     unfold,
 )
@@ -28,10 +27,7 @@ def resize_bilinear(x, size: tuple):
     TFLite builtin RESIZE_BILINEAR (`half_pixel_centers=True`). `size` holds ints or
     scalar int tensors.
     """
-    resized = tf.raw_ops.ResizeBilinear(
-        images=x, size=size_argument(size), align_corners=False, half_pixel_centers=True
-    )
-    return ops.cast(resized, x.dtype)
+    return backend_forms.resize_bilinear(x, size, align_corners=False)
 
 
 @serializable

@@ -4,12 +4,11 @@ import functools
 import math
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers import export_forms, functional
+from keras_mvit2.layers import backend_forms, export_forms, functional
 
 # Importable from here, as before (keras_mvit2.export.coreml.layout imports it).
 from keras_mvit2.layers.export_forms import export_call
@@ -19,7 +18,6 @@ from keras_mvit2.layers.inverted_residual import batch_norm
 from keras_mvit2.layers.patching import (
     resize_if_needed,
     round_up_to_patch,
-    size_argument,
     spatial_size,
 )
 from keras_mvit2.layers.transformer_layer import TransformerLayer
@@ -28,10 +26,7 @@ __all__ = ["MobileViTV2Block", "export_call"]
 
 def _resize_align_corners(x, size):
     """Bilinear resize with `align_corners=True` (ml-cvnets / timm), to ints or tensors."""
-    resized = tf.raw_ops.ResizeBilinear(
-        images=x, size=size_argument(size), align_corners=True, half_pixel_centers=False
-    )
-    return ops.cast(resized, x.dtype)
+    return backend_forms.resize_bilinear(x, size, align_corners=True)
 
 
 @serializable
@@ -56,7 +51,7 @@ class MobileViTV2Block(keras.layers.Layer):
     traced for one size, as the exporters do) they are constants of the graph;
     with an unknown one (`input_shape=(None, None, 3)`) the grid is read from the
     tensor's runtime shape and the resize runs only when a side is not a multiple
-    of `patch_size` (a `tf.cond`).
+    of `patch_size` (a `tf.cond` on TensorFlow).
 
     Args:
         attention_dim: int. Width d of the attention tokens.

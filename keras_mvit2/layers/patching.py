@@ -15,9 +15,7 @@ one (a model built with `input_shape=(None, None, 3)` and traced for any size)
 a reshape whose patch count is computed from the tensor's runtime shape.
 """
 
-import tensorflow as tf
-
-from keras_mvit2.layers import functional
+from keras_mvit2.layers import backend_forms, functional
 
 
 def unfold(x, patch_size: int = 2):
@@ -40,11 +38,7 @@ def fold(x, grid_size, patch_size: int = 2):
 
 def spatial_size(x) -> tuple:
     """`(height, width)` of a `(batch, H, W, C)` tensor: ints where static, else scalar tensors."""
-    height, width = x.shape[1], x.shape[2]
-    if height is not None and width is not None:
-        return height, width
-    shape = tf.shape(x)
-    return (shape[1] if height is None else height, shape[2] if width is None else width)
+    return backend_forms.spatial_size(x)
 
 
 def round_up_to_patch(size, patch_size: int) -> tuple:
@@ -56,7 +50,7 @@ def resize_if_needed(x, size, resize):
     """`resize(x, size)` unless `x` already is `size` (`(height, width)`, ints or tensors).
 
     Decided when tracing where both sizes are static (then no op is added when they are
-    equal), else at run time with a `tf.cond`, so an even map of a dynamic-size model
+    equal), else at run time with a `cond`, so an even map of a dynamic-size model
     is passed through untouched, exactly as in a model built for that size.
     """
     current = spatial_size(x)
@@ -65,12 +59,4 @@ def resize_if_needed(x, size, resize):
         return x if tuple(current) == tuple(size) else resize(x, size)
     if any(s and a != b for s, a, b in zip(static, current, size, strict=True)):
         return resize(x, size)  # a static side differs: resized for every input
-    needs = tf.logical_or(tf.not_equal(current[0], size[0]), tf.not_equal(current[1], size[1]))
-    return tf.cond(needs, lambda: resize(x, size), lambda: x)
-
-
-def size_argument(size):
-    """`size` for `tf.raw_ops.ResizeBilinear`: the ints as they are, or one int32 tensor."""
-    if all(isinstance(side, int) for side in size):
-        return size
-    return tf.stack([tf.cast(side, tf.int32) for side in size])
+    return backend_forms.resize_when_different(x, current, size, resize)

@@ -14,6 +14,11 @@ TFLite files:
 Importing this package imports neither TFMOT nor tf_keras.
 """
 
+# TensorFlow-only: on JAX / PyTorch, a clear error instead of loading TensorFlow.
+from keras_mvit2.utils.backend import require_tensorflow
+
+require_tensorflow("keras_mvit2.quantize (quantization-aware training, pruning, clustering)")
+
 from keras_mvit2.quantize._worker_client import QuantizationWorkerError
 from keras_mvit2.quantize.qat import IO_DTYPES, QATResult, qat
 from keras_mvit2.quantize.sparsity import SparsityResult, cluster, exported_kernel_stats, prune

@@ -22,6 +22,11 @@ model in the ``TFLite_Detection_PostProcess`` op (MediaPipe's ``ObjectDetector``
 in ``NonMaximumSuppression`` (Vision's object detection). See docs/downstream.md.
 """
 
+# TensorFlow-only: on JAX / PyTorch, a clear error instead of loading TensorFlow.
+from keras_mvit2.utils.backend import require_tensorflow
+
+require_tensorflow("keras_mvit2.tasks (the task models' data, training and export)")
+
 from keras_mvit2.tasks import data, detection, segmentation, train
 from keras_mvit2.tasks.detection import (
     AnchorConfig,

@@ -22,8 +22,9 @@ import tensorflow as tf
 from keras import ops
 
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers import backend_forms
 from keras_mvit2.layers.inverted_residual import batch_norm
-from keras_mvit2.layers.patching import resize_if_needed, size_argument, spatial_size
+from keras_mvit2.layers.patching import resize_if_needed, spatial_size
 from keras_mvit2.tasks.features import mobilevitv2_features
 
 __all__ = [
@@ -68,11 +69,7 @@ class BilinearResize(keras.layers.Layer):
         self.align_corners = bool(align_corners)
 
     def _resize(self, x, size):
-        out = tf.raw_ops.ResizeBilinear(
-            images=x, size=size_argument(size), align_corners=self.align_corners,
-            half_pixel_centers=not self.align_corners,
-        )
-        return ops.cast(out, x.dtype)
+        return backend_forms.resize_bilinear(x, size, align_corners=self.align_corners)
 
     def call(self, inputs):
         if self.size is None:

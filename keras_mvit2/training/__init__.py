@@ -18,6 +18,11 @@ refused when the length or schedule changed unless `replan=True`) is
 `keras_mvit2.training.run_folder`.
 """
 
+# TensorFlow-only: on JAX / PyTorch, a clear error instead of loading TensorFlow.
+from keras_mvit2.utils.backend import require_tensorflow
+
+require_tensorflow("keras_mvit2.training (training and fine-tuning)")
+
 from keras_mvit2.training.config import (
     DataConfig,
     EMAConfig,

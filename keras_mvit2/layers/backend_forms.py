@@ -1,0 +1,54 @@
+"""The backend's form of each TensorFlow-only step of the layers: chosen here, only here.
+
+| Keras backend | module                            | why                                        |
+|---------------|-----------------------------------|--------------------------------------------|
+| `tensorflow`  | `keras_mvit2.layers.tf_forms`     | the ops TFLite / Core ML convert as pinned |
+| `jax`, `torch`| `keras_mvit2.layers.ops_forms`    | the same functions in `keras.ops`          |
+
+The layers (`functional`, `patching`, the MobileViT blocks, `EvalResizeCrop`) call the
+functions below, never `tf_forms` or `ops_forms` directly, so TensorFlow's graph (and every
+exported file) is exactly what `tf_forms` traces, and TensorFlow is not imported on the
+other backends. The choice is made once, when this module is imported, from
+`keras.backend.backend()` (Keras fixes the backend when it is imported: set
+`KERAS_BACKEND` before importing keras).
+
+This is the second, independent choice of forms beside `keras_mvit2.layers.export_forms`
+(which picks, per export target, among forms that all run on any backend).
+"""
+
+from __future__ import annotations
+
+import keras
+
+BACKEND: str = keras.backend.backend()
+"""The Keras backend the forms were chosen for."""
+
+if BACKEND == "tensorflow":
+    from keras_mvit2.layers import tf_forms as _forms
+else:
+    from keras_mvit2.layers import ops_forms as _forms
+
+__all__ = [
+    "BACKEND",
+    "batch_size",
+    "conv1x1_nchw",
+    "depth_to_space",
+    "depthwise_patch_conv",
+    "matmul_transpose_a",
+    "resize_bilinear",
+    "resize_shorter_side",
+    "resize_when_different",
+    "space_to_depth",
+    "spatial_size",
+]
+
+space_to_depth = _forms.space_to_depth
+depth_to_space = _forms.depth_to_space
+depthwise_patch_conv = _forms.depthwise_patch_conv
+conv1x1_nchw = _forms.conv1x1_nchw
+matmul_transpose_a = _forms.matmul_transpose_a
+batch_size = _forms.batch_size
+spatial_size = _forms.spatial_size
+resize_when_different = _forms.resize_when_different
+resize_bilinear = _forms.resize_bilinear
+resize_shorter_side = _forms.resize_shorter_side

@@ -1,0 +1,70 @@
+"""Which Keras backend runs, and the TensorFlow-only features' message on the other ones.
+
+The models and layers run on every Keras backend (TensorFlow, JAX, PyTorch; the steps that
+differ are chosen in `keras_mvit2.layers.backend_forms`). Some features still need
+TensorFlow itself: the TFLite / Core ML / web export (`keras_mvit2.export`), training and
+its `tf.data` input (`keras_mvit2.training`, `keras_mvit2.data`), the task models'
+training and data (`keras_mvit2.tasks`), quantization (`keras_mvit2.quantize`) and the
+profiler. On JAX and PyTorch they say so when imported (`require_tensorflow`) instead of
+loading TensorFlow beside the backend (on this stack a PyTorch convolution crashes in a
+process that has imported TensorFlow).
+
+This module imports neither Keras nor TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+__all__ = ["TensorFlowBackendRequiredError", "keras_backend_name", "require_tensorflow"]
+
+
+class TensorFlowBackendRequiredError(ImportError):
+    """A TensorFlow-only feature was used while Keras runs on another backend."""
+
+
+def keras_backend_name() -> str:
+    """The Keras backend of this process, without importing Keras if it is not imported yet.
+
+    Keras' own rule: `keras.backend.backend()` once Keras is imported; before, the
+    `KERAS_BACKEND` environment variable, else the `"backend"` of `keras.json` in
+    `$KERAS_HOME` (default `~/.keras`, `/tmp/.keras` where the home is read-only), else
+    `"tensorflow"`.
+    """
+    keras = sys.modules.get("keras")
+    backend_module = getattr(keras, "backend", None)
+    if backend_module is not None and hasattr(backend_module, "backend"):
+        return backend_module.backend()
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    if "KERAS_HOME" in os.environ:
+        folder = os.environ["KERAS_HOME"]
+    else:
+        home = os.path.expanduser("~")
+        folder = os.path.join(home if os.access(home, os.W_OK) else "/tmp", ".keras")
+    try:
+        with open(os.path.join(folder, "keras.json")) as f:
+            return str(json.load(f).get("backend", "tensorflow"))
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
+
+
+def require_tensorflow(feature: str) -> None:
+    """Raises `TensorFlowBackendRequiredError` unless Keras runs on TensorFlow.
+
+    Args:
+        feature: what needs TensorFlow, as the message names it (e.g.
+            `"keras_mvit2.export (TFLite / Core ML export)"`).
+    """
+    backend = keras_backend_name()
+    if backend == "tensorflow":
+        return
+    raise TensorFlowBackendRequiredError(
+        f"{feature} needs Keras' TensorFlow backend, and Keras runs on {backend!r} here. "
+        "The models and layers run on every backend; this feature does not yet. Run it "
+        "with KERAS_BACKEND=tensorflow (set before Keras is imported), e.g. "
+        "`KERAS_BACKEND=tensorflow mvit2 ...`; weights saved on one backend "
+        "(`model.save_weights`, `.weights.h5`) load on the others."
+    )

@@ -1,0 +1,147 @@
+"""Runs the models on one Keras backend, in a process of its own, for tests/test_backends.py.
+
+The backend is fixed when Keras is imported, so each backend needs its own process
+(`KERAS_BACKEND` set by the caller); and on this stack a PyTorch convolution segfaults in a
+process that has imported TensorFlow, so this script never imports TensorFlow itself and
+reports whether anything else did (`"tensorflow" in sys.modules`).
+
+Usage:
+    KERAS_BACKEND=jax python tests/backend_worker.py JOB.json RESULT.json
+
+JOB.json (every key optional):
+
+- `"oracle"`: a list of `{"name", "family", "weights", "npz", "static", "dynamic"}`: build
+  timm model `name` (`family` `"mobilevitv2"`: `keras_mvit2.create_model`; `"mobilevit"`:
+  `keras_mvit2.MobileViT`, variant from the name) with the ported `weights` (a timm
+  `.safetensors`), at each `HxW` of `static` (built for that size) and of `dynamic` (one
+  model built for `(None, None, 3)`), on the images `x_<H>x<W>` of `npz` (the oracle's
+  file); the reference logits are its `logits_<H>x<W>`;
+- `"weights_h5"`: `{"width", "size", "classes", "path", "npz"}`: MobileViTV2 `width`
+  built at `size` and at `(None, None, 3)`, loading the `.weights.h5` saved on another
+  backend, run on the images `x` of `npz` (the saving backend's outputs: `y`); with
+  `"save_to"`, the static model's weights are saved back there (`.weights.h5`);
+- `"keras_hub"`: true: the KerasHub ImageClassifier made from the first oracle model, run
+  last (keras_hub itself imports TensorFlow).
+
+RESULT.json: the backend, `tf_after_import` / `tf_after_run` (was TensorFlow imported),
+and per case the max |difference| and the max |reference|.
+"""
+
+import json
+import os
+import sys
+import time
+
+
+def _max_abs(a, b=None) -> float:
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float64)
+    return float(np.abs(a if b is None else a - np.asarray(b, dtype=np.float64)).max())
+
+
+def _predict(model, x):
+    """`model.predict` on one batch: one traced (JAX: jit-compiled) call, faster than eager
+    JAX, which compiles each op on its first call."""
+    return model.predict(x, batch_size=len(x), verbose=0)
+
+
+def _build(mv, case: dict, input_shape: tuple):
+    if case["family"] == "mobilevit":
+        variant = case["name"].rsplit("_", 1)[-1]
+        return mv.MobileViT(variant, input_shape=input_shape, weights=case["weights"],
+                            classifier_activation=None)
+    model = mv.create_model(case["name"], input_shape=input_shape, classifier_activation=None)
+    mv.load_torch_weights(model, case["weights"])
+    return model
+
+
+def run_oracle(mv, case: dict) -> list[dict]:
+    import numpy as np
+
+    results = []
+    with np.load(case["npz"]) as data:
+        ref = dict(data)
+
+    def compare(model, tag: str, mode: str) -> None:
+        logits = _predict(model, ref[f"x_{tag}"])
+        expected = ref[f"logits_{tag}"]
+        results.append({"model": case["name"], "input": f"{mode} {tag}",
+                        "max_abs_diff": _max_abs(logits, expected),
+                        "max_abs_ref": _max_abs(expected)})
+
+    for tag in case.get("static", []):
+        height, width = (int(s) for s in tag.split("x"))
+        compare(_build(mv, case, (height, width, 3)), tag, "static")
+    if case.get("dynamic"):
+        model = _build(mv, case, (None, None, 3))
+        for tag in case["dynamic"]:
+            compare(model, tag, "dynamic")
+    return results
+
+
+def run_weights_h5(mv, job: dict) -> list[dict]:
+    import numpy as np
+
+    with np.load(job["npz"]) as data:
+        x, expected = data["x"], data["y"]
+    results = []
+    size = int(job["size"])
+    for shape in ((size, size, 3), (None, None, 3)):
+        model = mv.MobileViTV2(job["width"], input_shape=shape, classes=int(job["classes"]),
+                               classifier_activation=None)
+        model.load_weights(job["path"])
+        got = _predict(model, x)
+        results.append({"input": "static" if shape[0] else "dynamic",
+                        "max_abs_diff": _max_abs(got, expected),
+                        "max_abs_ref": _max_abs(expected)})
+        if shape[0] and job.get("save_to"):
+            model.save_weights(job["save_to"])
+    return results
+
+
+def run_keras_hub(mv, case: dict) -> list[dict]:
+    import keras
+    import numpy as np
+
+    from keras_mvit2 import kerashub
+
+    with np.load(case["npz"]) as data:
+        ref = dict(data)
+    tag = case["static"][0]
+    height, width = (int(s) for s in tag.split("x"))
+    net = _build(mv, case, (height, width, 3))
+    classifier = kerashub.classifier_from_model(net, float(case["name"].rsplit("_", 1)[-1]) / 100)
+    # The call, not `predict` (which runs the classifier's preprocessor on raw images).
+    logits = keras.ops.convert_to_numpy(classifier(ref[f"x_{tag}"], training=False))
+    expected = ref[f"logits_{tag}"]
+    return [{"model": f"{case['name']} (KerasHub ImageClassifier)", "input": f"static {tag}",
+             "max_abs_diff": _max_abs(logits, expected), "max_abs_ref": _max_abs(expected)}]
+
+
+def main(job_path: str, result_path: str) -> None:
+    with open(job_path) as f:
+        job = json.load(f)
+    start = time.perf_counter()
+    import keras
+
+    import keras_mvit2 as mv
+
+    result = {"backend": keras.backend.backend(),
+              "tf_after_import": "tensorflow" in sys.modules,
+              "oracle": [], "weights_h5": []}
+    for case in job.get("oracle", []):
+        result["oracle"] += run_oracle(mv, case)
+    if job.get("weights_h5"):
+        result["weights_h5"] = run_weights_h5(mv, job["weights_h5"])
+    result["tf_after_run"] = "tensorflow" in sys.modules
+    if job.get("keras_hub") and job.get("oracle"):
+        result["keras_hub"] = run_keras_hub(mv, job["oracle"][0])
+    result["seconds"] = time.perf_counter() - start
+    with open(result_path, "w") as f:
+        json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    main(sys.argv[1], sys.argv[2])

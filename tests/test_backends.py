@@ -1,0 +1,175 @@
+"""The models on Keras' JAX and PyTorch backends: timm's logits, no TensorFlow, shared weights.
+
+Each backend runs in a process of its own (`tests/backend_worker.py`): Keras fixes its backend
+when imported, and on this stack a PyTorch convolution segfaults in a process that has
+imported TensorFlow, so the worker must not import it (and checks that nothing did).
+
+- Fast (PyTorch; JAX in the slow tier, its build alone takes ~10 s): `import keras_mvit2`
+  and a MobileViTV2 on the backend load no TensorFlow; a `.weights.h5` saved here
+  (TensorFlow) loads there, static and `(None, None, 3)`, with the same outputs; the file
+  saved back there loads here with bit-identical weights and outputs. A TF-only feature
+  used on JAX names the backend and the fix.
+- Slow (the run's timm oracle, `tests/torch_oracle.py`, and `tests/timm_oracle_v1_vit.py`):
+  MobileViTV2 0.5 and 1.0 and MobileViT v1 XXS with ported timm weights give timm's logits
+  (max |difference| <= 1e-5 of the largest logit) on each backend, built for 224x224 (the
+  align-corners / half-pixel resizes run) and for `(None, None, 3)` (256x320 and the odd
+  193x201); on JAX, also KerasHub's ImageClassifier.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from model_utils import TORCH_READY, perturb_norms, run_timm_oracle
+
+import keras_mvit2 as mv
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "backend_worker.py")
+BACKENDS = ("jax", "torch")
+REL_TOL = 1e-5          # max |logit difference| / max |logit|
+WEIGHTS_SIZE, WEIGHTS_CLASSES = 64, 5
+ORACLE_V2 = ("mobilevitv2_050", "mobilevitv2_100")  # of shared_fixtures.ORACLE_MODELS
+STATIC = ("224x224",)                                # 7x7 last map: the resize runs
+DYNAMIC = ("256x320", "193x201")                     # one (None, None, 3) model, odd sides
+
+
+def _available(backend: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(backend) is not None
+
+
+def run_worker(backend: str, job: dict, folder, timeout: int = 600) -> dict:
+    """`tests/backend_worker.py` under `KERAS_BACKEND=backend`; returns its result."""
+    if not _available(backend):
+        pytest.skip(f"the {backend} backend is not installed (pip install -e '.[{backend}]')")
+    job_path, result_path = folder / f"{backend}_job.json", folder / f"{backend}_result.json"
+    job_path.write_text(json.dumps(job))
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    process = subprocess.run([sys.executable, WORKER, str(job_path), str(result_path)],
+                             env=env, capture_output=True, text=True, timeout=timeout)
+    assert process.returncode == 0, process.stderr[-4000:]
+    return json.loads(result_path.read_text())
+
+
+def _report(capsys, lines: list[str]) -> None:
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+
+
+# --------------------------------------------------------------------------------------
+# Fast: no TensorFlow, and weights saved on one backend load on another
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tf_saved_weights(tmp_path_factory):
+    """A perturbed MobileViTV2-0.5 saved here (TensorFlow), its inputs and its outputs."""
+    assert keras.backend.backend() == "tensorflow"
+    folder = tmp_path_factory.mktemp("backends_h5")
+    keras.utils.set_random_seed(0)
+    model = mv.MobileViTV2(0.5, input_shape=(WEIGHTS_SIZE, WEIGHTS_SIZE, 3),
+                           classes=WEIGHTS_CLASSES, classifier_activation=None)
+    perturb_norms(model, seed=0)
+    x = np.random.default_rng(1).random((2, WEIGHTS_SIZE, WEIGHTS_SIZE, 3)).astype("float32")
+    y = np.asarray(model(x, training=False))
+    path = folder / "tf.weights.h5"
+    model.save_weights(path)
+    np.savez(folder / "io.npz", x=x, y=y)
+    return {"folder": folder, "model": model, "path": path, "x": x, "y": y}
+
+
+# JAX: ~30 s on 2 busy cores (the build runs each initializer op-by-op, each compiled once).
+@pytest.mark.parametrize("backend", [pytest.param("jax", marks=pytest.mark.slow), "torch"])
+def test_no_tensorflow_and_weights_cross_backends(backend, tf_saved_weights, capsys):
+    saved = tf_saved_weights
+    folder = saved["folder"]
+    back = folder / f"{backend}.weights.h5"
+    result = run_worker(backend, {"weights_h5": {
+        "width": 0.5, "size": WEIGHTS_SIZE, "classes": WEIGHTS_CLASSES,
+        "path": str(saved["path"]), "npz": str(folder / "io.npz"), "save_to": str(back)}},
+        folder)
+    assert result["backend"] == backend
+    assert not result["tf_after_import"], "import keras_mvit2 imported TensorFlow"
+    assert not result["tf_after_run"], "building / running / loading imported TensorFlow"
+    _report(capsys, [f"[{backend}] TF-saved .weights.h5, {r['input']}: max|d out| = "
+                     f"{r['max_abs_diff']:.1e} (|out| <= {r['max_abs_ref']:.2f})"
+                     for r in result["weights_h5"]])
+    assert [r["input"] for r in result["weights_h5"]] == ["static", "dynamic"]
+    for r in result["weights_h5"]:
+        assert r["max_abs_diff"] <= REL_TOL * max(1.0, r["max_abs_ref"]), r
+    # The file written there loads here: the same weights, bit for bit, the same outputs.
+    model = mv.MobileViTV2(0.5, input_shape=(WEIGHTS_SIZE, WEIGHTS_SIZE, 3),
+                           classes=WEIGHTS_CLASSES, classifier_activation=None)
+    model.load_weights(back)
+    for a, b in zip(model.weights, saved["model"].weights, strict=True):
+        assert a.path == b.path
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(model(saved["x"], training=False)), saved["y"])
+
+
+def test_tensorflow_only_features_name_the_backend_and_the_fix(tmp_path):
+    if not _available("jax"):
+        pytest.skip("the jax backend is not installed")
+    code = ("import sys, keras_mvit2 as mv\n"
+            "try:\n    mv.export.to_tflite\n"
+            "except ImportError as e:\n    print(type(e).__name__, '|', e)\n"
+            "print('tensorflow' in sys.modules)\n")
+    env = dict(os.environ, KERAS_BACKEND="jax")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=os.path.dirname(HERE))
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, second = out.stdout.strip().splitlines()[-2:]
+    assert first.startswith("TensorFlowBackendRequiredError |")
+    assert "keras_mvit2.export" in first and "'jax'" in first
+    assert "KERAS_BACKEND=tensorflow" in first
+    assert second == "False"
+
+
+# --------------------------------------------------------------------------------------
+# Slow: timm's logits on each backend
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def oracle_job(timm_oracle_dir, tmp_path_factory) -> dict:
+    """The worker's job: the run's timm oracle (MobileViTV2) and a MobileViT v1 XXS oracle."""
+    if not TORCH_READY:
+        pytest.skip("needs torch, timm and safetensors")
+    v1_dir = tmp_path_factory.mktemp("timm_mobilevit_xxs")
+    run_timm_oracle(v1_dir, "mobilevit_xxs:224x224+256x320+193x201")
+    cases = [{"name": name, "family": "mobilevitv2",
+              "weights": str(timm_oracle_dir / f"{name}.safetensors"),
+              "npz": str(timm_oracle_dir / f"{name}.npz"),
+              "static": list(STATIC), "dynamic": list(DYNAMIC)} for name in ORACLE_V2]
+    cases.append({"name": "mobilevit_xxs", "family": "mobilevit",
+                  "weights": str(v1_dir / "mobilevit_xxs.safetensors"),
+                  "npz": str(v1_dir / "mobilevit_xxs.npz"),
+                  "static": list(STATIC), "dynamic": list(DYNAMIC)})
+    return {"oracle": cases}
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_models_give_timms_logits(backend, oracle_job, tmp_path, capsys):
+    job = dict(oracle_job, keras_hub=backend == "jax" and _available("keras_hub"))
+    result = run_worker(backend, job, tmp_path)
+    assert not result["tf_after_import"] and not result["tf_after_run"]
+    rows = result["oracle"] + result.get("keras_hub", [])
+    _report(capsys, [f"[{backend}] {r['model']} {r['input']}: max|dlogit| = "
+                     f"{r['max_abs_diff']:.1e} (|logit| <= {r['max_abs_ref']:.2f})"
+                     for r in rows] + [f"[{backend}] worker: {result['seconds']:.0f} s"])
+    expected = {(case["name"], f"{mode} {tag}") for case in oracle_job["oracle"]
+                for mode, tags in (("static", case["static"]), ("dynamic", case["dynamic"]))
+                for tag in tags}
+    assert {(r["model"], r["input"]) for r in result["oracle"]} == expected
+    for r in rows:
+        assert r["max_abs_ref"] > 0.5, r  # O(1) logits: the tolerance means something
+        assert r["max_abs_diff"] <= REL_TOL * r["max_abs_ref"], r
