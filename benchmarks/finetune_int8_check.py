@@ -1,0 +1,141 @@
+"""A `mvit2 finetune` run's int8 files on a larger labelled test set than its held-out split.
+
+    python benchmarks/finetune_int8_check.py RUN [--test-images 1000] [--work DIR]
+        [--out benchmarks/results]
+
+`mvit2 finetune` judges its int8 file (and whether its quantization-aware-trained file
+replaces it) on the run's held-out images: 10 % of each class, 100 images for the 1,000
+photos of `benchmarks/finetune_photos.py`, where one image is one top-1 point. This
+benchmark runs the same files on `--test-images` Fashion-MNIST *test* images (written as PNG
+files in class folders named as the run's classes, read back with the run's evaluation
+transform, as the photos are): the Keras model (`RUN/model_ema.keras`) and every `.tflite`
+in `RUN/phone/` (the shipped `model_int8.tflite`, and `model_qat_int8.tflite` /
+`model_int8_post_training.tflite` where the run made them), each in LiteRT. Reports top-1,
+the drop against Keras in points, argmax agreement, and the 95 % interval (at most) of a
+top-1 difference measured on the run's own held-out images (normal approximation of the
+paired disagreements), in `finetune_int8_check.json` / `.md` under `--out`, one entry per run
+folder name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write_test_photos(folder: str, class_names: list[str], count: int) -> None:
+    """The first `count // classes` Fashion-MNIST test images of each class, as RGB PNGs in
+    folders named as the run's classes (``/`` written ``-``, as the photos were)."""
+    from PIL import Image
+
+    from keras_mvit2.data.sources import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
+
+    x, y = load_fashion_mnist_arrays("test")
+    per_class = count // len(FASHION_MNIST_CLASSES)
+    for label, name in enumerate(FASHION_MNIST_CLASSES):
+        safe = name.replace("/", "-")
+        if safe not in class_names:
+            raise SystemExit(f"the run's classes {class_names} are not Fashion-MNIST's")
+        os.makedirs(os.path.join(folder, safe), exist_ok=True)
+        for i, index in enumerate(np.flatnonzero(y == label)[:per_class]):
+            Image.fromarray(x[index]).convert("RGB").save(
+                os.path.join(folder, safe, f"{i:05d}.png"))
+
+
+def tflite_outputs(path: str, images: np.ndarray) -> np.ndarray:
+    """The file's outputs for `images` in LiteRT."""
+    from keras_mvit2.export.tflite.run import run_tflite
+
+    return run_tflite(path, images, num_threads=2)
+
+
+def held_out_interval(agreement: float, held_out: int) -> float:
+    """Half-width, in points, of the 95 % interval of a paired top-1 difference measured on
+    `held_out` images when the two models disagree on a `1 - agreement` share of them (an
+    upper bound: the variance of a paired difference is at most the disagreeing share)."""
+    return 100 * 1.96 * math.sqrt((1 - agreement) / held_out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run", help="a `mvit2 finetune` run folder on Fashion-MNIST photos")
+    parser.add_argument("--test-images", type=int, default=1000)
+    parser.add_argument("--work", default="/tmp/finetune_int8_check")
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = parser.parse_args()
+
+    import keras
+
+    from keras_mvit2.export.calibration import load_labelled_images
+
+    with open(os.path.join(args.run, "run.json")) as f:
+        run = json.load(f)
+    class_names = list(run["class_names"])
+    size = int(run["recipe"]["image_size"])
+    held_out = int(run["evaluation"]["num_examples"])
+    folder = os.path.join(args.work, f"test_{args.test_images}")
+    if not os.path.isdir(folder):
+        write_test_photos(folder, class_names, args.test_images)
+    test = load_labelled_images(folder, image_size=(size, size), shuffle=False)
+    assert list(test.class_names) == class_names, (test.class_names, class_names)
+    model = keras.saving.load_model(os.path.join(args.run, "model_ema.keras"))
+    reference = np.asarray(model.predict(test.images, batch_size=32, verbose=0))
+    keras_top1 = float(np.mean(reference.argmax(1) == test.labels))
+    exports = {e["target"]: e for e in run["exports"]}
+    rows = {"keras": {"top1": keras_top1}}
+    phone = os.path.join(args.run, "phone")
+    for name in sorted(os.listdir(phone)):
+        if not name.endswith(".tflite"):
+            continue
+        predicted = tflite_outputs(os.path.join(phone, name), test.images).argmax(1)
+        agreement = float(np.mean(predicted == reference.argmax(1)))
+        top1 = float(np.mean(predicted == test.labels))
+        rows[name] = {"top1": top1, "drop_points": 100 * (keras_top1 - top1),
+                      "agreement": agreement,
+                      "held_out_interval_points": held_out_interval(agreement, held_out)}
+        print(name, rows[name], flush=True)
+    record = {}
+    path = os.path.join(args.out, "finetune_int8_check.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            record = json.load(f)
+    tflite = exports.get("tflite", {})
+    record[os.path.basename(os.path.normpath(args.run))] = {
+        "command": f"python benchmarks/finetune_int8_check.py {args.run} "
+                   f"--test-images {args.test_images}",
+        "test_images": len(test.images), "held_out_images": held_out,
+        "held_out": {"keras_top1": run["evaluation"]["top1"],
+                     "shipped_top1": tflite.get("top1"),
+                     "shipped_agreement": tflite.get("top1_agreement"),
+                     "qat": {k: (tflite.get("qat") or {}).get(k)
+                             for k in ("top1", "top1_agreement", "shipped")}},
+        "test": rows}
+    os.makedirs(args.out, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(record, f, indent=2)
+    lines = ["| run | file | test images | top-1 | drop (points) | agreement | "
+             "95 % interval on the held-out images |", "|---|---|---:|---:|---:|---:|---:|"]
+    for run_name, entry in record.items():
+        for name, row in entry["test"].items():
+            if name == "keras":
+                lines.append(f"| {run_name} | Keras | {entry['test_images']} | "
+                             f"{100 * row['top1']:.1f} % | | | |")
+                continue
+            lines.append(f"| {run_name} | {name} | {entry['test_images']} | "
+                         f"{100 * row['top1']:.1f} % | {row['drop_points']:+.1f} | "
+                         f"{100 * row['agreement']:.1f} % | "
+                         f"±{row['held_out_interval_points']:.1f} on "
+                         f"{entry['held_out_images']} |")
+    with open(os.path.join(args.out, "finetune_int8_check.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
