@@ -13,7 +13,8 @@ imported TensorFlow, so the worker must not import it (and checks that nothing d
   MobileViTV2 0.5 and 1.0 and MobileViT v1 XXS with ported timm weights give timm's logits
   (max |difference| <= 1e-5 of the largest logit) on each backend, built for 224x224 (the
   align-corners / half-pixel resizes run) and for `(None, None, 3)` (256x320 and the odd
-  193x201); on JAX, also KerasHub's ImageClassifier.
+  193x201; on JAX MobileViTV2 1.0 at 224x224 only, its builds being slow); on JAX, also
+  KerasHub's ImageClassifier.
 """
 
 import json
@@ -159,14 +160,18 @@ def oracle_job(timm_oracle_dir, tmp_path_factory) -> dict:
 @pytest.mark.torch
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_models_give_timms_logits(backend, oracle_job, tmp_path, capsys):
-    job = dict(oracle_job, keras_hub=backend == "jax" and _available("keras_hub"))
+    cases = oracle_job["oracle"]
+    if backend == "jax":  # each build runs op by op (~11 s): the second width static only
+        cases = [dict(case, dynamic=[]) if case["name"] == "mobilevitv2_100" else case
+                 for case in cases]
+    job = dict(oracle_job, oracle=cases, keras_hub=backend == "jax" and _available("keras_hub"))
     result = run_worker(backend, job, tmp_path)
     assert not result["tf_after_import"] and not result["tf_after_run"]
     rows = result["oracle"] + result.get("keras_hub", [])
     _report(capsys, [f"[{backend}] {r['model']} {r['input']}: max|dlogit| = "
                      f"{r['max_abs_diff']:.1e} (|logit| <= {r['max_abs_ref']:.2f})"
                      for r in rows] + [f"[{backend}] worker: {result['seconds']:.0f} s"])
-    expected = {(case["name"], f"{mode} {tag}") for case in oracle_job["oracle"]
+    expected = {(case["name"], f"{mode} {tag}") for case in cases
                 for mode, tags in (("static", case["static"]), ("dynamic", case["dynamic"]))
                 for tag in tags}
     assert {(r["model"], r["input"]) for r in result["oracle"]} == expected

@@ -20,27 +20,18 @@ from __future__ import annotations
 
 import keras
 
+from keras_mvit2.layers import ops_forms  # keras.ops only: no TensorFlow, any backend
+
 BACKEND: str = keras.backend.backend()
 """The Keras backend the forms were chosen for."""
 
 if BACKEND == "tensorflow":
     from keras_mvit2.layers import tf_forms as _forms
 else:
-    from keras_mvit2.layers import ops_forms as _forms
+    _forms = ops_forms
 
-__all__ = [
-    "BACKEND",
-    "batch_size",
-    "conv1x1_nchw",
-    "depth_to_space",
-    "depthwise_patch_conv",
-    "matmul_transpose_a",
-    "resize_bilinear",
-    "resize_shorter_side",
-    "resize_when_different",
-    "space_to_depth",
-    "spatial_size",
-]
+#: The functions each form module defines (`ops_forms.__all__`), and `BACKEND`.
+__all__ = ["BACKEND", *ops_forms.__all__]
 
 space_to_depth = _forms.space_to_depth
 depth_to_space = _forms.depth_to_space

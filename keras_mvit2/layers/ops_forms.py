@@ -58,12 +58,19 @@ def depthwise_patch_conv(x, patch_size: int):
 
     Output channel `c * P + k` is pixel `k` (row-major) of the patch, channel `c`.
     """
-    d, p = x.shape[3], patch_size
-    area = p * p
-    kernel = np.zeros((p, p, d, area), dtype=np.float32)
-    for k in range(area):
+    kernel = patch_pixel_kernel(x.shape[3], patch_size)
+    return ops.depthwise_conv(x, ops.cast(kernel, x.dtype), strides=patch_size,
+                              padding="valid")
+
+
+def patch_pixel_kernel(channels: int, patch_size: int) -> np.ndarray:
+    """The 0/1 depthwise kernel `(p, p, channels, p * p)` of `depthwise_patch_conv`:
+    multiplier `k` picks pixel `k` (row-major) of the patch (shared with `tf_forms`)."""
+    p = patch_size
+    kernel = np.zeros((p, p, channels, p * p), dtype=np.float32)
+    for k in range(p * p):
         kernel[k // p, k % p, :, k] = 1.0
-    return ops.depthwise_conv(x, ops.cast(kernel, x.dtype), strides=p, padding="valid")
+    return kernel
 
 
 def conv1x1_nchw(x, kernel, bias=None):

@@ -23,9 +23,10 @@ This module is imported only on the TensorFlow backend (and by TensorFlow-only c
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 from keras import ops
+
+from keras_mvit2.layers.ops_forms import patch_pixel_kernel
 
 
 def space_to_depth(x: tf.Tensor, block_size: int) -> tf.Tensor:
@@ -43,11 +44,8 @@ def depthwise_patch_conv(x: tf.Tensor, patch_size: int) -> tf.Tensor:
 
     Output channel `c * P + k` is pixel `k` (row-major) of the patch, channel `c`.
     """
-    d, p = x.shape[3], patch_size
-    area = p * p
-    kernel = np.zeros((p, p, d, area), dtype=np.float32)
-    for k in range(area):
-        kernel[k // p, k % p, :, k] = 1.0
+    p = patch_size
+    kernel = patch_pixel_kernel(x.shape[3], p)
     return tf.nn.depthwise_conv2d(
         x, tf.constant(kernel, dtype=x.dtype), strides=[1, p, p, 1], padding="VALID"
     )
