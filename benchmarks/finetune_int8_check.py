@@ -25,34 +25,9 @@ import math
 import os
 
 import numpy as np
+from finetune_photos import write_photos  # the benchmark's photos, here of the test split
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def write_test_photos(folder: str, class_names: list[str], count: int) -> None:
-    """The first `count // classes` Fashion-MNIST test images of each class, as RGB PNGs in
-    folders named as the run's classes (``/`` written ``-``, as the photos were)."""
-    from PIL import Image
-
-    from keras_mvit2.data.sources import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
-
-    x, y = load_fashion_mnist_arrays("test")
-    per_class = count // len(FASHION_MNIST_CLASSES)
-    for label, name in enumerate(FASHION_MNIST_CLASSES):
-        safe = name.replace("/", "-")
-        if safe not in class_names:
-            raise SystemExit(f"the run's classes {class_names} are not Fashion-MNIST's")
-        os.makedirs(os.path.join(folder, safe), exist_ok=True)
-        for i, index in enumerate(np.flatnonzero(y == label)[:per_class]):
-            Image.fromarray(x[index]).convert("RGB").save(
-                os.path.join(folder, safe, f"{i:05d}.png"))
-
-
-def tflite_outputs(path: str, images: np.ndarray) -> np.ndarray:
-    """The file's outputs for `images` in LiteRT."""
-    from keras_mvit2.export.tflite.run import run_tflite
-
-    return run_tflite(path, images, num_threads=2)
 
 
 def held_out_interval(agreement: float, held_out: int) -> float:
@@ -73,6 +48,7 @@ def main() -> None:
     import keras
 
     from keras_mvit2.export.calibration import load_labelled_images
+    from keras_mvit2.export.tflite.run import run_tflite
 
     with open(os.path.join(args.run, "run.json")) as f:
         run = json.load(f)
@@ -81,9 +57,11 @@ def main() -> None:
     held_out = int(run["evaluation"]["num_examples"])
     folder = os.path.join(args.work, f"test_{args.test_images}")
     if not os.path.isdir(folder):
-        write_test_photos(folder, class_names, args.test_images)
+        write_photos(folder, args.test_images, split="test")
     test = load_labelled_images(folder, image_size=(size, size), shuffle=False)
-    assert list(test.class_names) == class_names, (test.class_names, class_names)
+    if list(test.class_names) != class_names:
+        raise SystemExit(f"the run's classes {class_names} are not Fashion-MNIST's "
+                         f"({list(test.class_names)})")
     model = keras.saving.load_model(os.path.join(args.run, "model_ema.keras"))
     reference = np.asarray(model.predict(test.images, batch_size=32, verbose=0))
     keras_top1 = float(np.mean(reference.argmax(1) == test.labels))
@@ -93,7 +71,8 @@ def main() -> None:
     for name in sorted(os.listdir(phone)):
         if not name.endswith(".tflite"):
             continue
-        predicted = tflite_outputs(os.path.join(phone, name), test.images).argmax(1)
+        predicted = run_tflite(os.path.join(phone, name), test.images,
+                               num_threads=2).argmax(1)
         agreement = float(np.mean(predicted == reference.argmax(1)))
         top1 = float(np.mean(predicted == test.labels))
         rows[name] = {"top1": top1, "drop_points": 100 * (keras_top1 - top1),

@@ -40,14 +40,15 @@ MODEL = "mobilevitv2_050"
 REPO = f"timm/{MODEL}.cvnets_in1k"
 
 
-def write_photos(folder: str, count: int) -> dict[str, int]:
-    """The first `count // 10` training images of each Fashion-MNIST class, as RGB PNGs."""
+def write_photos(folder: str, count: int, split: str = "train") -> dict[str, int]:
+    """The first `count // 10` images of each Fashion-MNIST class of `split`, as RGB PNGs
+    in class folders (``/`` in a class name written ``-``)."""
     import numpy as np
     from PIL import Image
 
     from keras_mvit2.data.sources import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
 
-    x, y = load_fashion_mnist_arrays("train")
+    x, y = load_fashion_mnist_arrays(split)
     per_class = count // len(FASHION_MNIST_CLASSES)
     written: dict[str, int] = {}
     for label, name in enumerate(FASHION_MNIST_CLASSES):

@@ -78,11 +78,10 @@ def _keep_all_interpreter(path: str):
 
 
 def _dequantized(interpreter, detail):
-    import numpy as np
+    """A kept tensor as float (`keras_mvit2.export.tflite.run`'s dequantization)."""
+    from keras_mvit2.export.tflite.run import _dequantize
 
-    value = interpreter.get_tensor(detail["index"])
-    scale, zero = detail["quantization"]
-    return (value.astype(np.float32) - zero) * scale if scale else value.astype(np.float32)
+    return _dequantize(interpreter.get_tensor(detail["index"]), detail)
 
 
 def prefix_errors(model, path: str, images, reference) -> list[dict]:
