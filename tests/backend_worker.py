@@ -100,6 +100,25 @@ def run_weights_h5(mv, job: dict) -> list[dict]:
     return results
 
 
+def run_keras_file(job: dict) -> dict:
+    """Loads a whole-model `.keras` file saved on another backend, runs it on the saved
+    inputs and saves it again here (`save_to`)."""
+    import keras
+    import numpy as np
+
+    with np.load(job["npz"]) as data:
+        x, expected = data["x"], data["y"]
+    model = keras.saving.load_model(job["path"])
+    got = _predict(model, x)
+    tf_after_load = "tensorflow" in sys.modules
+    # Keras' `serialize_keras_object` checks `isinstance(obj, tf.TensorShape)` through a lazy
+    # module that imports TensorFlow wherever it is installed (Keras 3.15): the save is last.
+    model.save(job["save_to"])
+    return {"class": type(model).__name__, "name": model.name, "tf_after_load": tf_after_load,
+            "tf_after_save": "tensorflow" in sys.modules,
+            "max_abs_diff": _max_abs(got, expected), "max_abs_ref": _max_abs(expected)}
+
+
 def run_keras_hub(mv, case: dict) -> list[dict]:
     import keras
     import numpy as np
@@ -135,6 +154,8 @@ def main(job_path: str, result_path: str) -> None:
     if job.get("weights_h5"):
         result["weights_h5"] = run_weights_h5(mv, job["weights_h5"])
     result["tf_after_run"] = "tensorflow" in sys.modules
+    if job.get("keras_file"):  # loading: no TensorFlow; saving: Keras' own import (below)
+        result["keras_file"] = run_keras_file(job["keras_file"])
     if job.get("keras_hub") and job.get("oracle"):
         result["keras_hub"] = run_keras_hub(mv, job["oracle"][0])
     result["seconds"] = time.perf_counter() - start

@@ -7,7 +7,8 @@ imported TensorFlow, so the worker must not import it (and checks that nothing d
 - Fast (PyTorch; JAX in the slow tier, its build alone takes ~10 s): `import keras_mvit2`
   and a MobileViTV2 on the backend load no TensorFlow; a `.weights.h5` saved here
   (TensorFlow) loads there, static and `(None, None, 3)`, with the same outputs; the file
-  saved back there loads here with bit-identical weights and outputs. A TF-only feature
+  saved back there loads here with bit-identical weights and outputs; a whole-model `.keras`
+  file crosses both ways with the same outputs. A TF-only feature
   used on JAX names the backend and the fix.
 - Slow (the run's timm oracle, `tests/torch_oracle.py`, and `tests/timm_oracle_v1_vit.py`):
   MobileViTV2 0.5 and 1.0 and MobileViT v1 XXS with ported timm weights give timm's logits
@@ -82,6 +83,7 @@ def tf_saved_weights(tmp_path_factory):
     y = np.asarray(model(x, training=False))
     path = folder / "tf.weights.h5"
     model.save_weights(path)
+    model.save(folder / "tf.keras")
     np.savez(folder / "io.npz", x=x, y=y)
     return {"folder": folder, "model": model, "path": path, "x": x, "y": y}
 
@@ -92,13 +94,17 @@ def test_no_tensorflow_and_weights_cross_backends(backend, tf_saved_weights, cap
     saved = tf_saved_weights
     folder = saved["folder"]
     back = folder / f"{backend}.weights.h5"
+    back_keras = folder / f"{backend}.keras"
     result = run_worker(backend, {"weights_h5": {
         "width": 0.5, "size": WEIGHTS_SIZE, "classes": WEIGHTS_CLASSES,
-        "path": str(saved["path"]), "npz": str(folder / "io.npz"), "save_to": str(back)}},
-        folder)
+        "path": str(saved["path"]), "npz": str(folder / "io.npz"), "save_to": str(back)},
+        "keras_file": {"path": str(folder / "tf.keras"), "npz": str(folder / "io.npz"),
+                       "save_to": str(back_keras)}}, folder)
     assert result["backend"] == backend
     assert not result["tf_after_import"], "import keras_mvit2 imported TensorFlow"
     assert not result["tf_after_run"], "building / running / loading imported TensorFlow"
+    loaded = result["keras_file"]
+    assert not loaded["tf_after_load"], "loading a .keras file imported TensorFlow"
     _report(capsys, [f"[{backend}] TF-saved .weights.h5, {r['input']}: max|d out| = "
                      f"{r['max_abs_diff']:.1e} (|out| <= {r['max_abs_ref']:.2f})"
                      for r in result["weights_h5"]])
@@ -112,6 +118,12 @@ def test_no_tensorflow_and_weights_cross_backends(backend, tf_saved_weights, cap
     for a, b in zip(model.weights, saved["model"].weights, strict=True):
         assert a.path == b.path
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(model(saved["x"], training=False)), saved["y"])
+    # A whole-model .keras file (architecture + weights) crosses backends both ways too.
+    _report(capsys, [f"[{backend}] TF-saved .keras: max|d out| = {loaded['max_abs_diff']:.1e}"])
+    assert (loaded["class"], loaded["name"]) == ("Functional", saved["model"].name)
+    assert loaded["max_abs_diff"] <= REL_TOL * max(1.0, loaded["max_abs_ref"]), loaded
+    model = keras.saving.load_model(back_keras)
     np.testing.assert_array_equal(np.asarray(model(saved["x"], training=False)), saved["y"])
 
 

@@ -311,3 +311,26 @@ def test_cluster_leaves_at_most_k_values_per_kernel(trained, fmnist, tmp_path):
         assert entry["max_unique_per_channel"] <= k, entry
     (dense,) = exported["FULLY_CONNECTED"]
     assert dense["unique"] <= k
+
+
+def test_distillation_trains_towards_the_float_models_probabilities(fmnist, tmp_path):
+    """`qat(..., distill=True)` (the finetune / optimize default) hands the worker the float
+    model's probabilities on the training images as its targets instead of the labels."""
+    from keras_mvit2.quantize._worker_client import stage_training_data
+
+    x, y = fmnist["x"][:10], fmnist["y"][:10]
+    model = small_model()  # logits out: the targets are their softmax
+    logits = np.asarray(model(x), np.float64)
+    expected = np.exp(logits - logits.max(1, keepdims=True))
+    expected /= expected.sum(1, keepdims=True)
+    for distill in (True, False):
+        _, labels, path, steps = stage_training_data(
+            model, (x, y), str(tmp_path), batch_size=4, steps_per_epoch=None, distill=distill)
+        with np.load(path["path"]) as saved:
+            targets = saved["y"]
+        assert steps == 3 and np.array_equal(labels, y)
+        if distill:
+            assert targets.shape == (10, 10) and targets.dtype == np.float32
+            np.testing.assert_allclose(targets, expected, atol=1e-6)
+        else:
+            assert np.array_equal(targets, y)

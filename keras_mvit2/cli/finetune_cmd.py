@@ -33,7 +33,7 @@ EXPORT_CHOICES = ("tflite", "coreml")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from keras_mvit2.export.optimizer.search import QAT_LEARNING_RATE, QAT_MAX_STEPS
+    from keras_mvit2.export.optimizer.search import QAT_EPOCHS, QAT_LEARNING_RATE, QAT_MAX_STEPS
 
     p = sub.add_parser(
         "finetune",
@@ -81,8 +81,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--qat-steps", type=int, default=QAT_MAX_STEPS, metavar="N",
                    help="where the int8 .tflite loses more than a top-1 point to Keras (or, "
                    "with --max-drop, no post-training int8 file is within it), try a "
-                   "quantization-aware-trained int8 file: one pass over the training "
-                   f"images, at most N steps (default {QAT_MAX_STEPS}; 0: never)")
+                   "quantization-aware-trained int8 file, towards the Keras model's own "
+                   "answers on the training images: at most N steps a pass (default "
+                   f"{QAT_MAX_STEPS}; 0: never)")
+    p.add_argument("--qat-epochs", type=int, default=QAT_EPOCHS, metavar="E",
+                   help=f"its passes over the training images (default {QAT_EPOCHS})")
     p.add_argument("--qat-lr", type=float, default=QAT_LEARNING_RATE, metavar="LR",
                    help=f"its Adam learning rate (default {QAT_LEARNING_RATE:g})")
     p.add_argument("-o", "--output", metavar="RUN",
@@ -184,7 +187,7 @@ def _finetune(args: argparse.Namespace) -> int:
     result = finetune_to_phone(
         config, source, freeze_backbone=args.freeze_backbone, export=targets,
         io_dtype=args.io_dtype, max_drop=args.max_drop, qat_steps=args.qat_steps,
-        qat_learning_rate=args.qat_lr, replan=args.resume,
+        qat_learning_rate=args.qat_lr, qat_epochs=args.qat_epochs, replan=args.resume,
         on_plan=_print_plan,
         log=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
     title = (f"mvit2 finetune: {config.model.name} on {len(result.data.class_names)} classes, "

@@ -28,6 +28,7 @@ def register(sub) -> None:
         DEFAULT_OBJECTIVE,
         OBJECTIVES,
         QAT_BATCH_SIZE,
+        QAT_EPOCHS,
         QAT_LEARNING_RATE,
         QAT_MAX_STEPS,
     )
@@ -65,8 +66,11 @@ def register(sub) -> None:
                         "candidate; default: the training part of --data (fashion_mnist's "
                         "train split, DIR/train/), none for a flat folder")
     p.add_argument("--qat-steps", type=int, default=QAT_MAX_STEPS, metavar="N",
-                   help="qat_int8: one pass over the training images, at most N steps of "
+                   help="qat_int8: a pass over the training images is at most N steps of "
                         f"{QAT_BATCH_SIZE} images (default {QAT_MAX_STEPS}; 0: never try it)")
+    p.add_argument("--qat-epochs", type=int, default=QAT_EPOCHS, metavar="E",
+                   help=f"qat_int8: passes over the training images (default {QAT_EPOCHS}), "
+                        "towards the float model's own answers")
     p.add_argument("--qat-lr", type=float, default=QAT_LEARNING_RATE, metavar="LR",
                    help=f"qat_int8: Adam learning rate (default {QAT_LEARNING_RATE:g})")
     from keras_mvit2.cli.export_cmd import _model_args
@@ -92,7 +96,8 @@ def _optimize(args: argparse.Namespace) -> int:
         model = with_input_size(model, None)
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     qat = qat_settings(args.train_data or training_images_of(args.data),
-                       steps=args.qat_steps, learning_rate=args.qat_lr, verbose=True)
+                       steps=args.qat_steps, learning_rate=args.qat_lr,
+                       epochs=args.qat_epochs, verbose=True)
     print(f"optimizing {model.name} for {args.target} within {args.max_drop:g} top-1 points "
           f"(objective: {args.objective})", flush=True)
     try:

@@ -115,7 +115,9 @@ class WorkerContext:
         from keras_mvit2.quantize._worker_common import load_arrays
 
         x, y, sizes = load_arrays(info)
-        y = y.astype(np.int64)
+        # (N,) class indices, or (N, classes) soft targets (distillation: the float model's
+        # probabilities)
+        y = y.astype(np.int64) if y.ndim == 1 else y.astype(np.float32)
         if sizes is None:
             ds = tf.data.Dataset.from_tensor_slices((x, y))
             if shuffle:
@@ -130,19 +132,23 @@ class WorkerContext:
 
         spec = (
             tf.TensorSpec((None, *x.shape[1:]), tf.float32),
-            tf.TensorSpec((None,), tf.int64),
+            tf.TensorSpec((None, *y.shape[1:]), tf.as_dtype(y.dtype)),
         )
         ds = tf.data.Dataset.from_generator(batches, output_signature=spec)
         return ds.repeat().prefetch(2), len(sizes)
 
-    def compile(self, model, learning_rate: float, *, metrics: bool = True) -> None:
+    def compile(self, model, learning_rate: float, *, metrics: bool = True,
+                soft_targets: bool = False) -> None:
+        """Adam and cross-entropy against class indices, or against `(N, classes)` soft
+        targets (`soft_targets`: the float model's probabilities; "accuracy" is then the
+        share of images whose top-1 matches the targets')."""
         import tf_keras
 
+        loss = (tf_keras.losses.CategoricalCrossentropy if soft_targets
+                else tf_keras.losses.SparseCategoricalCrossentropy)
         model.compile(
             optimizer=tf_keras.optimizers.Adam(learning_rate),
-            loss=tf_keras.losses.SparseCategoricalCrossentropy(
-                from_logits=not self.job["model"]["probabilities"]
-            ),
+            loss=loss(from_logits=not self.job["model"]["probabilities"]),
             metrics=["accuracy"] if metrics else None,
         )
 

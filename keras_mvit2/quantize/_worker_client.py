@@ -263,11 +263,13 @@ def image_input_shape(model) -> tuple[int, ...]:
 
 
 def stage_training_data(model, train_data, workdir: str, *, batch_size: int,
-                        steps_per_epoch: int | None):
+                        steps_per_epoch: int | None, distill: bool = False):
     """Reads `train_data` for `model` and saves it for the worker.
 
     Returns `(x, y, path, steps)`: the images and integer labels read, the `.npz` the
-    worker trains on, and the steps per epoch (`steps_per_epoch`, or one pass).
+    worker trains on (with `distill`, its targets are `model`'s probabilities on the
+    images, `(N, classes)` float32, instead of the labels), and the steps per epoch
+    (`steps_per_epoch`, or one pass).
     """
     input_shape = image_input_shape(model)
     num_classes = int(model.outputs[0].shape[-1])
@@ -277,9 +279,23 @@ def stage_training_data(model, train_data, workdir: str, *, batch_size: int,
         max_batches=steps_per_epoch, split="train", limit=limit,
     )
     y = integer_labels(y, num_classes, "train_data")
-    path = save_arrays(os.path.join(workdir, "train.npz"), x, y, sizes)
+    targets = teacher_probabilities(model, x, batch_size) if distill else y
+    path = save_arrays(os.path.join(workdir, "train.npz"), x, targets, sizes)
     steps = steps_per_epoch or (len(sizes) if sizes else math.ceil(len(x) / batch_size))
     return x, y, path, steps
+
+
+def teacher_probabilities(model, x: np.ndarray, batch_size: int) -> np.ndarray:
+    """`model`'s class probabilities on the images `x`, `(N, classes)` float32 (a softmax
+    of its outputs when it ends with logits): the soft targets of distillation."""
+    import keras
+
+    from keras_mvit2.quantize.twin_transfer import output_is_probabilities
+
+    out = np.asarray(model.predict(x, batch_size=max(batch_size, 32), verbose=0), np.float32)
+    if not output_is_probabilities(model):
+        out = np.asarray(keras.ops.softmax(out, axis=-1), np.float32)
+    return out
 
 
 # --------------------------------------------------------------------------------------

@@ -158,6 +158,7 @@ def qat(
     calibration_steps: int = 16,
     num_calibration_samples: int = 200,
     freeze_batch_norm: bool = True,
+    distill: bool = False,
     allow_float_ops: bool = False,
     class_names: Sequence[str] | None = None,
     verbose: bool = True,
@@ -203,6 +204,10 @@ def qat(
         num_calibration_samples: representative images for the converter.
         freeze_batch_norm: keep BatchNormalization statistics and parameters fixed
             during the fine-tune (recommended for a short QAT run).
+        distill: train towards the float model's own probabilities on the training
+            images (cross-entropy against them, instead of against the labels): the
+            int8 file learns to give the float model's answers, which is what a
+            shipped file is judged by, rather than to fit the labels again.
         allow_float_ops: accept a TFLite model in which some ops stayed float
             (default: that is an error naming the ops).
         class_names: one name per output class, written into the file's metadata (ours
@@ -240,7 +245,8 @@ def qat(
 
     with _worker_client.temporary_workdir("qat") as workdir:
         x, y, train, steps = _worker_client.stage_training_data(
-            model, train_data, workdir, batch_size=batch_size, steps_per_epoch=steps_per_epoch)
+            model, train_data, workdir, batch_size=batch_size, steps_per_epoch=steps_per_epoch,
+            distill=distill)
 
         if representative_data is None:
             rng = np.random.default_rng(0)
@@ -272,7 +278,7 @@ def qat(
             train=train, validation=val, representative=rep, epochs=epochs,
             steps_per_epoch=steps, batch_size=batch_size, learning_rate=float(learning_rate),
             calibration_steps=calibration_steps, io_dtype=io_dtype,
-            freeze_batch_norm=bool(freeze_batch_norm),
+            freeze_batch_norm=bool(freeze_batch_norm), distill=bool(distill),
             tflite_path=os.path.join(workdir, "qat_model.tflite"),
         )
         result = _worker_client.run_worker("qat", job, workdir, verbose=verbose, timeout=timeout)
@@ -736,9 +742,11 @@ def worker_qat(ctx) -> dict[str, Any]:
     if job["freeze_batch_norm"]:
         for bn in quantizer.batch_norms(qat_model):
             bn.trainable = False
-    ctx.compile(qat_model, job["learning_rate"])
+    distill = bool(job.get("distill"))
+    ctx.compile(qat_model, job["learning_rate"], soft_targets=distill)
     epochs = int(job["epochs"])
-    ctx.log(f"QAT fine-tune: {epochs} epoch(s) x {steps} steps, lr={job['learning_rate']:g}")
+    ctx.log(f"QAT fine-tune: {epochs} epoch(s) x {steps} steps, lr={job['learning_rate']:g}"
+            + (", towards the float model's probabilities" if distill else ""))
     history = qat_model.fit(
         dataset, epochs=epochs, steps_per_epoch=steps, verbose=0,
         callbacks=[ctx.progress_callback("qat", epochs, steps)],

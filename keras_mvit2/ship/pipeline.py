@@ -150,6 +150,7 @@ def finetune_to_phone(
     max_drop: float | None = None,
     qat_steps: int | None = None,
     qat_learning_rate: float | None = None,
+    qat_epochs: int | None = None,
     replan: bool = False,
     log: Log | None = None,
     on_plan: Callable[[Any], None] | None = None,
@@ -172,10 +173,11 @@ def finetune_to_phone(
             nothing slower than float32 on this host).
         qat_steps: the quantization-aware training of the ``qat_int8`` file (tried where
             the int8 `.tflite` loses more than `WARN_DROP_POINTS`, and offered to the
-            optimizer with `max_drop`): one pass over the run's training images, at most
-            this many steps (default `keras_mvit2.export.optimizer.QAT_MAX_STEPS`; 0:
-            never).
+            optimizer with `max_drop`), towards the model's own answers on the run's
+            training images: at most this many steps a pass (default
+            `keras_mvit2.export.optimizer.QAT_MAX_STEPS`; 0: never).
         qat_learning_rate: its Adam learning rate (default `QAT_LEARNING_RATE`).
+        qat_epochs: its passes over the training images (default `QAT_EPOCHS`).
         replan: as `training.train`.
         log: called with progress lines and the warnings: small or imbalanced classes,
             and default files that lose more than `WARN_DROP_POINTS` top-1 points
@@ -191,7 +193,12 @@ def finetune_to_phone(
 
     from keras_mvit2 import training
     from keras_mvit2._version import __version__
-    from keras_mvit2.export.optimizer import QAT_LEARNING_RATE, QAT_MAX_STEPS, qat_settings
+    from keras_mvit2.export.optimizer import (
+        QAT_EPOCHS,
+        QAT_LEARNING_RATE,
+        QAT_MAX_STEPS,
+        qat_settings,
+    )
     from keras_mvit2.ship.model_card import write_model_card
     from keras_mvit2.training.records import update_run_json
     from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
@@ -206,6 +213,7 @@ def finetune_to_phone(
     qat = qat_settings(  # checked before training, used by the export
         train_source, steps=QAT_MAX_STEPS if qat_steps is None else qat_steps,
         learning_rate=QAT_LEARNING_RATE if qat_learning_rate is None else qat_learning_rate,
+        epochs=QAT_EPOCHS if qat_epochs is None else qat_epochs,
         crop_ratio=config.data.crop_ratio, verbose=log is not None)
     say(f"{len(checked.class_names)} classes:")
     for line in checked.lines():

@@ -41,7 +41,8 @@ from keras_mvit2.export.optimizer.data import OptimizeData, load_optimize_data
 from keras_mvit2.utils.files import atomic_output, disk_size
 
 __all__ = [
-    "DEFAULT_OBJECTIVE", "OBJECTIVES", "QAT_BATCH_SIZE", "QAT_CANDIDATE", "QAT_LEARNING_RATE",
+    "DEFAULT_OBJECTIVE", "OBJECTIVES", "QAT_BATCH_SIZE", "QAT_CANDIDATE", "QAT_EPOCHS",
+    "QAT_LEARNING_RATE",
     "QAT_MAX_STEPS", "OptimizeResult", "OverBudgetError", "QATSettings", "best_within",
     "compare_with_float", "float_reference", "objective_note", "optimize", "qat_decision",
     "qat_settings",
@@ -53,11 +54,13 @@ DEFAULT_OBJECTIVE = "size_fast"
 CANDIDATES_FOLDER = "candidates"
 #: The quantization-aware-trained candidate's name.
 QAT_CANDIDATE = "qat_int8"
-#: The short QAT of the `qat_int8` candidate: at most this many steps (one pass over the
-#: training images read, `QAT_MAX_STEPS * QAT_BATCH_SIZE` of them at most), at this
-#: Adam learning rate, this many images a step.
+#: The short QAT of the `qat_int8` candidate: `QAT_EPOCHS` passes over the training images
+#: read (`QAT_MAX_STEPS * QAT_BATCH_SIZE` of them at most: at most `QAT_MAX_STEPS` steps a
+#: pass), at this Adam learning rate, this many images a step, towards the float model's
+#: own probabilities (distillation; `QATSettings.distill`).
 QAT_MAX_STEPS = 300
-QAT_LEARNING_RATE = 1e-5
+QAT_EPOCHS = 3
+QAT_LEARNING_RATE = 1e-4
 QAT_BATCH_SIZE = 8
 
 
@@ -71,10 +74,13 @@ class QATSettings:
             Fashion-MNIST split (``"fashion_mnist:train"``), a `keras_mvit2.data.ImageSource`
             (a fine-tuning run's training split) or ``(images, labels)`` arrays (float32 in
             [0, 1]).
-        max_steps: one pass over the images read, capped at this many steps (at most
+        max_steps: a pass over the images read is capped at this many steps (at most
             ``max_steps * batch_size`` images are read).
+        epochs: passes over the images read.
         learning_rate: Adam's learning rate (small: the model is already trained).
         batch_size: images per step.
+        distill: train towards the float model's probabilities on the images (the int8
+            file learns to give the model's answers) instead of towards their labels.
         crop_ratio: the centre crop of the images read (default: the reader's, 0.875 for
             folders, 1.0 for Fashion-MNIST).
         verbose: stream the QAT worker's progress lines.
@@ -86,9 +92,12 @@ class QATSettings:
     batch_size: int = QAT_BATCH_SIZE
     crop_ratio: float | None = None
     verbose: bool = False
+    epochs: int = QAT_EPOCHS
+    distill: bool = True
 
     def __post_init__(self) -> None:
-        for name, option in (("max_steps", "--qat-steps"), ("batch_size", None)):
+        for name, option in (("max_steps", "--qat-steps"), ("epochs", "--qat-epochs"),
+                             ("batch_size", None)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 where = f" ({option}; 0 there: no quantization-aware training)" if option else ""
@@ -108,8 +117,9 @@ class QATSettings:
             source = os.fspath(data)
         else:
             source = getattr(getattr(data, "skipped", None), "where", None) or type(data).__name__
-        return {"train_data": source, "max_steps": self.max_steps,
-                "learning_rate": self.learning_rate, "batch_size": self.batch_size}
+        return {"train_data": source, "max_steps": self.max_steps, "epochs": self.epochs,
+                "learning_rate": self.learning_rate, "batch_size": self.batch_size,
+                "distill": self.distill}
 
     def images(self, image_size: tuple[int, int],
                class_names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -179,15 +189,16 @@ class OptimizeResult:
 
 
 def qat_settings(train_data: Any, *, steps: int = QAT_MAX_STEPS,
-                 learning_rate: float = QAT_LEARNING_RATE, crop_ratio: float | None = None,
+                 learning_rate: float = QAT_LEARNING_RATE, epochs: int = QAT_EPOCHS,
+                 crop_ratio: float | None = None,
                  verbose: bool = False) -> QATSettings | None:
-    """The `QATSettings` of the command lines' ``--qat-steps`` / ``--qat-lr`` for
-    `train_data`, or None (no ``qat_int8``) for 0 steps or no training images (None);
-    an invalid value is a ValueError naming the option."""
+    """The `QATSettings` of the command lines' ``--qat-steps`` / ``--qat-lr`` /
+    ``--qat-epochs`` for `train_data`, or None (no ``qat_int8``) for 0 steps or no training
+    images (None); an invalid value is a ValueError naming the option."""
     if steps == 0 or train_data is None:
         return None
     return QATSettings(train_data, max_steps=steps, learning_rate=learning_rate,
-                       crop_ratio=crop_ratio, verbose=verbose)
+                       epochs=epochs, crop_ratio=crop_ratio, verbose=verbose)
 
 
 def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite",

@@ -119,7 +119,8 @@ def qat_candidate(model: Any, settings: Any, *, calibration_data: np.ndarray,
                   training_class_names: Sequence[str] | None = None,
                   io_dtype: str = "float32") -> Candidate:
     """The ``qat_int8`` candidate: `keras_mvit2.quantize.qat` on `settings`' training images
-    (one pass, at most `settings.max_steps` steps, BatchNorm frozen), calibrated on
+    (`settings.epochs` passes of at most `settings.max_steps` steps, BatchNorm frozen,
+    towards the model's own probabilities with `settings.distill`), calibrated on
     `calibration_data`, `class_names` in the file.
 
     Raises:
@@ -143,12 +144,14 @@ def qat_candidate(model: Any, settings: Any, *, calibration_data: np.ndarray,
 
         size = tuple(int(d) for d in model.inputs[0].shape[1:3])
         images, labels = settings.images(size, expected)
-        result = qat(model, (images, labels), epochs=1, learning_rate=settings.learning_rate,
+        result = qat(model, (images, labels), epochs=settings.epochs,
+                     learning_rate=settings.learning_rate, distill=settings.distill,
                      output_path=path, representative_data=calibration_data,
                      io_dtype=io_dtype, batch_size=settings.batch_size,
                      num_calibration_samples=len(calibration_data), class_names=names,
                      verbose=settings.verbose)
-        return {"training_images": len(images), "steps": result.steps_per_epoch,
+        return {"training_images": len(images),
+                "steps": result.steps_per_epoch * settings.epochs,
                 "qat_seconds": round(result.seconds, 1)}
 
     return Candidate(QAT_CANDIDATE, recipe, build, _MEASURED_BY)
