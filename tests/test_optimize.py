@@ -508,6 +508,23 @@ def test_qat_int8_is_offered_only_when_no_post_training_int8_file_meets_the_budg
     assert not ship_qat(5.0, None) and not ship_qat(None, 0.0)
 
 
+def test_a_shipped_qat_file_still_over_a_point_keeps_the_warning_and_says_what_it_beat():
+    from keras_mvit2.ship.phone_files import export_warnings
+
+    record = {"format": "TFLite", "quantization": "int8", "path": "phone/model_int8.tflite",
+              "top1": 0.60, "keras_top1": 0.63, "top1_agreement": 0.8,
+              "qat": {"steps": 339, "shipped": True, "drop_points": 3.0,
+                      "post_training": {"drop_points": 16.0,
+                                        "path": "phone/model_int8_post_training.tflite"}}}
+    (warning,) = export_warnings([record])
+    assert warning.startswith("the TFLite int8 file (phone/model_int8.tflite) scores 3.0 top-1")
+    assert ("It is quantization-aware trained (339 steps), which did not fix it but did better "
+            "than the post-training file (phone/model_int8_post_training.tflite), which scores "
+            "16.0 top-1 points below Keras.") in warning
+    record.update(top1=0.63, qat={**record["qat"], "drop_points": 0.0})
+    assert export_warnings([record]) == []
+
+
 def test_qat_settings_and_the_training_images_of_the_optimizers_data(tmp_path):
     from keras_mvit2.export.optimizer import QATSettings, qat_settings, training_images_of
 
