@@ -155,6 +155,9 @@ def test_qat_exports_full_integer_model(qat_run):
     scale, zero_point = report.inputs[0].quantization
     np.testing.assert_allclose([(-128 - zero_point) * scale, (127 - zero_point) * scale],
                                [0.0, 1.0], atol=1e-6)
+    # the tensors without a fake-quantizer were re-ranged as the int8 export ranges them
+    calibration = read_tflite_metadata(result.tflite_path)["calibration"]
+    assert calibration["activation_ranges"] == "p99.99"
     # nested layers really were quantization-aware: their sublayers got QuantizeConfigs
     assert "qkv_proj" in result.quantized_layers["mvit"]
     assert "norm1: output" in result.quantized_layers["mvit"]
@@ -311,6 +314,13 @@ def test_cluster_leaves_at_most_k_values_per_kernel(trained, fmnist, tmp_path):
         assert entry["max_unique_per_channel"] <= k, entry
     (dense,) = exported["FULLY_CONNECTED"]
     assert dense["unique"] <= k
+
+
+def test_qat_names_an_unknown_range_method_before_training(fmnist):
+    from keras_mvit2.quantize import qat
+
+    with pytest.raises(ValueError, match="activation_ranges must be one of"):
+        qat(small_model(), (fmnist["x"][:8], fmnist["y"][:8]), activation_ranges="max")
 
 
 def test_distillation_trains_towards_the_float_models_probabilities(fmnist, tmp_path):

@@ -42,7 +42,11 @@ How the layers are quantized (worker side, `_Quantizer`):
 
   Activation ops called as functions (SiLU, ReLU, softmax, residual adds that
   are not a layer's output) get their ranges from the converter's calibration
-  on the representative images.
+  on the representative images, chosen per tensor as the int8 export chooses them
+  (``activation_ranges``, default the 99.99 % interval instead of the global min /
+  max: on a fine-tuned MobileViTV2-0.5 at 256x256, the same QAT model converted both
+  ways agrees with Keras on 83.1 % of 1,000 test images against 78.7 %, top-1 63.5 %
+  against 61.2 %, Keras 65.0 %).
 * Before training, the activation ranges are calibrated on a few training
   batches (a running mean of the batch min/max instead of TFMOT's EMA from the
   [-6, 6] default, which needs thousands of steps), with BatchNormalization in
@@ -159,6 +163,7 @@ def qat(
     num_calibration_samples: int = 200,
     freeze_batch_norm: bool = True,
     distill: bool = False,
+    activation_ranges: str = "p99.99",
     allow_float_ops: bool = False,
     class_names: Sequence[str] | None = None,
     verbose: bool = True,
@@ -208,6 +213,12 @@ def qat(
             images (cross-entropy against them, instead of against the labels): the
             int8 file learns to give the float model's answers, which is what a
             shipped file is judged by, rather than to fit the labels again.
+        activation_ranges: how the ranges of the tensors without a fake-quantizer (the
+            activations called as functions: SiLU, residual sums, the attention's
+            products) are chosen from the representative images, as
+            ``to_tflite(activation_ranges=...)`` does: ``"p99.99"`` (default, as the int8
+            export), ``"mse"``, ``"p<percent>"`` or ``"minmax"`` (the converter's global min /
+            max). The fake-quantized tensors keep their trained ranges.
         allow_float_ops: accept a TFLite model in which some ops stayed float
             (default: that is an error naming the ops).
         class_names: one name per output class, written into the file's metadata (ours
@@ -228,6 +239,9 @@ def qat(
     _positive_int("epochs", epochs)
     _positive_int("steps_per_epoch", steps_per_epoch, allow_none=True)
     _positive_int("batch_size", batch_size)
+    from keras_mvit2.export.tflite.activation_ranges import check_range_method
+
+    activation_ranges = check_range_method(activation_ranges)
     _positive_int("calibration_steps", calibration_steps)
     _positive_int("num_calibration_samples", num_calibration_samples)
     if io_dtype not in IO_DTYPES:
@@ -279,17 +293,19 @@ def qat(
             steps_per_epoch=steps, batch_size=batch_size, learning_rate=float(learning_rate),
             calibration_steps=calibration_steps, io_dtype=io_dtype,
             freeze_batch_norm=bool(freeze_batch_norm), distill=bool(distill),
+            activation_ranges=activation_ranges,
             tflite_path=os.path.join(workdir, "qat_model.tflite"),
         )
         result = _worker_client.run_worker("qat", job, workdir, verbose=verbose, timeout=timeout)
         with open(result["tflite_path"], "rb") as f:
             flatbuffer = f.read()
 
+
     return _finish(
         model, flatbuffer, output_path, result=result, io_dtype=io_dtype, xv=xv, yv=yv,
         rep_count=len(rep_images), allow_float_ops=allow_float_ops, epochs=epochs,
         steps=steps, calibration_steps=calibration_steps, start=start, verbose=verbose,
-        class_names=class_names,
+        class_names=class_names, activation_ranges=activation_ranges,
     )
 
 
@@ -303,12 +319,13 @@ def qat_installed() -> bool:
 
 def _finish(model, flatbuffer: bytes, output_path: str, *, result, io_dtype, xv, yv,
             rep_count, allow_float_ops, epochs, steps, calibration_steps, start, verbose,
-            class_names=None):
+            class_names=None, activation_ranges=None):
     from keras_mvit2.export.tflite.inspect import inspect_tflite
     from keras_mvit2.export.tflite.run import run_tflite
     from keras_mvit2.utils.files import atomic_output
 
-    flatbuffer = _with_metadata(model, flatbuffer, io_dtype, rep_count, class_names)
+    flatbuffer = _with_metadata(model, flatbuffer, io_dtype, rep_count, class_names,
+                                activation_ranges)
     with atomic_output(output_path) as tmp_path:
         with open(tmp_path, "wb") as f:
             f.write(flatbuffer)
@@ -361,7 +378,8 @@ def _finish(model, flatbuffer: bytes, output_path: str, *, result, io_dtype, xv,
 
 
 def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int,
-                   class_names: list[str] | None = None) -> bytes:
+                   class_names: list[str] | None = None,
+                   activation_ranges: str | None = None) -> bytes:
     """Adds keras_mvit2's TFLite metadata (preprocessing, I/O quantization, class names),
     the ``serving_default`` signature and the standard TFLite Model Metadata that
     MediaPipe Tasks reads (with the labels): `embed_all_metadata`, as `to_tflite` does."""
@@ -372,7 +390,8 @@ def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int,
     info = tflite_metadata(
         model, inputs=summary.inputs, outputs=summary.outputs, quantization="int8",
         batch_size=1, class_names=class_names,
-        calibration={"source": "representative images (QAT)", "num_samples": rep_count},
+        calibration={"source": "representative images (QAT)", "num_samples": rep_count,
+                     "activation_ranges": activation_ranges},
         user={"quantization_aware_training": True, "io_dtype": io_dtype},
     )
     return embed_all_metadata(flatbuffer, info, summary.outputs)
@@ -705,7 +724,13 @@ class _Quantizer:
                 bn.trainable = flag
         log(f"calibrated activation ranges on {steps} batches")
 
-    def convert(self, model, input_shape, representative: np.ndarray, io_dtype: str) -> bytes:
+    def convert(self, model, input_shape, representative: np.ndarray, io_dtype: str,
+                activation_ranges: str | None = None) -> bytes:
+        """The full-int8 flatbuffer of the QAT `model`. The fake-quantized tensors keep the
+        ranges trained; the others (activations called as functions: SiLU, residual sums,
+        the attention's products) are calibrated on `representative`, and with
+        `activation_ranges` (``"p99.99"``, ...) re-ranged as `to_tflite` does
+        (`keras_mvit2.export.tflite.activation_ranges`) instead of the global min / max."""
         tf = self.tf
         spec = tf.TensorSpec((1, *[int(d) for d in input_shape[1:]]), tf.float32)
         function = tf.function(lambda x: model(x, training=False))
@@ -723,6 +748,18 @@ class _Quantizer:
             dtype = {"int8": tf.int8, "uint8": tf.uint8}[io_dtype]
             converter.inference_input_type = dtype
             converter.inference_output_type = dtype
+        if activation_ranges not in (None, "minmax"):
+            from keras_mvit2.export.tflite.activation_ranges import select_ranges
+            from keras_mvit2.export.tflite.calibrated_quantize import (
+                quantize_after_calibration,
+                representative_images,
+            )
+
+            def edit(calibrated: bytes) -> bytes:
+                return select_ranges(calibrated, representative_images(converter),
+                                     activation_ranges)
+
+            quantize_after_calibration(converter, edit=edit)
         return converter.convert()
 
 
@@ -761,9 +798,11 @@ def worker_qat(ctx) -> dict[str, Any]:
     representative, _, _ = _worker_common.load_arrays(job["representative"])
     ctx.log(f"converting to full-integer TFLite ({job['io_dtype']} I/O, "
             f"{len(representative)} representative images)")
-    flatbuffer = quantizer.convert(qat_model, twin.input_shape, representative, job["io_dtype"])
+    flatbuffer = quantizer.convert(qat_model, twin.input_shape, representative, job["io_dtype"],
+                                   job.get("activation_ranges"))
     with open(job["tflite_path"], "wb") as f:
         f.write(flatbuffer)
+
     ctx.log(f"wrote {len(flatbuffer):,} bytes")
     return {
         "tflite_path": job["tflite_path"],
