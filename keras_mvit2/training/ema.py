@@ -78,7 +78,9 @@ class ExponentialMovingAverage(keras.layers.Layer):
                     name=f"ema_{i}",
                 )
             )
-            shadows[-1].assign(v.value)
+            # A copy: on JAX an assigned array is shared, and a train step that donates
+            # its state's buffers must not meet one buffer twice.
+            shadows[-1].assign(ops.copy(v.value))
         self.shadows = shadows
         self._targets = _Untracked(targets)
         self.built = True

@@ -12,7 +12,12 @@
   (soft) labels, clipping of the global gradient norm of the whole global batch, an EMA of
   every weight evaluated and saved separately, optional stochastic depth, mixed precision
   where the hardware gains from it, multi-scale training;
-- distribution: `tf.distribute` strategies with the linear batch / learning-rate rule;
+- backends: TensorFlow trains with `ClassifierTrainer`'s own train step; JAX and PyTorch
+  with Keras' train step (`KerasClassifierTrainer`: the optimizer's `global_clipnorm`, the
+  EMA updated by a callback, the same numbers on one device), on tf.data (JAX) or a
+  `PyDataset` read with numpy / PIL (PyTorch); multi-scale training is TensorFlow's;
+- distribution: `tf.distribute` strategies (JAX: `keras.distribution.DataParallel`) with
+  the linear batch / learning-rate rule;
   a training set smaller than one global batch trains with the batch lowered to fit it,
   and one line says so (`run_data.fit_batch_size`);
 - outputs in `output.dir`: `config.yaml` (the final config) and `run.json` (derived
@@ -36,6 +41,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import keras
 import numpy as np
@@ -72,6 +78,7 @@ from keras_mvit2.training.distribute import (
 from keras_mvit2.training.ema import ExponentialMovingAverage
 from keras_mvit2.training.epochs import _tensorboard_available, fit_epochs
 from keras_mvit2.training.evaluation import EvalResult, evaluate
+from keras_mvit2.training.keras_trainer import KerasClassifierTrainer
 from keras_mvit2.training.optimizer import (
     _steps_per_epoch,
     _warmup_steps,
@@ -100,9 +107,14 @@ from keras_mvit2.training.run_folder import (
     plan_run,
     prepare_folder,
 )
-from keras_mvit2.training.train_step import ClassifierTrainer, ops_cast
+from keras_mvit2.utils.backend import tensorflow_hidden_from_keras
 from keras_mvit2.utils.model_files import check_file_format
 from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
+
+if keras.backend.backend() == "tensorflow":
+    from keras_mvit2.training.train_step import ClassifierTrainer, ops_cast
+elif TYPE_CHECKING:
+    from keras_mvit2.training.train_step import ClassifierTrainer
 
 # What this module held before it was split into the modules above stays importable from
 # here (tests and benchmarks import some of the private names too).
@@ -112,6 +124,7 @@ __all__ = [
     "STATE_FILE",
     "ClassifierTrainer",
     "EvalResult",
+    "KerasClassifierTrainer",
     "TrainResult",
     "_EMAValidation",
     "_Throughput",
@@ -151,8 +164,13 @@ def build_trainer(
     *,
     multiscale: bool = False,
     classifier: keras.Model | None = None,
-) -> ClassifierTrainer:
+) -> ClassifierTrainer | KerasClassifierTrainer:
     """The compiled `ClassifierTrainer` of `config`: classifier, optimizer, EMA, loss, metrics.
+
+    On JAX and PyTorch a `KerasClassifierTrainer` (Keras' train step; the optimizer clips
+    the global norm, `step_callbacks()` update the EMA): see `keras_trainer`. JAX always
+    compiles its step (`jit_compile=True`), PyTorch runs it eagerly (no `torch.compile`);
+    `training.jit_compile` is TensorFlow's XLA switch.
 
     This is the training model `train` fits (call it inside `strategy.scope()` when
     distributing); benchmarks use it to time exactly the same train step.
@@ -168,17 +186,29 @@ def build_trainer(
             (benchmarks time other layouts with the same recipe).
     """
     size = config.model.image_size
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        _check_keras_backend_config(config, backend, multiscale)
     if classifier is None:
         classifier = build_classifier(config, num_classes, any_size=multiscale)
-    optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision)
     ema = None
     if config.ema.enabled:
         ema = ExponentialMovingAverage(config.ema.decay, config.ema.warmup, name="ema")
         ema.track(classifier.weights)
     example = (np.zeros((1, size, size, 3), "float32"), np.zeros((1, num_classes), "float32"))
-    trainer = ClassifierTrainer(
-        classifier, multiscale=multiscale, ema=ema,
-        clip_global_norm=config.optimizer.clip_global_norm, example_batch=example)
+    jit_compile = config.training.jit_compile
+    if backend == "tensorflow":
+        optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision)
+        trainer = ClassifierTrainer(
+            classifier, multiscale=multiscale, ema=ema,
+            clip_global_norm=config.optimizer.clip_global_norm, example_batch=example)
+    else:
+        optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision,
+                                   global_clipnorm=config.optimizer.clip_global_norm)
+        trainer = KerasClassifierTrainer(
+            classifier, ema=ema, clip_global_norm=config.optimizer.clip_global_norm,
+            example_batch=example)
+        jit_compile = backend == "jax"
     trainer.compile(
         optimizer=optimizer,
         loss=keras.losses.CategoricalCrossentropy(
@@ -186,9 +216,25 @@ def build_trainer(
         metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
                  keras.metrics.TopKCategoricalAccuracy(k=min(5, num_classes), name="top5")],
         steps_per_execution=config.training.steps_per_execution,
-        jit_compile=config.training.jit_compile,
+        jit_compile=jit_compile,
     )
     return trainer
+
+
+def _check_keras_backend_config(config: TrainConfig, backend: str, multiscale: bool) -> None:
+    """Refuses what only the TensorFlow train step does, naming the backend and the fix."""
+    if multiscale or config.multiscale.enabled:
+        raise ValueError(
+            f"multiscale.enabled: multi-scale training runs on the TensorFlow backend only "
+            f"(its train step is a tf.function for every batch shape), and Keras runs on "
+            f"{backend!r} here. Train with KERAS_BACKEND=tensorflow, or at one size with "
+            "--set multiscale.enabled=false.")
+    if config.ema.enabled and config.training.steps_per_execution != 1:
+        raise ValueError(
+            f"training.steps_per_execution={config.training.steps_per_execution} with the EMA "
+            f"on the {backend!r} backend: the EMA is updated after every optimizer step by a "
+            "callback, which Keras calls once per execution. Set "
+            "training.steps_per_execution=1, or train with KERAS_BACKEND=tensorflow.")
 
 
 def train(
@@ -241,12 +287,16 @@ def train(
     """
     if not isinstance(config, TrainConfig):
         config = load_config(config)
-    if config.training.deterministic:
-        _make_deterministic()  # before the strategy starts TensorFlow's runtime
-    strategy = make_strategy(config.training.strategy, tpu=config.training.tpu)
-    policy = resolve_precision(config.training.precision, strategy)
-    with precision_policy(policy):
-        return _train(config, strategy, policy, list(callbacks or []), replan, on_plan)
+    if keras.backend.backend() != "tensorflow":  # before any data is read
+        _check_keras_backend_config(config, keras.backend.backend(), multiscale=False)
+    # PyTorch: Keras' own uses of TensorFlow (seeding, serialization) see it as not installed.
+    with tensorflow_hidden_from_keras():
+        if config.training.deterministic:
+            _make_deterministic()  # before the strategy starts TensorFlow's runtime
+        strategy = make_strategy(config.training.strategy, tpu=config.training.tpu)
+        policy = resolve_precision(config.training.precision, strategy)
+        with precision_policy(policy):
+            return _train(config, strategy, policy, list(callbacks or []), replan, on_plan)
 
 
 def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list, replan: bool,

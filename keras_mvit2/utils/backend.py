@@ -15,14 +15,17 @@ This module imports neither Keras nor TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 
 __all__ = [
     "TensorFlowBackendRequiredError",
     "keras_backend_name",
     "require_tensorflow",
+    "tensorflow_hidden_from_keras",
     "tensorflow_loadable",
 ]
 
@@ -66,6 +69,32 @@ def tensorflow_loadable() -> bool:
     TensorFlow-free input (`keras_mvit2.data.py_dataset`).
     """
     return keras_backend_name() != "torch"
+
+
+@contextlib.contextmanager
+def tensorflow_hidden_from_keras() -> Iterator[None]:
+    """On PyTorch: within the block, Keras sees TensorFlow as not installed.
+
+    Keras uses TensorFlow on every backend whenever it is installed, importing it on first
+    use: `keras.utils.set_random_seed` seeds it, `serialize_keras_object` (saving a `.keras`
+    model, a learning-rate schedule) checks for its `TensorShape`. On PyTorch that import
+    would put TensorFlow beside it (a PyTorch convolution then segfaults on this stack), so
+    training there runs inside this block: Keras' lazy `tensorflow` module answers
+    "not available" and Keras takes the path it takes without TensorFlow. Nothing changes
+    on TensorFlow and JAX, or once TensorFlow is imported.
+    """
+    if tensorflow_loadable() or "tensorflow" in sys.modules:
+        yield
+        return
+    from keras.src.utils import module_utils
+
+    lazy = module_utils.tensorflow
+    saved = lazy._available
+    lazy._available = False
+    try:
+        yield
+    finally:
+        lazy._available = saved
 
 
 def require_tensorflow(feature: str) -> None:
