@@ -21,7 +21,7 @@ import keras
 from keras_mvit2 import data as mvdata
 from keras_mvit2.training.config import TrainConfig
 from keras_mvit2.training.distribute import Scaling, scale_for_replicas
-from keras_mvit2.utils.backend import require_tensorflow, tensorflow_loadable
+from keras_mvit2.utils.backend import TensorFlowBackendRequiredError, tensorflow_loadable
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -98,8 +98,11 @@ def _make_py_sources(config: TrainConfig) -> tuple[Any, Any]:
                                           **val_kw)
         return train, val
     if d.source != "image_folder":
-        require_tensorflow(f"data.source {d.source!r} (read with tf.data; image_folder and "
-                           "fashion_mnist train on every backend)")
+        raise TensorFlowBackendRequiredError(
+            f"data.source {d.source!r} is read with tf.data, and TensorFlow cannot be loaded "
+            f"beside Keras' {keras.backend.backend()!r} backend. Train with "
+            "KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow, or from an image folder "
+            "(data.source: image_folder) or Fashion-MNIST, which every backend reads.")
     if d.validation is None and d.validation_fraction > 0:
         train = mvdata.py_image_folder(d.train, split="training",
                                        validation_fraction=d.validation_fraction, seed=d.seed)
