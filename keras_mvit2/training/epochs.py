@@ -20,6 +20,7 @@ from keras_mvit2.training.divergence import (
 )
 from keras_mvit2.training.run_data import RunData
 from keras_mvit2.training.run_folder import RunPlan, SchedulePlan, checkpoint_record
+from keras_mvit2.utils.backend import tensorflow_loadable
 from keras_mvit2.utils.progress import EpochProgress, progress_verbose
 
 if TYPE_CHECKING:
@@ -54,7 +55,12 @@ def make_callbacks(
         callbacks.append(_EMAValidation(trainer.ema, val_ds, config.training.validation_steps))
     callbacks.append(throughput)
     if config.output.tensorboard and chief:
-        if _tensorboard_available():
+        if not tensorflow_loadable():
+            logger.warning("output.tensorboard is on, but Keras' TensorBoard callback writes "
+                           "with TensorFlow, which cannot be loaded beside the %r backend: no "
+                           "TensorBoard logs (metrics.json holds the history).",
+                           keras.backend.backend())
+        elif _tensorboard_available():
             callbacks.append(keras.callbacks.TensorBoard(os.path.join(out, "tensorboard"),
                                                          write_graph=False))
         else:
