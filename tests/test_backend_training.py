@@ -33,6 +33,10 @@ WORKER = os.path.join(HERE, "backend_training_worker.py")
 FASHION = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 EMA_DECAY = 0.99  # the worker's config: ema.decay, with warm-up
 TWO_HOST_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+#: PyTorch on one CPU thread: with two OpenMP threads on 2 shared, busy cores (pytest-xdist
+#: beside it) steps took 1-9 s in bursts instead of 0.1 s (the threads spin-wait for each
+#: other); one thread ran every step in 0.11-0.12 s (MobileViTV2-0.5, batch 32, 32x32).
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 pytestmark = [
     pytest.mark.slow,
@@ -52,7 +56,8 @@ def ema_update(before: np.ndarray, weight: np.ndarray, step: int, decay: float) 
 def run(request, tmp_path_factory):
     backend = request.param
     folder = tmp_path_factory.mktemp(f"train_{backend}")
-    strategy, env = ("mirrored", TWO_HOST_DEVICES) if backend == "jax" else ("default", None)
+    strategy, env = ("mirrored", TWO_HOST_DEVICES) if backend == "jax" else ("default",
+                                                                              ONE_THREAD)
     result = run_worker(backend, {"folder": str(folder / "run"), "strategy": strategy},
                         folder, worker=WORKER, env=env)
     return backend, folder, result

@@ -93,3 +93,4 @@ class KerasClassifierTrainer(keras.Model):
             data_batch = tuple(self._example_batch.items)
             iterator = None
         return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
+
