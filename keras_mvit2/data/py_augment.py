@@ -68,7 +68,8 @@ def sample_crop_box(
     """An Inception-style crop box, TensorFlow's `sample_distorted_bounding_box` in numpy.
 
     Args:
-        height, width: the image's size.
+        height: the image's height.
+        width: the image's width.
         rng: the generator of the draws.
         scale: (min, max) area fraction of the crop.
         ratio: (min, max) width / height of the crop.

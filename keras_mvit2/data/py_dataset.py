@@ -74,7 +74,9 @@ class PyTrainBatches(keras.utils.PyDataset):
         augment: `AugmentConfig` (the standard set: crop and flip; the others raise).
         seed: the pipeline seed (`data.seed + epoch` in `train`).
         backend: named in the error for unsupported augmentation.
-        workers, use_multiprocessing, max_queue_size: `keras.utils.PyDataset`'s.
+        workers: threads reading batches (`keras.utils.PyDataset`'s argument).
+        use_multiprocessing: processes instead of threads (`keras.utils.PyDataset`'s).
+        max_queue_size: batches read ahead (`keras.utils.PyDataset`'s).
 
     Yields (by index): `(images float32 (B, H, W, 3) in [0, 1], labels float32
     (B, num_classes))`.
@@ -151,7 +153,9 @@ class PyEvalBatches(keras.utils.PyDataset):
         batch_size: examples per batch.
         num_classes: length of the one-hot labels.
         crop_ratio: float in (0, 1], the fraction of the resized image kept.
-        workers, use_multiprocessing, max_queue_size: `keras.utils.PyDataset`'s.
+        workers: threads reading batches (`keras.utils.PyDataset`'s argument).
+        use_multiprocessing: processes instead of threads (`keras.utils.PyDataset`'s).
+        max_queue_size: batches read ahead (`keras.utils.PyDataset`'s).
     """
 
     def __init__(self, source: PySource, *, image_size: int | Sequence[int], batch_size: int,
