@@ -19,7 +19,8 @@ clipping, an EMA with warm-up), three times in `folder`:
 - `b/`: killed before the first step of epoch 2 (after epoch 1's checkpoint), then trained
   again with the same config: it resumes from the checkpoint.
 
-RESULT.json: the backend, `tf_loaded`, the number of replicas and global batch, the step
+RESULT.json: the backend, `tf_loaded`, the number of replicas and global batch, the Keras
+distribution in effect while `fit` ran (its class name: `DataParallel`, or `NoneType`), the step
 losses, the files of `a/` and its checkpoints, the resumed run's first epoch and last step,
 the largest |difference| between the last checkpoints of `a/` and `b/` (every array: the
 classifier, the EMA's averages, the optimizer's moments and step) and their count, and
@@ -59,6 +60,7 @@ class _Record(keras.callbacks.Callback):
         super().__init__()
         self.losses, self.ema_path = losses, ema_path
         self.before = None
+        self.distribution = None
 
     def on_train_batch_begin(self, batch, logs=None):
         trainer = self.model  # JAX: the step's state synced into the variables
@@ -67,6 +69,7 @@ class _Record(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self.losses.append(float(logs["loss"]))
+        self.distribution = type(keras.distribution.distribution()).__name__  # in `fit`
         trainer = self.model
         step = int(trainer.optimizer.iterations.numpy())
         if step == 2:  # after this step's EMA update (the trainer's `step_callbacks` run first)
@@ -166,10 +169,11 @@ def main(job_path: str, result_path: str) -> None:
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     seconds = {}
     losses: list = []
+    record = _Record(losses, os.path.join(folder, "ema_step.npz"))
     a_dir, b_dir = os.path.join(folder, "a"), os.path.join(folder, "b")
     t = time.perf_counter()
     a = training.train(_config(a_dir, strategy),
-                       callbacks=[_Record(losses, os.path.join(folder, "ema_step.npz"))])
+                       callbacks=[record])
     seconds["train"] = time.perf_counter() - t
     t = time.perf_counter()
     try:
@@ -183,6 +187,7 @@ def main(job_path: str, result_path: str) -> None:
     result = {
         "backend": keras.backend.backend(),
         "num_replicas": a.num_replicas,
+        "distribution_in_fit": record.distribution,
         "global_batch_size": a.global_batch_size,
         "losses": losses,
         "history_loss": [h["loss"] for h in a.history],

@@ -70,6 +70,8 @@ def test_trains_and_writes_the_run_folder(run, capsys):
               f"{result['num_replicas']} replica(s), seconds {result['seconds']}")
     assert result["backend"] == backend
     assert result["num_replicas"] == (2 if backend == "jax" else 1)
+    # JAX: the batches are split over the devices while `fit` runs, not only the weights.
+    assert result["distribution_in_fit"] == ("DataParallel" if backend == "jax" else "NoneType")
     assert result["global_batch_size"] == 16 and result["optimizer_step"] == 6
     losses = result["history_loss"]
     assert np.all(np.isfinite(result["losses"])) and len(result["losses"]) == 6

@@ -7,7 +7,9 @@
   weights are replicated, each batch is split along its first axis, and the gradient is the
   whole global batch's (one SPMD program), so the optimizer's `global_clipnorm` clips the
   global gradient as the TensorFlow train step does. Keras' distribution API runs on JAX
-  only: on PyTorch it is refused.
+  only: on PyTorch it is refused. `train` runs inside `scope()` (Keras reads the
+  distribution when `fit` runs); validation inside `fit` leaves out a last partial batch
+  (`whole_batches`), the final evaluation runs on one device (`one_device`) over every image.
 - `multi_worker`, `tpu`: TensorFlow's; refused here with the way out.
 
 This module does not import TensorFlow.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import keras
 
@@ -51,6 +54,27 @@ class KerasDistribution:
             return
         with self.distribution.scope():
             yield
+
+    @contextlib.contextmanager
+    def one_device(self) -> Iterator[None]:
+        """No distribution inside (models built there live on one device and take batches
+        of any size), the previous one after."""
+        previous = keras.distribution.distribution()
+        keras.distribution.set_distribution(None)
+        try:
+            yield
+        finally:
+            keras.distribution.set_distribution(previous)
+
+    def whole_batches(self, dataset: Any, num_examples: int, batch_size: int) -> Any:
+        """`dataset` for validation inside `fit`: `DataParallel` splits every batch evenly
+        over the devices, so the last batch, which does not fill `batch_size` (the global
+        validation batch, a multiple of the devices) unless it divides `num_examples`, is
+        left out (`take` of the full ones); one device: unchanged. The final metrics
+        (`evaluate` on one device) count every image."""
+        if self.num_replicas_in_sync == 1 or dataset is None:
+            return dataset
+        return dataset.take(max(1, num_examples // batch_size))
 
     @property
     def is_chief(self) -> bool:

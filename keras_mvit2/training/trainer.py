@@ -37,6 +37,7 @@ diverged epoch and no model is written, and a rerun resumes from the last checkp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -78,6 +79,7 @@ from keras_mvit2.training.distribute import (
 from keras_mvit2.training.ema import ExponentialMovingAverage
 from keras_mvit2.training.epochs import _tensorboard_available, fit_epochs
 from keras_mvit2.training.evaluation import EvalResult, evaluate
+from keras_mvit2.training.keras_distribution import KerasDistribution
 from keras_mvit2.training.keras_trainer import KerasClassifierTrainer
 from keras_mvit2.training.optimizer import (
     _steps_per_epoch,
@@ -295,7 +297,11 @@ def train(
             _make_deterministic()  # before the strategy starts TensorFlow's runtime
         strategy = make_strategy(config.training.strategy, tpu=config.training.tpu)
         policy = resolve_precision(config.training.precision, strategy)
-        with precision_policy(policy):
+        # JAX / PyTorch: Keras' distribution is read when `fit` runs, not only when the model
+        # is built (a tf.distribute strategy is the model's own): all of the run inside it.
+        keras_scope = (strategy.scope() if isinstance(strategy, KerasDistribution)
+                       else contextlib.nullcontext())
+        with precision_policy(policy), keras_scope:
             return _train(config, strategy, policy, list(callbacks or []), replan, on_plan)
 
 
@@ -320,9 +326,17 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list, rep
     run_info = make_run_info(config, trainer.classifier, data, wanted, plan, policy)
     if chief:
         write_run_files(config, out, run_info)
-    fit_epochs(config, trainer, data, val_ds, plan, wanted, policy=policy,
+    fit_val_ds = val_ds
+    if isinstance(strategy, KerasDistribution):
+        fit_val_ds = strategy.whole_batches(
+            val_ds, 0 if data.val_source is None else data.val_source.num_examples,
+            data.eval_batch)
+    fit_epochs(config, trainer, data, fit_val_ds, plan, wanted, policy=policy,
                user_callbacks=user_callbacks, out=out, chief=chief, state=state)
-    return _finish(config, trainer, data, val_ds, plan, run_info, state, out, chief)
+    # The inference models on one device: they evaluate every image, the last batch too.
+    with (strategy.one_device() if isinstance(strategy, KerasDistribution)
+          else contextlib.nullcontext()):
+        return _finish(config, trainer, data, val_ds, plan, run_info, state, out, chief)
 
 
 def _check_pretrained_weights(config: TrainConfig) -> None:
