@@ -18,8 +18,8 @@ epoch 1 and resumed). The tests check what the runs did:
 JAX trains with `training.strategy: mirrored`, i.e. `keras.distribution.DataParallel` over
 2 host devices (`XLA_FLAGS=--xla_force_host_platform_device_count=2`), 8 images per device:
 the distributed path, whose losses match one device's (measured: within 3e-7).
-Measured on 2 shared cores: PyTorch ~13 s, JAX ~34 s (a persistent compilation cache lets
-the three runs compile once).
+Measured on 2 shared, busy cores: the PyTorch worker 3-12 s, the JAX worker 27-36 s (a
+persistent compilation cache lets its three runs compile once); the file 41-53 s.
 """
 
 import os
