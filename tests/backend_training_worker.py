@@ -7,8 +7,9 @@ input loads it, as it may).
 Usage:
     KERAS_BACKEND=torch python tests/backend_training_worker.py JOB.json RESULT.json
 
-JOB.json: `{"folder": str, "strategy": "default" | "mirrored"}`. The worker trains
-`tiny_mvit2` (tests/tiny_model.py) on 64 Fashion-MNIST images, 2 epochs of 3 steps, with
+JOB.json: `{"folder": str, "strategy": "default" | "mirrored", "weights": str | None}`. The
+worker trains `tiny_mvit2` (tests/tiny_model.py; from `weights`, a `.weights.h5` with its
+classifier, when given) on 64 Fashion-MNIST images, 2 epochs of 3 steps, with
 the recipe (AdamW without decay on 1-D weights, warm-up + cosine, label smoothing,
 clipping, an EMA with warm-up), three times in `folder`:
 
@@ -81,9 +82,11 @@ class _Record(keras.callbacks.Callback):
             np.savez(self.ema_path, **arrays)
 
 
-def _config(folder: str, strategy: str) -> dict:
+def _config(folder: str, strategy: str, weights: str | None = None) -> dict:
+    """The runs' config (the test's TensorFlow reference run uses it too)."""
     return {
-        "model": {"name": "tiny_mvit2", "image_size": 32, "num_classes": 10},
+        "model": {"name": "tiny_mvit2", "image_size": 32, "num_classes": 10,
+                  "weights": weights, "new_head": weights is None},
         "data": {"source": "fashion_mnist", "train_limit": 64, "validation_split": None,
                  "batch_size": 8 if strategy == "mirrored" else 16, "crop_ratio": 1.0},
         "optimizer": {"lr": 0.004, "reference_batch_size": 16, "weight_decay": 0.05,
@@ -161,6 +164,7 @@ def main(job_path: str, result_path: str) -> None:
     from keras_mvit2 import training
 
     folder, strategy = job["folder"], job.get("strategy", "default")
+    weights = job.get("weights")
     if keras.backend.backend() == "jax":  # the three runs compile the same programs: once
         import jax
 
@@ -172,16 +176,16 @@ def main(job_path: str, result_path: str) -> None:
     record = _Record(losses, os.path.join(folder, "ema_step.npz"))
     a_dir, b_dir = os.path.join(folder, "a"), os.path.join(folder, "b")
     t = time.perf_counter()
-    a = training.train(_config(a_dir, strategy),
+    a = training.train(_config(a_dir, strategy, weights),
                        callbacks=[record])
     seconds["train"] = time.perf_counter() - t
     t = time.perf_counter()
     try:
-        training.train(_config(b_dir, strategy), callbacks=[_KillAtEpoch2()])
+        training.train(_config(b_dir, strategy, weights), callbacks=[_KillAtEpoch2()])
         killed = False
     except _KilledError:
         killed = True
-    resumed = training.train(_config(b_dir, strategy))
+    resumed = training.train(_config(b_dir, strategy, weights))
     seconds["kill_and_resume"] = time.perf_counter() - t
     t = time.perf_counter()
     result = {
