@@ -31,9 +31,11 @@ from keras_mvit2.preprocessing import preprocess_images, preprocessing_model
 from keras_mvit2.weights import load_torch_weights
 from keras_mvit2.weights.pretrained import list_weights
 
-#: The TensorFlow-only parts (tf.data, training, export, quantization, the profiler): imported
-#: here on the TensorFlow backend; on JAX and PyTorch on first use (`keras_mvit2.export`),
-#: where they raise `keras_mvit2.utils.backend.TensorFlowBackendRequiredError`.
+#: The parts imported here on the TensorFlow backend and on first use on JAX and PyTorch:
+#: export, quantization, the task models and the profiler raise
+#: `keras_mvit2.utils.backend.TensorFlowBackendRequiredError` there; `data` imports (its
+#: tf.data names on JAX only; on PyTorch the numpy / PIL input), and so does `training`
+#: (every backend trains).
 _TENSORFLOW_ONLY = {
     "data": ("keras_mvit2.data", None),
     "export": ("keras_mvit2.export", None),

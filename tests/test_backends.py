@@ -46,15 +46,17 @@ def _available(backend: str) -> bool:
     return importlib.util.find_spec(backend) is not None
 
 
-def run_worker(backend: str, job: dict, folder, timeout: int = 600) -> dict:
-    """`tests/backend_worker.py` under `KERAS_BACKEND=backend`; returns its result."""
+def run_worker(backend: str, job: dict, folder, timeout: int = 600, *, worker: str = WORKER,
+               env: dict[str, str] | None = None) -> dict:
+    """`worker` (default `tests/backend_worker.py`) under `KERAS_BACKEND=backend`, with
+    `env` added to the environment; returns its result."""
     if not _available(backend):
         pytest.skip(f"the {backend} backend is not installed (pip install -e '.[{backend}]')")
     job_path, result_path = folder / f"{backend}_job.json", folder / f"{backend}_result.json"
     job_path.write_text(json.dumps(job))
-    env = dict(os.environ, KERAS_BACKEND=backend)
+    env = dict(os.environ, KERAS_BACKEND=backend, **(env or {}))
     env.pop("TF_USE_LEGACY_KERAS", None)
-    process = subprocess.run([sys.executable, WORKER, str(job_path), str(result_path)],
+    process = subprocess.run([sys.executable, worker, str(job_path), str(result_path)],
                              env=env, capture_output=True, text=True, timeout=timeout)
     assert process.returncode == 0, process.stderr[-4000:]
     return json.loads(result_path.read_text())

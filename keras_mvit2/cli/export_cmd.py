@@ -11,6 +11,8 @@ from keras_mvit2.utils.files import atomic_output
 
 
 def register(sub) -> None:
+    from keras_mvit2.export import available_targets, get_target
+
     p = sub.add_parser(
         "export",
         help="export a model to TFLite (Android) or Core ML (iPhone)",
@@ -20,8 +22,6 @@ def register(sub) -> None:
             "and print the report."
         ),
     )
-    from keras_mvit2.export import available_targets, get_target
-
     targets = [get_target(name) for name in available_targets()]
     p.add_argument("model", help="a .keras file, or a registered model name (see `mvit2 list`)")
     p.add_argument("-o", "--output", required=True,

@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import functools
 import sys
 
 from keras_mvit2._version import __version__
@@ -23,11 +24,36 @@ from keras_mvit2.cli import (
 )
 from keras_mvit2.cli.failure import CommandFailedError
 from keras_mvit2.training.divergence import TrainingDivergedError
+from keras_mvit2.utils.backend import TensorFlowBackendRequiredError
 from keras_mvit2.utils.quiet import native_chatter_filtered, quiet_libraries
 
 _COMMANDS = (demo_cmd, predict_cmd, models_cmd, weights_cmd, visualize_cmd, bench_cmd,
              bench_android_cmd, qat_cmd, export_cmd, optimize_cmd, task_cmd, train_cmd,
              finetune_cmd, web_cmd)
+
+#: The commands of the modules whose options come from TensorFlow-only parts (the export
+#: targets, the task models): off the TensorFlow backend their `register` raises, and each
+#: command is registered to say that it needs TensorFlow when it is run (`mvit2 train` and
+#: the other commands run on every backend).
+_TENSORFLOW_COMMANDS = {export_cmd: ("export", "validate"), optimize_cmd: ("optimize",),
+                        task_cmd: ("eval-task", "task-profile"), finetune_cmd: ("finetune",)}
+
+
+def _needs_tensorflow(error: TensorFlowBackendRequiredError, args: argparse.Namespace) -> int:
+    raise error
+
+
+def _register(module, sub: argparse._SubParsersAction) -> None:
+    """`module.register(sub)`, or off TensorFlow, its commands answering with the error."""
+    try:
+        module.register(sub)
+    except TensorFlowBackendRequiredError as error:
+        if module not in _TENSORFLOW_COMMANDS:
+            raise
+        for name in _TENSORFLOW_COMMANDS[module]:
+            p = sub.add_parser(name, help="needs KERAS_BACKEND=tensorflow", add_help=False)
+            p.add_argument("arguments", nargs=argparse.REMAINDER)
+            p.set_defaults(handler=functools.partial(_needs_tensorflow, error))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help=verbose_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _COMMANDS:
-        module.register(sub)
+        _register(module, sub)
     for command in sub.choices.values():  # `mvit2 demo -v` as well as `mvit2 -v demo`
         command.add_argument("-v", "--verbose", action="store_true",
                              default=argparse.SUPPRESS, help=verbose_help)

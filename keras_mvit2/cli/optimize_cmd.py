@@ -9,6 +9,16 @@ from keras_mvit2.cli.failure import CommandFailedError
 
 
 def register(sub) -> None:
+    from keras_mvit2.export import available_targets
+    from keras_mvit2.export.optimizer.search import (
+        DEFAULT_OBJECTIVE,
+        OBJECTIVES,
+        QAT_BATCH_SIZE,
+        QAT_EPOCHS,
+        QAT_LEARNING_RATE,
+        QAT_MAX_STEPS,
+    )
+
     p = sub.add_parser(
         "optimize",
         help="ship the smallest/fastest export that keeps top-1 within a budget",
@@ -23,16 +33,6 @@ def register(sub) -> None:
             "quantization-aware training. Exits 1 when no candidate meets the budget."
         ),
     )
-    from keras_mvit2.export import available_targets
-    from keras_mvit2.export.optimizer.search import (
-        DEFAULT_OBJECTIVE,
-        OBJECTIVES,
-        QAT_BATCH_SIZE,
-        QAT_EPOCHS,
-        QAT_LEARNING_RATE,
-        QAT_MAX_STEPS,
-    )
-
     p.add_argument("model", help="a .keras classifier, or a registered model name")
     p.add_argument("--data", required=True, metavar="DIR|fashion_mnist",
                    help="labelled images: a folder of class sub-folders (or with train/ and "

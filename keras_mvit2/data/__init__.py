@@ -1,58 +1,102 @@
-"""Input pipelines (tf.data) and augmentation for training and evaluation.
+"""Input pipelines and augmentation for training and evaluation.
 
-Sources: `image_folder`, `tfrecords`, `tfds_source`, `fashion_mnist` -> `ImageSource`.
-Pipelines: `make_train_dataset`, `make_eval_dataset`, `make_multiscale_train_dataset`.
-Augmentation settings: `AugmentConfig`. Unreadable images are skipped and counted in
+tf.data (TensorFlow and JAX): sources `image_folder`, `tfrecords`, `tfds_source`,
+`fashion_mnist` -> `ImageSource`; pipelines `make_train_dataset`, `make_eval_dataset`,
+`make_multiscale_train_dataset`. Unreadable images are skipped and counted in
 `source.skipped` (`SkippedImages`).
+
+Without TensorFlow (every backend; the PyTorch backend's input): sources `py_image_folder`,
+`py_fashion_mnist` -> `PySource`; batches `PyTrainBatches`, `PyEvalBatches`
+(`keras.utils.PyDataset`s, the standard augmentation in numpy / PIL: `py_augment`).
+
+Augmentation settings: `AugmentConfig`. On PyTorch, which cannot load TensorFlow beside it,
+the tf.data names raise `TensorFlowBackendRequiredError`; the others work.
 """
 
-# TensorFlow-only: on JAX / PyTorch, a clear error instead of loading TensorFlow.
-from keras_mvit2.utils.backend import require_tensorflow
-
-require_tensorflow("keras_mvit2.data (the tf.data input pipelines)")
-
-from keras_mvit2.data.augment import (
-    AugmentConfig,
-    eval_transform,
-    random_horizontal_flip,
-    random_resized_crop,
-)
-from keras_mvit2.data.pipeline import (
-    make_eval_dataset,
-    make_multiscale_train_dataset,
-    make_train_dataset,
+from keras_mvit2.data.augment_config import AugmentConfig
+from keras_mvit2.data.batching import (
     multiscale_batch_pairs,
     multiscale_steps_per_epoch,
     steps_per_epoch,
 )
-from keras_mvit2.data.sources import (
+from keras_mvit2.data.files import (
     FASHION_MNIST_CLASSES,
-    ImageSource,
-    SkippedImages,
-    fashion_mnist,
-    image_folder,
+    list_image_folder,
     load_fashion_mnist_arrays,
-    tfds_source,
-    tfrecords,
 )
+from keras_mvit2.data.py_dataset import PyEvalBatches, PyTrainBatches
+from keras_mvit2.data.py_sources import PySource, SkippedFiles, py_fashion_mnist, py_image_folder
+from keras_mvit2.utils.backend import require_tensorflow, tensorflow_loadable
+
+#: The tf.data names: imported on TensorFlow and JAX; on PyTorch their use raises.
+_TF_DATA = {
+    "ImageSource": "sources",
+    "SkippedImages": "sources",
+    "fashion_mnist": "sources",
+    "image_folder": "sources",
+    "tfds_source": "sources",
+    "tfrecords": "sources",
+    "eval_transform": "augment",
+    "random_horizontal_flip": "augment",
+    "random_resized_crop": "augment",
+    "make_eval_dataset": "pipeline",
+    "make_multiscale_train_dataset": "pipeline",
+    "make_train_dataset": "pipeline",
+}
+
+if tensorflow_loadable():
+    from keras_mvit2.data.augment import (
+        eval_transform,
+        random_horizontal_flip,
+        random_resized_crop,
+    )
+    from keras_mvit2.data.pipeline import (
+        make_eval_dataset,
+        make_multiscale_train_dataset,
+        make_train_dataset,
+    )
+    from keras_mvit2.data.sources import (
+        ImageSource,
+        SkippedImages,
+        fashion_mnist,
+        image_folder,
+        tfds_source,
+        tfrecords,
+    )
 
 __all__ = [
     "FASHION_MNIST_CLASSES",
     "AugmentConfig",
     "ImageSource",
+    "PyEvalBatches",
+    "PySource",
+    "PyTrainBatches",
+    "SkippedFiles",
     "SkippedImages",
     "eval_transform",
     "fashion_mnist",
     "image_folder",
+    "list_image_folder",
     "load_fashion_mnist_arrays",
     "make_eval_dataset",
     "make_multiscale_train_dataset",
     "make_train_dataset",
     "multiscale_batch_pairs",
     "multiscale_steps_per_epoch",
+    "py_fashion_mnist",
+    "py_image_folder",
     "random_horizontal_flip",
     "random_resized_crop",
     "steps_per_epoch",
     "tfds_source",
     "tfrecords",
 ]
+
+if not tensorflow_loadable():  # `from keras_mvit2.data import *` loads no TensorFlow
+    __all__ = [name for name in __all__ if name not in _TF_DATA]
+
+
+def __getattr__(name: str):
+    if name in _TF_DATA:  # only reached where TensorFlow may not be loaded
+        require_tensorflow(f"keras_mvit2.data.{name} (the tf.data input pipelines)")
+    raise AttributeError(f"module 'keras_mvit2.data' has no attribute {name!r}")

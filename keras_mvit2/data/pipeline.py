@@ -23,7 +23,6 @@ seed yield identical batches; each new pass over a dataset reshuffles and re-aug
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,11 +35,19 @@ from keras_mvit2.data.augment import (
     eval_transform,
     to_size,
 )
+
+# The batch arithmetic is TensorFlow-free (`batching`); its names stay importable from here.
+from keras_mvit2.data.batching import (  # noqa: F401
+    DEFAULT_SCALES,
+    _positive_int,
+    multiscale_batch_pairs,
+    multiscale_steps_per_epoch,
+    steps_per_epoch,
+)
 from keras_mvit2.data.sources import ImageSource, SkippedImages, decode_encoded_image
 
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 10_000
-DEFAULT_SCALES = (0.625, 0.75, 1.0, 1.125, 1.25)
 _GUARD_CYCLE = 16  # nested decode datasets open at once (measured: as fast as a plain map)
 
 # Offsets that give each random stream of a pipeline its own seed.
@@ -50,12 +57,6 @@ _SHUFFLE_INDEX, _SHUFFLE_RECORDS, _EXAMPLE_SEEDS, _BATCH_SEEDS, _SCALE_SEEDS = r
 # --------------------------------------------------------------------------------------
 # Argument checks
 # --------------------------------------------------------------------------------------
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
-    return value
 
 
 def _check_source(source: Any, num_classes: Any) -> int:
@@ -322,65 +323,6 @@ def make_eval_dataset(
 # --------------------------------------------------------------------------------------
 
 
-def _make_divisible(value: float, divisor: int) -> int:
-    """Nearest multiple of `divisor` (at least `divisor`, and not below 90% of `value`)."""
-    new = max(divisor, int(value + divisor / 2) // divisor * divisor)
-    if new < 0.9 * value:
-        new += divisor
-    return new
-
-
-def multiscale_batch_pairs(
-    base_size: int,
-    base_batch_size: int,
-    scales: Sequence[float] = DEFAULT_SCALES,
-    *,
-    size_divisor: int = 32,
-    batch_multiple: int = 1,
-) -> list[tuple[int, int]]:
-    """The (image size, batch size) pairs of a multi-scale schedule, sorted by size.
-
-    Rule (ml-cvnets' `image_batch_pairs`): each size is `base_size * scale` rounded to the
-    nearest multiple of `size_divisor` (never below 90% of the exact value); the base size
-    is always included. Each batch size is `floor(base_batch_size * (base_size / size)**2)`,
-    so that a batch never holds more pixels than the base batch (`batch * size**2 <=
-    base_batch_size * base_size**2 < (batch + 1) * size**2`: memory stays constant), then
-    rounded down to a multiple of `batch_multiple` (e.g. the number of replicas), at least
-    `batch_multiple`.
-
-    With the defaults and base 256 / batch 128 (the paper's setting):
-    `[(160, 327), (192, 227), (256, 128), (288, 101), (320, 81)]`.
-    """
-    base_size = _positive_int("base_size", base_size)
-    base_batch_size = _positive_int("base_batch_size", base_batch_size)
-    size_divisor = _positive_int("size_divisor", size_divisor)
-    batch_multiple = _positive_int("batch_multiple", batch_multiple)
-    if base_size % size_divisor:
-        raise ValueError(
-            f"`base_size` must be a multiple of size_divisor={size_divisor}. "
-            f"Received: base_size={base_size}"
-        )
-    if (
-        not isinstance(scales, (tuple, list))
-        or not scales
-        or not all(
-            isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in scales
-        )
-    ):
-        raise ValueError(
-            f"`scales` must be a non-empty sequence of positive factors of base_size. "
-            f"Received: scales={scales!r}"
-        )
-    sizes = sorted({_make_divisible(base_size * s, size_divisor) for s in scales} | {base_size})
-    pixels = base_batch_size * base_size * base_size
-    pairs = []
-    for size in sizes:
-        batch = pixels // (size * size)
-        batch = max(batch_multiple, batch // batch_multiple * batch_multiple)
-        pairs.append((size, batch))
-    return pairs
-
-
 def make_multiscale_train_dataset(
     source: ImageSource,
     *,
@@ -486,14 +428,3 @@ def make_multiscale_train_dataset(
     else:
         grouped = grouped.map(lambda images, labels, index: (images, labels))
     return grouped.prefetch(AUTOTUNE).with_options(_options(seed))
-
-
-def steps_per_epoch(num_examples: int, batch_size: int) -> int:
-    """Full batches in one pass over `num_examples` (training drops the remainder)."""
-    return max(0, num_examples // batch_size)
-
-
-def multiscale_steps_per_epoch(num_examples: int, pairs: Sequence[tuple[int, int]]) -> int:
-    """Expected number of batches in one multi-scale epoch: `num_examples / mean(batch)`."""
-    mean_batch = sum(b for _, b in pairs) / len(pairs)
-    return max(1, math.floor(num_examples / mean_batch))

@@ -18,31 +18,22 @@ Files are not pre-validated: that would cost a full decode pass before training 
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import os
-import warnings
 from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
-FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
-FASHION_MNIST_CLASSES = (
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-)
-_FOLDER_LAYOUT = (
-    "Expected one sub-folder per class holding that class's images, e.g. "
-    "<path>/<class_name>/<image>.jpg (the ImageNet layout; JPEG, PNG, GIF or BMP files)."
+# The files are read without TensorFlow (`files`); these names stay importable from here.
+from keras_mvit2.data.files import (  # noqa: F401
+    _FOLDER_LAYOUT,
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_DIR,
+    IMAGE_EXTENSIONS,
+    _list_class_folder,
+    _read_idx,
+    list_image_folder,
+    load_fashion_mnist_arrays,
 )
 
 
@@ -164,18 +155,6 @@ def _drop_name(name: tf.Tensor, payload: tf.Tensor, label: tf.Tensor):
 # --------------------------------------------------------------------------------------
 
 
-def _list_class_folder(folder: str) -> list[str]:
-    files = []
-    for root, dirs, names in os.walk(folder, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        files.extend(
-            os.path.join(root, n)
-            for n in sorted(names)
-            if not n.startswith(".") and n.lower().endswith(IMAGE_EXTENSIONS)
-        )
-    return files
-
-
 def image_folder(
     path: str | os.PathLike,
     *,
@@ -201,77 +180,9 @@ def image_folder(
         An `ImageSource` whose `dataset` yields `(encoded bytes, int32 label)`, in
         (class, file name) order.
     """
-    path = os.fspath(path)
-    if split not in (None, "training", "validation"):
-        raise ValueError(
-            f'`split` must be None, "training" or "validation". Received: split={split!r}'
-        )
-    if not isinstance(validation_fraction, (int, float)) or not 0.0 <= validation_fraction < 1.0:
-        raise ValueError(
-            "`validation_fraction` must be a float in [0, 1). "
-            f"Received: validation_fraction={validation_fraction!r}"
-        )
-    if split is not None and validation_fraction == 0.0:
-        raise ValueError(
-            f"split={split!r} needs validation_fraction > 0 (e.g. 0.1). "
-            f"Received: validation_fraction={validation_fraction!r}"
-        )
-    if split is None and validation_fraction > 0.0:
-        raise ValueError(
-            f'validation_fraction={validation_fraction} needs split="training" or '
-            '"validation". Received: split=None'
-        )
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"Image folder not found. Received: path={path!r}")
-    if not os.path.isdir(path):
-        raise NotADirectoryError(
-            f"Expected a folder of class sub-folders, got a file. Received: path={path!r}. "
-            + _FOLDER_LAYOUT
-        )
-    entries = sorted(e for e in os.listdir(path) if not e.startswith("."))
-    class_names = [e for e in entries if os.path.isdir(os.path.join(path, e))]
-    if not class_names:
-        loose = [e for e in entries if e.lower().endswith(IMAGE_EXTENSIONS)]
-        what = (
-            f"holds {len(loose)} image file(s) but no class sub-folders"
-            if loose
-            else ("is empty" if not entries else "has no class sub-folders")
-        )
-        raise ValueError(f"The image folder {path!r} {what}. {_FOLDER_LAYOUT}")
-
-    per_class = [_list_class_folder(os.path.join(path, c)) for c in class_names]
-    if not any(per_class):
-        raise ValueError(
-            f"No images found in the {len(class_names)} class sub-folder(s) of {path!r} "
-            f"(looked for {', '.join(IMAGE_EXTENSIONS)}). {_FOLDER_LAYOUT}"
-        )
-    empty = [c for c, files in zip(class_names, per_class, strict=True) if not files]
-    if empty:
-        warnings.warn(
-            f"Class sub-folder(s) without images in {path!r}: {empty[:10]}. They keep their "
-            "label index but have no examples.",
-            stacklevel=2,
-        )
-
-    paths: list[str] = []
-    labels: list[int] = []
-    rng = np.random.default_rng(seed)
-    for label, files in enumerate(per_class):
-        if split is not None:
-            order = rng.permutation(len(files))
-            n_val = round(validation_fraction * len(files))
-            n_train = len(files) - n_val
-            chosen = order[n_train:] if split == "validation" else order[:n_train]
-            files = [files[i] for i in sorted(chosen)]
-        paths.extend(files)
-        labels.extend([label] * len(files))
-    if not paths:
-        raise ValueError(
-            f"The {split!r} split of {path!r} is empty with "
-            f"validation_fraction={validation_fraction}; use a fraction that leaves images "
-            "in both splits."
-        )
-
+    files = list_image_folder(path, split=split, validation_fraction=validation_fraction,
+                              seed=seed)
+    paths, labels, class_names = files.paths, files.labels, files.class_names
     paths_t = tf.constant(paths, tf.string)
     labels_t = tf.constant(labels, tf.int32)
 
@@ -284,12 +195,11 @@ def image_folder(
     dataset = make_records(False, None).map(
         lambda name, p, y: (tf.io.read_file(p), y), num_parallel_calls=tf.data.AUTOTUNE
     )
-    where = f"image folder {path!r}" + (f" ({split} split)" if split else "")
     return ImageSource(
         dataset=dataset,
         num_examples=len(paths),
         class_names=class_names,
-        skipped=SkippedImages(where),
+        skipped=SkippedImages(files.where),
         make_records=make_records,
         decode_record=_read_and_decode,
         shuffle_records=False,
@@ -487,49 +397,6 @@ def tfds_source(name: str, split: str, *, data_dir: str | None = None) -> ImageS
 # --------------------------------------------------------------------------------------
 # Fashion-MNIST (Debian's dataset-fashion-mnist)
 # --------------------------------------------------------------------------------------
-
-
-def _read_idx(path: str, magic: int, ndim: int) -> np.ndarray:
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    header = np.frombuffer(data, ">i4", count=1 + ndim)
-    if int(header[0]) != magic:
-        raise ValueError(
-            f"{path!r} is not an IDX file of the expected kind (magic {int(header[0])}, "
-            f"expected {magic}); reinstall with `apt-get install --reinstall "
-            "dataset-fashion-mnist`."
-        )
-    shape = tuple(int(d) for d in header[1:])
-    offset = 4 * (1 + ndim)
-    if len(data) - offset != int(np.prod(shape)):
-        raise ValueError(f"{path!r} is truncated: header says {shape}, got {len(data) - offset} B.")
-    return np.frombuffer(data, np.uint8, offset=offset).reshape(shape)
-
-
-def load_fashion_mnist_arrays(
-    split: str = "train", *, data_dir: str | os.PathLike = FASHION_MNIST_DIR
-) -> tuple[np.ndarray, np.ndarray]:
-    """Fashion-MNIST as numpy arrays: uint8 images `(N, 28, 28)` and uint8 labels `(N,)`."""
-    files = {"train": "train", "test": "t10k"}
-    if split not in files:
-        raise ValueError(
-            f'Fashion-MNIST split must be "train" or "test". Received: split={split!r}'
-        )
-    data_dir = os.fspath(data_dir)
-    prefix = os.path.join(data_dir, files[split])
-    image_path, label_path = f"{prefix}-images-idx3-ubyte.gz", f"{prefix}-labels-idx1-ubyte.gz"
-    for p in (image_path, label_path):
-        if not os.path.exists(p):
-            raise FileNotFoundError(
-                f"Fashion-MNIST file not found: {p!r}. Install Debian's package with "
-                "`apt-get install dataset-fashion-mnist` (it puts the IDX files in "
-                f"{FASHION_MNIST_DIR}), or pass data_dir=. Received: data_dir={data_dir!r}"
-            )
-    images = _read_idx(image_path, 2051, 3)
-    labels = _read_idx(label_path, 2049, 1)
-    if len(images) != len(labels):
-        raise ValueError(f"{len(images)} images but {len(labels)} labels in {data_dir!r}.")
-    return images, labels
 
 
 def fashion_mnist(

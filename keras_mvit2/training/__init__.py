@@ -16,13 +16,17 @@ Packaged configs (`training.packaged_configs()`): the paper's ImageNet-1k recipe
 What `train` does with a run folder that already holds a run (resume, already complete,
 refused when the length or schedule changed unless `replan=True`) is
 `keras_mvit2.training.run_folder`.
+
+Every backend trains with the same recipe: TensorFlow with `ClassifierTrainer`'s train step
+(tf.distribute, multi-scale), JAX (tf.data input, `keras.distribution.DataParallel`) and
+PyTorch (numpy / PIL input, no TensorFlow loaded) with `KerasClassifierTrainer`, Keras' own
+train step (see `keras_mvit2.training.keras_trainer`). `ClassifierTrainer` is importable on
+TensorFlow only.
 """
 
-# TensorFlow-only: on JAX / PyTorch, a clear error instead of loading TensorFlow.
-from keras_mvit2.utils.backend import require_tensorflow
+import keras
 
-require_tensorflow("keras_mvit2.training (training and fine-tuning)")
-
+from keras_mvit2.training.callbacks import EMAUpdate
 from keras_mvit2.training.config import (
     DataConfig,
     EMAConfig,
@@ -46,11 +50,12 @@ from keras_mvit2.training.distribute import (
 )
 from keras_mvit2.training.divergence import StopOnNonFiniteLoss, TrainingDivergedError
 from keras_mvit2.training.ema import ExponentialMovingAverage
+from keras_mvit2.training.keras_distribution import KerasDistribution
+from keras_mvit2.training.keras_trainer import KerasClassifierTrainer
 from keras_mvit2.training.report import plot_confusion_matrix, write_eval_report
 from keras_mvit2.training.run_folder import RunPlan, SchedulePlan, latest_checkpoint
 from keras_mvit2.training.schedules import ReplannedCosineDecay, WarmupCosineDecay
 from keras_mvit2.training.trainer import (
-    ClassifierTrainer,
     EvalResult,
     TrainResult,
     build_classifier,
@@ -62,12 +67,18 @@ from keras_mvit2.training.trainer import (
     train,
 )
 
+if keras.backend.backend() == "tensorflow":
+    from keras_mvit2.training.train_step import ClassifierTrainer
+
 __all__ = [
     "ClassifierTrainer",
     "DataConfig",
     "EMAConfig",
+    "EMAUpdate",
     "EvalResult",
     "ExponentialMovingAverage",
+    "KerasClassifierTrainer",
+    "KerasDistribution",
     "ModelConfig",
     "MultiScaleConfig",
     "OptimizerConfig",
@@ -101,3 +112,15 @@ __all__ = [
     "train",
     "write_eval_report",
 ]
+
+if keras.backend.backend() != "tensorflow":
+    __all__.remove("ClassifierTrainer")
+
+
+def __getattr__(name: str):
+    if name == "ClassifierTrainer":  # only reached off the TensorFlow backend
+        from keras_mvit2.utils.backend import require_tensorflow
+
+        require_tensorflow("keras_mvit2.training.ClassifierTrainer (the TensorFlow train "
+                           "step; KerasClassifierTrainer trains on every backend)")
+    raise AttributeError(f"module 'keras_mvit2.training' has no attribute {name!r}")

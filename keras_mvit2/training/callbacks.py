@@ -1,4 +1,5 @@
-"""The Keras callbacks `train` adds to every epoch's `fit`: EMA validation, throughput."""
+"""The Keras callbacks `train` adds to every epoch's `fit`: EMA validation, throughput, and
+on JAX / PyTorch the EMA update after each optimizer step."""
 
 from __future__ import annotations
 
@@ -7,6 +8,43 @@ import time
 import keras
 
 from keras_mvit2.training.ema import ExponentialMovingAverage
+
+
+class EMAUpdate(keras.callbacks.Callback):
+    """Updates an `ExponentialMovingAverage` after every optimizer step (JAX, PyTorch).
+
+    `KerasClassifierTrainer` trains with Keras' own train step; this callback does what
+    `ClassifierTrainer.train_step` does after `optimizer.apply` on TensorFlow:
+    `ema.update(optimizer.iterations)`, the step count already advanced. On JAX, reading
+    `self.model` first writes the train function's state back into the variables
+    (`jax_state_sync`) and the next step reads them again, the updated averages included.
+    There the update is one compiled function of all the averages (`jax.jit` of
+    `ExponentialMovingAverage.averaged`): op by op, JAX's eager dispatch cost 124 ms a step
+    for MobileViTV2-0.5 (measured on 2 busy cores), half the step. PyTorch runs it eagerly.
+
+    Args:
+        ema: the average, tracking the trained classifier's weights.
+    """
+
+    def __init__(self, ema: ExponentialMovingAverage):
+        super().__init__()
+        self.ema = ema
+        self._compiled = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        model = self.model  # JAX: syncs the step's state into the variables
+        if keras.backend.backend() != "jax":
+            self.ema.update(model.optimizer.iterations)
+            return
+        if self._compiled is None:
+            import jax
+
+            self._compiled = jax.jit(self.ema.averaged)
+        new = self._compiled([s.value for s in self.ema.shadows],
+                             [v.value for v in self.ema.targets],
+                             model.optimizer.iterations.value)
+        for shadow, value in zip(self.ema.shadows, new, strict=True):
+            shadow.assign(value)
 
 
 class _EMAValidation(keras.callbacks.Callback):

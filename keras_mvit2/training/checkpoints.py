@@ -8,14 +8,16 @@ import math
 import os
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
 
 from keras_mvit2.training.run_folder import STATE_FILE
-from keras_mvit2.training.train_step import ClassifierTrainer
 from keras_mvit2.utils.files import atomic_output, write_json
+
+if TYPE_CHECKING:
+    from keras_mvit2.training.train_step import ClassifierTrainer
 
 
 def _seed_variables(model: keras.Model) -> list:

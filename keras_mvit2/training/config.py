@@ -443,6 +443,7 @@ class TrainingConfig(_Section):
         steps_per_execution: Keras' steps per `tf.function` call.
         jit_compile: compile the train step with XLA (`fit(jit_compile=True)`); off by
             default (single-device only: the step contains the replica all-reduce).
+            TensorFlow's switch: JAX always compiles its step, PyTorch runs it eagerly.
     """
 
     _section: typing.ClassVar[str] = "training"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
-import tensorflow as tf
+import keras
 
 logger = logging.getLogger("keras_mvit2.training")
 
@@ -47,7 +47,15 @@ def _make_deterministic() -> None:
     Thread counts can still be set here if TensorFlow's runtime has not started; oneDNN
     is chosen when TensorFlow loads. What cannot be set any more is named in a warning
     that says how to start the process instead (`DETERMINISTIC_ENV`).
+
+    On JAX the CPU kernels XLA compiles are deterministic as they are; on PyTorch,
+    `torch.use_deterministic_algorithms(True)` (`_make_deterministic_keras_backend`).
     """
+    if keras.backend.backend() != "tensorflow":
+        _make_deterministic_keras_backend()
+        return
+    import tensorflow as tf
+
     tf.config.experimental.enable_op_determinism()
     missing = []
     if _onednn_enabled():
@@ -71,3 +79,26 @@ def _make_deterministic() -> None:
             "; ".join(missing),
             " ".join(f"{k}={v}" for k, v in DETERMINISTIC_ENV.items()),
         )
+
+
+def _make_deterministic_keras_backend() -> None:
+    """`training.deterministic` on JAX / PyTorch (TensorFlow is not loaded there).
+
+    PyTorch: deterministic algorithms only (an op without one raises). JAX: nothing to set
+    on CPUs (XLA's CPU programs are deterministic); on GPUs, XLA's deterministic ops flag
+    is read when JAX starts, so a warning names it when it is missing.
+    """
+    backend = keras.backend.backend()
+    if backend == "torch":
+        import torch
+
+        torch.use_deterministic_algorithms(True)
+    elif backend == "jax":
+        import jax
+
+        if (jax.devices()[0].platform == "gpu"
+                and "--xla_gpu_deterministic_ops=true" not in os.environ.get("XLA_FLAGS", "")):
+            logger.warning("training.deterministic on a GPU with JAX: start the process with "
+                           "XLA_FLAGS=--xla_gpu_deterministic_ops=true for bitwise-"
+                           "reproducible runs.")
+

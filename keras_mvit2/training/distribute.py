@@ -1,18 +1,34 @@
-"""`tf.distribute` strategies, mixed precision and the batch / learning-rate scaling rule."""
+"""`tf.distribute` strategies (TensorFlow; Keras' distribution API on JAX and PyTorch:
+`keras_distribution`), mixed precision and the batch / learning-rate scaling rule.
+
+TensorFlow is imported by the functions that need it, on the TensorFlow backend only: this
+module loads on PyTorch without it.
+"""
+
+from __future__ import annotations
 
 import json
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import keras
-import tensorflow as tf
+
+from keras_mvit2.training.keras_distribution import KerasDistribution, make_keras_distribution
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 
 
-def make_strategy(name: str = "default", *, tpu: str | None = None) -> tf.distribute.Strategy:
+def make_strategy(name: str = "default", *,
+                  tpu: str | None = None) -> tf.distribute.Strategy | KerasDistribution:
     """The `tf.distribute` strategy of a config's `training.strategy`.
+
+    On JAX and PyTorch: the `KerasDistribution` of `keras_distribution.make_keras_distribution`
+    (`mirrored` is `keras.distribution.DataParallel` on JAX).
 
     - `default`: no distribution (one device: the first GPU if any, else the CPU).
     - `mirrored`: `MirroredStrategy` over all local GPUs (or the CPU / logical CPUs),
@@ -30,6 +46,11 @@ def make_strategy(name: str = "default", *, tpu: str | None = None) -> tf.distri
     Raises:
         ValueError: an unknown name, or `multi_worker` without a valid `TF_CONFIG`.
     """
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        return make_keras_distribution(name, backend)
+    import tensorflow as tf
+
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
@@ -60,8 +81,12 @@ def make_strategy(name: str = "default", *, tpu: str | None = None) -> tf.distri
     raise ValueError(f"strategy must be one of {STRATEGIES}. Received: strategy={name!r}")
 
 
-def is_chief(strategy: tf.distribute.Strategy) -> bool:
+def is_chief(strategy: tf.distribute.Strategy | KerasDistribution) -> bool:
     """Whether this process writes the run's files (worker 0 / the chief; always true alone)."""
+    if isinstance(strategy, KerasDistribution):
+        return strategy.is_chief
+    import tensorflow as tf
+
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return True
@@ -102,17 +127,23 @@ def scale_for_replicas(batch_per_replica: int, replicas: int, reference_batch: i
                    global_batch / reference_batch)
 
 
-def resolve_precision(precision: str, strategy: tf.distribute.Strategy | None = None) -> str:
+def resolve_precision(precision: str, strategy: Any = None) -> str:
     """The Keras dtype policy for a config's `training.precision`.
 
     `auto`: `mixed_bfloat16` on TPUs and on GPUs of compute capability >= 8.0 (Ampere and
     newer), `mixed_float16` on GPUs >= 7.0 (Volta/Turing tensor cores), `float32` otherwise
-    (CPUs: bf16/fp16 made a CPU epoch 2-5x slower in our measurements).
+    (CPUs: bf16/fp16 made a CPU epoch 2-5x slower in our measurements). On JAX and
+    PyTorch the same rule reads the first accelerator's compute capability from the
+    backend (`_keras_backend_capability`).
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}. Received: {precision!r}")
     if precision != "auto":
         return precision
+    if keras.backend.backend() != "tensorflow":
+        return _precision_for(_keras_backend_capability())
+    import tensorflow as tf
+
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return "mixed_bfloat16"
     gpus = tf.config.list_physical_devices("GPU")
@@ -122,12 +153,39 @@ def resolve_precision(precision: str, strategy: tf.distribute.Strategy | None = 
     for gpu in gpus:
         details = tf.config.experimental.get_device_details(gpu)
         capabilities.append(tuple(details.get("compute_capability") or (0, 0)))
-    lowest = min(capabilities)
-    if lowest >= (8, 0):
+    return _precision_for(min(capabilities))
+
+
+def _precision_for(capability: tuple[int, int] | str | None) -> str:
+    """`auto`'s policy for a GPU compute capability, `"tpu"`, or None (no accelerator)."""
+    if capability == "tpu":
         return "mixed_bfloat16"
-    if lowest >= (7, 0):
+    if capability is None:
+        return "float32"
+    if capability >= (8, 0):
+        return "mixed_bfloat16"
+    if capability >= (7, 0):
         return "mixed_float16"
     return "float32"
+
+
+def _keras_backend_capability() -> tuple[int, int] | str | None:
+    """JAX / PyTorch: the first GPU's compute capability, `"tpu"`, or None on CPUs."""
+    backend = keras.backend.backend()
+    if backend == "torch":
+        import torch
+
+        return tuple(torch.cuda.get_device_capability(0)) if torch.cuda.is_available() else None
+    if backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        if device.platform == "tpu":
+            return "tpu"
+        if device.platform == "gpu":
+            major, _, minor = str(getattr(device, "compute_capability", "0.0")).partition(".")
+            return int(major), int(minor or 0)
+    return None
 
 
 class precision_policy:  # noqa: N801 (a context manager used like a function)

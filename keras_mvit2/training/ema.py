@@ -78,7 +78,9 @@ class ExponentialMovingAverage(keras.layers.Layer):
                     name=f"ema_{i}",
                 )
             )
-            shadows[-1].assign(v.value)
+            # A copy: on JAX an assigned array is shared, and a train step that donates
+            # its state's buffers must not meet one buffer twice.
+            shadows[-1].assign(ops.copy(v.value))
         self.shadows = shadows
         self._targets = _Untracked(targets)
         self.built = True
@@ -104,6 +106,16 @@ class ExponentialMovingAverage(keras.layers.Layer):
             value = ops.cast(v.value, shadow.dtype)
             shadow.assign(ops.cast(d, shadow.dtype) * shadow.value
                           + ops.cast(1.0 - d, shadow.dtype) * value)
+
+    def averaged(self, shadows: Sequence, values: Sequence, step) -> list:
+        """The averages after one update, as a pure function of arrays (what `update`
+        assigns): `shadows` the current averages, `values` the targets' values, in the order
+        of `shadows` / `targets`; `step` drives the warm-up. For a compiled update
+        (`jax.jit` on JAX, see `callbacks.EMAUpdate`)."""
+        d = self.decay_at(step)
+        return [ops.cast(d, shadow.dtype) * shadow
+                + ops.cast(1.0 - d, shadow.dtype) * ops.cast(value, shadow.dtype)
+                for shadow, value in zip(shadows, values, strict=True)]
 
     def swap(self) -> None:
         """Exchanges the averaged and the raw values (exact: no arithmetic)."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 import keras
-import tensorflow as tf
 
 from keras_mvit2.training.callbacks import _EMAValidation, _Throughput
 from keras_mvit2.training.checkpoints import TrainingState, _save_checkpoint
@@ -20,8 +20,14 @@ from keras_mvit2.training.divergence import (
 )
 from keras_mvit2.training.run_data import RunData
 from keras_mvit2.training.run_folder import RunPlan, SchedulePlan, checkpoint_record
-from keras_mvit2.training.train_step import ClassifierTrainer
+from keras_mvit2.utils.backend import tensorflow_loadable
 from keras_mvit2.utils.progress import EpochProgress, progress_verbose
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from keras_mvit2.training.keras_trainer import KerasClassifierTrainer
+    from keras_mvit2.training.train_step import ClassifierTrainer
 
 logger = logging.getLogger("keras_mvit2.training")
 
@@ -34,8 +40,8 @@ def _tensorboard_available() -> bool:
 
 def make_callbacks(
     config: TrainConfig,
-    trainer: ClassifierTrainer,
-    val_ds: tf.data.Dataset | None,
+    trainer: ClassifierTrainer | KerasClassifierTrainer,
+    val_ds: tf.data.Dataset | keras.utils.PyDataset | None,
     throughput: _Throughput,
     user_callbacks: list,
     out: str,
@@ -43,12 +49,18 @@ def make_callbacks(
 ) -> tuple[list, StopOnNonFiniteLoss, int]:
     """The callbacks of every epoch's `fit`, the divergence stop among them, and the
     progress verbosity (0 on workers other than the chief)."""
-    callbacks: list = []
+    # JAX / PyTorch: the EMA update after each optimizer step (`KerasClassifierTrainer`).
+    callbacks: list = list(getattr(trainer, "step_callbacks", list)())
     if trainer.ema is not None and val_ds is not None:
         callbacks.append(_EMAValidation(trainer.ema, val_ds, config.training.validation_steps))
     callbacks.append(throughput)
     if config.output.tensorboard and chief:
-        if _tensorboard_available():
+        if not tensorflow_loadable():
+            logger.warning("output.tensorboard is on, but Keras' TensorBoard callback writes "
+                           "with TensorFlow, which cannot be loaded beside the %r backend: no "
+                           "TensorBoard logs (metrics.json holds the history).",
+                           keras.backend.backend())
+        elif _tensorboard_available():
             callbacks.append(keras.callbacks.TensorBoard(os.path.join(out, "tensorboard"),
                                                          write_graph=False))
         else:
@@ -63,7 +75,8 @@ def make_callbacks(
     return callbacks, stop_on_non_finite, verbose
 
 
-def _check_finite(stop: StopOnNonFiniteLoss, trainer: ClassifierTrainer, epoch: int,
+def _check_finite(stop: StopOnNonFiniteLoss,
+                  trainer: ClassifierTrainer | KerasClassifierTrainer, epoch: int,
                   config: TrainConfig, policy: str, state: TrainingState) -> None:
     """Raises `TrainingDivergedError` when the epoch's loss or a weight is not finite."""
     bad = [] if stop.batch is not None else non_finite_weights(trainer.classifier.weights)
@@ -78,9 +91,9 @@ def _check_finite(stop: StopOnNonFiniteLoss, trainer: ClassifierTrainer, epoch: 
 
 def fit_epochs(
     config: TrainConfig,
-    trainer: ClassifierTrainer,
+    trainer: ClassifierTrainer | KerasClassifierTrainer,
     data: RunData,
-    val_ds: tf.data.Dataset | None,
+    val_ds: tf.data.Dataset | keras.utils.PyDataset | None,
     plan: RunPlan,
     wanted: SchedulePlan,
     *,
@@ -104,7 +117,7 @@ def fit_epochs(
             (epoch + 1) % every == 0 or epoch + 1 == config.training.epochs)
         start = time.perf_counter()
         fit = trainer.fit(
-            data.train_dataset(epoch),
+            data.train_dataset(epoch, steps=wanted.steps_per_epoch),
             epochs=epoch + 1,
             initial_epoch=epoch,
             steps_per_epoch=wanted.steps_per_epoch,

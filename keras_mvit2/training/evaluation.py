@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
-import tensorflow as tf
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 @dataclasses.dataclass
@@ -55,7 +57,7 @@ class EvalResult:
 
 def evaluate(
     model: keras.Model,
-    dataset: tf.data.Dataset,
+    dataset: tf.data.Dataset | keras.utils.PyDataset,
     class_names: Sequence[str],
     *,
     steps: int | None = None,
@@ -65,7 +67,8 @@ def evaluate(
     Args:
         model: a classifier returning scores (probabilities or logits) `(B, classes)`.
         dataset: `(images, labels)` batches, labels one-hot / soft `(B, classes)` (argmax
-            is the true class) or int `(B,)`, e.g. `keras_mvit2.data.make_eval_dataset`.
+            is the true class) or int `(B,)`, e.g. `keras_mvit2.data.make_eval_dataset`
+            or `keras_mvit2.data.PyEvalBatches` (any iterable of batches).
         class_names: the class names, in label order.
         steps: evaluate only the first `steps` batches.
 
@@ -83,9 +86,12 @@ def evaluate(
     k = min(5, num_classes)
     confusion = np.zeros((num_classes, num_classes), np.int64)
     top5_hits = 0
+    convert = keras.backend.backend() != "tensorflow"
     for i, (images, labels) in enumerate(dataset):
         if steps is not None and i >= steps:
             break
+        if convert:  # JAX / PyTorch take arrays, not tf.data's tensors
+            images = np.asarray(images)
         scores = np.asarray(model.predict_on_batch(images))  # Keras' cached predict function
         labels = np.asarray(labels)
         truth = labels.argmax(-1) if labels.ndim == 2 else labels.astype(np.int64)

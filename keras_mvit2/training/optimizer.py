@@ -16,18 +16,23 @@ from keras_mvit2.training.run_folder import SchedulePlan, plan_fields
 
 
 def make_optimizer(config: TrainConfig, schedule, trainable: Sequence[keras.Variable],
-                   precision: str) -> keras.optimizers.Optimizer:
-    """AdamW / SGD on `schedule`, no weight decay on 1-D weights, loss scaling for fp16."""
+                   precision: str, *,
+                   global_clipnorm: float | None = None) -> keras.optimizers.Optimizer:
+    """AdamW / SGD on `schedule`, no weight decay on 1-D weights, loss scaling for fp16.
+
+    `global_clipnorm`: Keras' own clipping of the global gradient norm (the JAX / PyTorch
+    trainer's; the TensorFlow train step clips the all-reduced gradient itself).
+    """
     o = config.optimizer
     if o.name == "adamw":
         optimizer = keras.optimizers.AdamW(
             learning_rate=schedule, weight_decay=o.weight_decay, beta_1=o.beta1,
-            beta_2=o.beta2, epsilon=o.epsilon,
+            beta_2=o.beta2, epsilon=o.epsilon, global_clipnorm=global_clipnorm,
         )
     else:
         optimizer = keras.optimizers.SGD(
             learning_rate=schedule, momentum=o.momentum, nesterov=o.nesterov,
-            weight_decay=o.weight_decay or None,
+            weight_decay=o.weight_decay or None, global_clipnorm=global_clipnorm,
         )
     if o.no_decay_1d and o.weight_decay:
         optimizer.exclude_from_weight_decay(var_list=[v for v in trainable if len(v.shape) <= 1])

@@ -8,7 +8,6 @@ import os
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from keras_mvit2._version import __version__
 from keras_mvit2.attention import names_in as attention_names_in
@@ -97,9 +96,21 @@ def make_run_info(config: TrainConfig, classifier: keras.Model, data: RunData,
         "validation_examples": (None if data.val_source is None
                                 else data.val_source.num_examples),
         "keras_mvit2": __version__,
-        "tensorflow": tf.__version__,
+        "tensorflow": _version_of("tensorflow"),
         "keras": keras.__version__,
+        "backend": keras.backend.backend(),
+        **({} if keras.backend.backend() == "tensorflow"
+           else {keras.backend.backend(): _version_of(keras.backend.backend())}),
     }
+
+
+def _version_of(module: str) -> str | None:
+    """The version of `module` if this process has imported it (None otherwise: on PyTorch
+    TensorFlow is never loaded)."""
+    import sys
+
+    loaded = sys.modules.get(module)
+    return None if loaded is None else str(getattr(loaded, "__version__", None))
 
 
 def write_run_files(config: TrainConfig, out: str, run_info: dict[str, Any]) -> None:

@@ -1,20 +1,39 @@
 """The data of a run: the `ImageSource`s of `config.data`, the classes, the batch scaled
 for the replicas (lowered to fit a training set smaller than one batch, `fit_batch_size`),
 the multi-scale batches, and the datasets `train` fits and validates on.
+
+The input is `tf.data` (`keras_mvit2.data` pipelines) on TensorFlow and JAX, and a
+`keras.utils.PyDataset` read with numpy and PIL (`keras_mvit2.data.PyTrainBatches` /
+`PyEvalBatches`) on PyTorch, which cannot load TensorFlow beside it
+(`keras_mvit2.utils.backend.tensorflow_loadable`): image folders and Fashion-MNIST there,
+with the standard augmentation (crop and flip; `keras_mvit2.data.py_augment` says how it
+differs from the tf.data one).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
 
-import tensorflow as tf
+import keras
 
 from keras_mvit2 import data as mvdata
 from keras_mvit2.training.config import TrainConfig
 from keras_mvit2.training.distribute import Scaling, scale_for_replicas
+from keras_mvit2.utils.backend import TensorFlowBackendRequiredError, tensorflow_loadable
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+#: Threads that read and augment an image folder's batches on PyTorch (PIL decodes and
+#: resizes outside the GIL); arrays in memory are read in the training thread.
+FOLDER_READER_THREADS = min(4, os.cpu_count() or 1)
 
 
-def _limited(source: mvdata.ImageSource, limit: int | None) -> mvdata.ImageSource:
+def _limited(source: Any, limit: int | None) -> Any:
+    if isinstance(source, mvdata.PySource):
+        return source.limited(limit)
     if limit is None or limit >= source.num_examples:
         return source
     return dataclasses.replace(
@@ -27,10 +46,11 @@ def _limited(source: mvdata.ImageSource, limit: int | None) -> mvdata.ImageSourc
     )
 
 
-def make_sources(
-    config: TrainConfig,
-) -> tuple[mvdata.ImageSource, mvdata.ImageSource | None]:
-    """The training and validation `ImageSource`s of `config.data` (validation may be None)."""
+def make_sources(config: TrainConfig) -> tuple[Any, Any]:
+    """The training and validation sources of `config.data` (validation may be None):
+    `ImageSource`s (tf.data) on TensorFlow and JAX, `PySource`s on PyTorch."""
+    if not tensorflow_loadable():
+        return _make_py_sources(config)
     d = config.data
     if d.source == "fashion_mnist":
         train_kw = {} if d.train is None else {"data_dir": d.train}
@@ -64,7 +84,40 @@ def make_sources(
         None if val is None else _limited(val, d.validation_limit))
 
 
-def _check_two_classes(source: mvdata.ImageSource, where: str | None) -> None:
+def _make_py_sources(config: TrainConfig) -> tuple[Any, Any]:
+    """`make_sources` without TensorFlow (PyTorch): the same images, read with numpy / PIL."""
+    d = config.data
+    if d.source == "fashion_mnist":
+        train_kw = {} if d.train is None else {"data_dir": d.train}
+        train = mvdata.py_fashion_mnist(d.train_split, limit=d.train_limit, **train_kw)
+        val = None
+        if d.validation_split is not None:
+            val_dir = d.validation or d.train
+            val_kw = {} if val_dir is None else {"data_dir": val_dir}
+            val = mvdata.py_fashion_mnist(d.validation_split, limit=d.validation_limit,
+                                          **val_kw)
+        return train, val
+    if d.source != "image_folder":
+        raise TensorFlowBackendRequiredError(
+            f"data.source {d.source!r} is read with tf.data, and TensorFlow cannot be loaded "
+            f"beside Keras' {keras.backend.backend()!r} backend. Train with "
+            "KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow, or from an image folder "
+            "(data.source: image_folder) or Fashion-MNIST, which every backend reads.")
+    if d.validation is None and d.validation_fraction > 0:
+        train = mvdata.py_image_folder(d.train, split="training",
+                                       validation_fraction=d.validation_fraction, seed=d.seed)
+        _check_two_classes(train, d.train)
+        val = mvdata.py_image_folder(d.train, split="validation",
+                                     validation_fraction=d.validation_fraction, seed=d.seed)
+    else:
+        train = mvdata.py_image_folder(d.train)
+        val = None if d.validation is None else mvdata.py_image_folder(d.validation)
+    _check_two_classes(train, d.train)
+    return _limited(train, d.train_limit), (
+        None if val is None else _limited(val, d.validation_limit))
+
+
+def _check_two_classes(source: Any, where: str | None) -> None:
     names = list(source.class_names)
     if len(names) < 2:
         raise ValueError(
@@ -113,7 +166,8 @@ class RunData:
 
     Attributes:
         config: the run's `TrainConfig`.
-        train_source, val_source: the `ImageSource`s (`val_source` may be None).
+        train_source, val_source: the `ImageSource`s, `PySource`s on PyTorch
+            (`val_source` may be None).
         class_names: in label order, padded with `class_<i>` up to `num_classes`.
         num_classes: the classifier size (`model.num_classes` or the data's classes).
         scaling: the global batch and learning-rate factor for the replicas.
@@ -124,8 +178,8 @@ class RunData:
     """
 
     config: TrainConfig
-    train_source: mvdata.ImageSource
-    val_source: mvdata.ImageSource | None
+    train_source: Any
+    val_source: Any
     class_names: list[str]
     num_classes: int
     scaling: Scaling
@@ -133,11 +187,20 @@ class RunData:
     pairs: list[tuple[int, int]] | None
     batch_line: str | None = None
 
-    def train_dataset(self, epoch: int) -> tf.data.Dataset:
-        """Epoch `epoch`'s batches (seed `data.seed + epoch`, repeated)."""
+    def train_dataset(self, epoch: int,
+                      steps: int | None = None) -> tf.data.Dataset | mvdata.PyTrainBatches:
+        """Epoch `epoch`'s batches (seed `data.seed + epoch`, repeated); on PyTorch a
+        `PyTrainBatches` of `steps` batches (the epoch's steps)."""
         config, scaling = self.config, self.scaling
         size = config.model.image_size
         seed = config.data.seed + epoch
+        if isinstance(self.train_source, mvdata.PySource):
+            if steps is None:
+                raise ValueError("A PyDataset epoch needs its number of steps. Received: None")
+            return mvdata.PyTrainBatches(
+                self.train_source, image_size=size, batch_size=scaling.global_batch,
+                num_classes=self.num_classes, steps=steps, augment=config.augment, seed=seed,
+                backend=keras.backend.backend(), workers=self._reader_threads())
         if self.pairs:
             return mvdata.make_multiscale_train_dataset(
                 self.train_source, base_size=size, base_batch_size=scaling.global_batch,
@@ -150,11 +213,19 @@ class RunData:
             num_classes=self.num_classes, augment=config.augment, seed=seed,
             shuffle_buffer=config.data.shuffle_buffer, repeat=True)
 
-    def validation_dataset(self) -> tf.data.Dataset | None:
+    def _reader_threads(self) -> int:
+        return 1 if self.config.data.source == "fashion_mnist" else FOLDER_READER_THREADS
+
+    def validation_dataset(self) -> tf.data.Dataset | mvdata.PyEvalBatches | None:
         """The validation batches at the base size, None without validation data."""
         if self.val_source is None:
             return None
         config = self.config
+        if isinstance(self.val_source, mvdata.PySource):
+            return mvdata.PyEvalBatches(
+                self.val_source, image_size=config.model.image_size,
+                batch_size=self.eval_batch, num_classes=self.num_classes,
+                crop_ratio=config.data.crop_ratio, workers=self._reader_threads())
         return mvdata.make_eval_dataset(self.val_source, image_size=config.model.image_size,
                                         batch_size=self.eval_batch,
                                         num_classes=self.num_classes,

@@ -12,7 +12,12 @@
   (soft) labels, clipping of the global gradient norm of the whole global batch, an EMA of
   every weight evaluated and saved separately, optional stochastic depth, mixed precision
   where the hardware gains from it, multi-scale training;
-- distribution: `tf.distribute` strategies with the linear batch / learning-rate rule;
+- backends: TensorFlow trains with `ClassifierTrainer`'s own train step; JAX and PyTorch
+  with Keras' train step (`KerasClassifierTrainer`: the optimizer's `global_clipnorm`, the
+  EMA updated by a callback, the same numbers on one device), on tf.data (JAX) or a
+  `PyDataset` read with numpy / PIL (PyTorch); multi-scale training is TensorFlow's;
+- distribution: `tf.distribute` strategies (JAX: `keras.distribution.DataParallel`) with
+  the linear batch / learning-rate rule;
   a training set smaller than one global batch trains with the batch lowered to fit it,
   and one line says so (`run_data.fit_batch_size`);
 - outputs in `output.dir`: `config.yaml` (the final config) and `run.json` (derived
@@ -32,10 +37,12 @@ diverged epoch and no model is written, and a rerun resumes from the last checkp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import keras
 import numpy as np
@@ -72,6 +79,8 @@ from keras_mvit2.training.distribute import (
 from keras_mvit2.training.ema import ExponentialMovingAverage
 from keras_mvit2.training.epochs import _tensorboard_available, fit_epochs
 from keras_mvit2.training.evaluation import EvalResult, evaluate
+from keras_mvit2.training.keras_distribution import KerasDistribution
+from keras_mvit2.training.keras_trainer import KerasClassifierTrainer
 from keras_mvit2.training.optimizer import (
     _steps_per_epoch,
     _warmup_steps,
@@ -100,9 +109,14 @@ from keras_mvit2.training.run_folder import (
     plan_run,
     prepare_folder,
 )
-from keras_mvit2.training.train_step import ClassifierTrainer, ops_cast
+from keras_mvit2.utils.backend import tensorflow_hidden_from_keras
 from keras_mvit2.utils.model_files import check_file_format
 from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
+
+if keras.backend.backend() == "tensorflow":
+    from keras_mvit2.training.train_step import ClassifierTrainer, ops_cast
+elif TYPE_CHECKING:
+    from keras_mvit2.training.train_step import ClassifierTrainer
 
 # What this module held before it was split into the modules above stays importable from
 # here (tests and benchmarks import some of the private names too).
@@ -112,6 +126,7 @@ __all__ = [
     "STATE_FILE",
     "ClassifierTrainer",
     "EvalResult",
+    "KerasClassifierTrainer",
     "TrainResult",
     "_EMAValidation",
     "_Throughput",
@@ -151,8 +166,13 @@ def build_trainer(
     *,
     multiscale: bool = False,
     classifier: keras.Model | None = None,
-) -> ClassifierTrainer:
+) -> ClassifierTrainer | KerasClassifierTrainer:
     """The compiled `ClassifierTrainer` of `config`: classifier, optimizer, EMA, loss, metrics.
+
+    On JAX and PyTorch a `KerasClassifierTrainer` (Keras' train step; the optimizer clips
+    the global norm, `step_callbacks()` update the EMA): see `keras_trainer`. JAX always
+    compiles its step (`jit_compile=True`), PyTorch runs it eagerly (no `torch.compile`);
+    `training.jit_compile` is TensorFlow's XLA switch.
 
     This is the training model `train` fits (call it inside `strategy.scope()` when
     distributing); benchmarks use it to time exactly the same train step.
@@ -168,17 +188,29 @@ def build_trainer(
             (benchmarks time other layouts with the same recipe).
     """
     size = config.model.image_size
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        _check_keras_backend_config(config, backend, multiscale)
     if classifier is None:
         classifier = build_classifier(config, num_classes, any_size=multiscale)
-    optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision)
     ema = None
     if config.ema.enabled:
         ema = ExponentialMovingAverage(config.ema.decay, config.ema.warmup, name="ema")
         ema.track(classifier.weights)
     example = (np.zeros((1, size, size, 3), "float32"), np.zeros((1, num_classes), "float32"))
-    trainer = ClassifierTrainer(
-        classifier, multiscale=multiscale, ema=ema,
-        clip_global_norm=config.optimizer.clip_global_norm, example_batch=example)
+    jit_compile = config.training.jit_compile
+    if backend == "tensorflow":
+        optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision)
+        trainer = ClassifierTrainer(
+            classifier, multiscale=multiscale, ema=ema,
+            clip_global_norm=config.optimizer.clip_global_norm, example_batch=example)
+    else:
+        optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision,
+                                   global_clipnorm=config.optimizer.clip_global_norm)
+        trainer = KerasClassifierTrainer(
+            classifier, ema=ema, clip_global_norm=config.optimizer.clip_global_norm,
+            example_batch=example)
+        jit_compile = backend == "jax"
     trainer.compile(
         optimizer=optimizer,
         loss=keras.losses.CategoricalCrossentropy(
@@ -186,9 +218,25 @@ def build_trainer(
         metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
                  keras.metrics.TopKCategoricalAccuracy(k=min(5, num_classes), name="top5")],
         steps_per_execution=config.training.steps_per_execution,
-        jit_compile=config.training.jit_compile,
+        jit_compile=jit_compile,
     )
     return trainer
+
+
+def _check_keras_backend_config(config: TrainConfig, backend: str, multiscale: bool) -> None:
+    """Refuses what only the TensorFlow train step does, naming the backend and the fix."""
+    if multiscale or config.multiscale.enabled:
+        raise ValueError(
+            f"multiscale.enabled: multi-scale training runs on the TensorFlow backend only "
+            f"(its train step is a tf.function for every batch shape), and Keras runs on "
+            f"{backend!r} here. Train with KERAS_BACKEND=tensorflow, or at one size with "
+            "--set multiscale.enabled=false.")
+    if config.ema.enabled and config.training.steps_per_execution != 1:
+        raise ValueError(
+            f"training.steps_per_execution={config.training.steps_per_execution} with the EMA "
+            f"on the {backend!r} backend: the EMA is updated after every optimizer step by a "
+            "callback, which Keras calls once per execution. Set "
+            "training.steps_per_execution=1, or train with KERAS_BACKEND=tensorflow.")
 
 
 def train(
@@ -241,12 +289,20 @@ def train(
     """
     if not isinstance(config, TrainConfig):
         config = load_config(config)
-    if config.training.deterministic:
-        _make_deterministic()  # before the strategy starts TensorFlow's runtime
-    strategy = make_strategy(config.training.strategy, tpu=config.training.tpu)
-    policy = resolve_precision(config.training.precision, strategy)
-    with precision_policy(policy):
-        return _train(config, strategy, policy, list(callbacks or []), replan, on_plan)
+    if keras.backend.backend() != "tensorflow":  # before any data is read
+        _check_keras_backend_config(config, keras.backend.backend(), multiscale=False)
+    # PyTorch: Keras' own uses of TensorFlow (seeding, serialization) see it as not installed.
+    with tensorflow_hidden_from_keras():
+        if config.training.deterministic:
+            _make_deterministic()  # before the strategy starts TensorFlow's runtime
+        strategy = make_strategy(config.training.strategy, tpu=config.training.tpu)
+        policy = resolve_precision(config.training.precision, strategy)
+        # JAX / PyTorch: Keras' distribution is read when `fit` runs, not only when the model
+        # is built (a tf.distribute strategy is the model's own): all of the run inside it.
+        keras_scope = (strategy.scope() if isinstance(strategy, KerasDistribution)
+                       else contextlib.nullcontext())
+        with precision_policy(policy), keras_scope:
+            return _train(config, strategy, policy, list(callbacks or []), replan, on_plan)
 
 
 def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list, replan: bool,
@@ -270,9 +326,17 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list, rep
     run_info = make_run_info(config, trainer.classifier, data, wanted, plan, policy)
     if chief:
         write_run_files(config, out, run_info)
-    fit_epochs(config, trainer, data, val_ds, plan, wanted, policy=policy,
+    fit_val_ds = val_ds
+    if isinstance(strategy, KerasDistribution):
+        fit_val_ds = strategy.whole_batches(
+            val_ds, 0 if data.val_source is None else data.val_source.num_examples,
+            data.eval_batch)
+    fit_epochs(config, trainer, data, fit_val_ds, plan, wanted, policy=policy,
                user_callbacks=user_callbacks, out=out, chief=chief, state=state)
-    return _finish(config, trainer, data, val_ds, plan, run_info, state, out, chief)
+    # The inference models on one device: they evaluate every image, the last batch too.
+    with (strategy.one_device() if isinstance(strategy, KerasDistribution)
+          else contextlib.nullcontext()):
+        return _finish(config, trainer, data, val_ds, plan, run_info, state, out, chief)
 
 
 def _check_pretrained_weights(config: TrainConfig) -> None:

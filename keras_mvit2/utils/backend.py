@@ -2,23 +2,32 @@
 
 The models and layers run on every Keras backend (TensorFlow, JAX, PyTorch; the steps that
 differ are chosen in `keras_mvit2.layers.backend_forms`). Some features still need
-TensorFlow itself: the TFLite / Core ML / web export (`keras_mvit2.export`), training and
-its `tf.data` input (`keras_mvit2.training`, `keras_mvit2.data`), the task models'
-training and data (`keras_mvit2.tasks`), quantization (`keras_mvit2.quantize`) and the
-profiler. On JAX and PyTorch they say so when imported (`require_tensorflow`) instead of
+TensorFlow itself: the TFLite / Core ML / web export (`keras_mvit2.export`), the task
+models' training and data (`keras_mvit2.tasks`), quantization (`keras_mvit2.quantize`) and
+the profiler. On JAX and PyTorch they say so when imported (`require_tensorflow`) instead of
 loading TensorFlow beside the backend (on this stack a PyTorch convolution crashes in a
-process that has imported TensorFlow).
+process that has imported TensorFlow). Classifier training (`keras_mvit2.training`) runs on
+every backend; its `tf.data` input loads TensorFlow on TensorFlow and JAX only
+(`tensorflow_loadable`), PyTorch reads its images with numpy and PIL.
 
 This module imports neither Keras nor TensorFlow.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 
-__all__ = ["TensorFlowBackendRequiredError", "keras_backend_name", "require_tensorflow"]
+__all__ = [
+    "TensorFlowBackendRequiredError",
+    "keras_backend_name",
+    "require_tensorflow",
+    "tensorflow_hidden_from_keras",
+    "tensorflow_loadable",
+]
 
 
 class TensorFlowBackendRequiredError(ImportError):
@@ -49,6 +58,43 @@ def keras_backend_name() -> str:
             return str(json.load(f).get("backend", "tensorflow"))
     except (OSError, ValueError, AttributeError):
         return "tensorflow"
+
+
+def tensorflow_loadable() -> bool:
+    """Whether this process may load TensorFlow beside Keras' backend.
+
+    True on TensorFlow and JAX (Keras' JAX trainer reads `tf.data` datasets; TensorFlow then
+    only runs the input pipeline), False on PyTorch: on this stack a PyTorch convolution
+    segfaults in a process that has imported TensorFlow, so the PyTorch backend gets
+    TensorFlow-free input (`keras_mvit2.data.py_dataset`).
+    """
+    return keras_backend_name() != "torch"
+
+
+@contextlib.contextmanager
+def tensorflow_hidden_from_keras() -> Iterator[None]:
+    """On PyTorch: within the block, Keras sees TensorFlow as not installed.
+
+    Keras uses TensorFlow on every backend whenever it is installed, importing it on first
+    use: `keras.utils.set_random_seed` seeds it, `serialize_keras_object` (saving a `.keras`
+    model, a learning-rate schedule) checks for its `TensorShape`. On PyTorch that import
+    would put TensorFlow beside it (a PyTorch convolution then segfaults on this stack), so
+    training there runs inside this block: Keras' lazy `tensorflow` module answers
+    "not available" and Keras takes the path it takes without TensorFlow. Nothing changes
+    on TensorFlow and JAX, or once TensorFlow is imported.
+    """
+    if tensorflow_loadable() or "tensorflow" in sys.modules:
+        yield
+        return
+    from keras.src.utils import module_utils
+
+    lazy = module_utils.tensorflow
+    saved = lazy._available
+    lazy._available = False
+    try:
+        yield
+    finally:
+        lazy._available = saved
 
 
 def require_tensorflow(feature: str) -> None:

@@ -1,0 +1,96 @@
+"""The training model on JAX and PyTorch: `KerasClassifierTrainer`, a classifier wrapped for
+Keras' own train step (the TensorFlow backend keeps `train_step.ClassifierTrainer`).
+
+Keras 3 has no backend-neutral way to change a train step (TensorFlow's is a
+`GradientTape` step, JAX's a pure function of the state, PyTorch's an eager `backward`), so
+the recipe's two additions are made with what Keras offers on every backend, with the same
+numbers as the TensorFlow step on one device:
+
+- gradient clipping: the optimizer's `global_clipnorm` (`make_optimizer(...,
+  global_clipnorm=)`). It clips the gradient of the loss the train step computes with
+  `scale = clip * min(1 / norm, 1 / clip)`, the formula of `tf.clip_by_global_norm`; under
+  JAX's `DataParallel` that gradient is already the global batch's, so it is clipped as
+  `ClassifierTrainer` clips the all-reduced gradient.
+- EMA: `callbacks.EMAUpdate` updates this trainer's `ExponentialMovingAverage` after every
+  optimizer step (`on_train_batch_end`), the same formula on the same weights (BatchNorm
+  statistics included) at the same step as the TensorFlow train step. Keras' own
+  `Optimizer(use_ema=True)` was not used: it averages the trainable weights only, skips
+  the warm-up of the decay, and `fit` overwrites the model's weights with the average at
+  the end of every `fit` call (one per epoch in `train`), which the recipe must not do.
+
+Multi-scale training stays TensorFlow's (`ClassifierTrainer`'s `tf.function`).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_mvit2.training.ema import ExponentialMovingAverage, _Untracked
+
+
+class KerasClassifierTrainer(keras.Model):
+    """Wraps a classifier for `fit` with Keras' own train step (JAX, PyTorch).
+
+    The interface of `train_step.ClassifierTrainer` that `train` uses: `classifier`, `ema`
+    (a tracked layer, so `save_weights` checkpoints hold the average), `clip_global_norm`
+    (applied by the optimizer's `global_clipnorm`), `multiscale` (always False),
+    `batch_shapes`, and `step_callbacks()`, the callbacks every `fit` needs (the EMA
+    update).
+
+    Args:
+        classifier: the (logits) classifier, built.
+        ema: optional `ExponentialMovingAverage` tracking `classifier.weights`.
+        clip_global_norm: the global norm the optimizer clips to (recorded; set the
+            optimizer's `global_clipnorm` to it).
+        example_batch: `(images, labels)` arrays with the shapes of a batch, used to build
+            the metrics without pulling a batch from the training data.
+    """
+
+    def __init__(
+        self,
+        classifier: keras.Model,
+        *,
+        ema: ExponentialMovingAverage | None = None,
+        clip_global_norm: float | None = None,
+        example_batch: tuple[np.ndarray, np.ndarray] | None = None,
+        **kwargs,
+    ):
+        super().__init__(name=kwargs.pop("name", "trainer"), **kwargs)
+        self.classifier = classifier
+        self.ema = ema
+        self.clip_global_norm = clip_global_norm
+        self._example_batch = _Untracked(list(example_batch) if example_batch else [])
+        self._batch_shapes = _Untracked([collections.Counter()])
+        self.built = True
+
+    @property
+    def multiscale(self) -> bool:
+        return False
+
+    @property
+    def batch_shapes(self) -> collections.Counter:
+        """Empty: multi-scale training is TensorFlow's."""
+        return self._batch_shapes.items[0]
+
+    def call(self, inputs, training=None):
+        logits = self.classifier(inputs, training=training)
+        return ops.cast(logits, "float32")  # loss and metrics in float32 under mixed precision
+
+    def step_callbacks(self) -> list[keras.callbacks.Callback]:
+        """The callbacks each `fit` of this trainer needs: the EMA update, if any."""
+        from keras_mvit2.training.callbacks import EMAUpdate
+
+        return [] if self.ema is None else [EMAUpdate(self.ema)]
+
+    def _symbolic_build(self, iterator=None, data_batch=None):
+        # Keras pulls a batch from the training data to build the metrics: build from an
+        # example batch of the right shapes instead (no read, no extra pass over tf.data).
+        if data_batch is None and self._example_batch.items:
+            data_batch = tuple(self._example_batch.items)
+            iterator = None
+        return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
+
