@@ -44,9 +44,10 @@ How the layers are quantized (worker side, `_Quantizer`):
   are not a layer's output) get their ranges from the converter's calibration
   on the representative images, chosen per tensor as the int8 export chooses them
   (``activation_ranges``, default the 99.99 % interval instead of the global min /
-  max: on a fine-tuned MobileViTV2-0.5 at 256x256, the same QAT model converted both
-  ways agrees with Keras on 83.1 % of 1,000 test images against 78.7 %, top-1 63.5 %
-  against 61.2 %, Keras 65.0 %).
+  max, so both int8 files of a run are ranged alike). Measured on two QAT trainings of a
+  fine-tuned MobileViTV2-0.5 at 256x256 (Keras 65.0 % top-1 on 1,000 test images), each
+  converted both ways: 63.5 % against 61.2 % top-1 (agreement with Keras 83.1 % against
+  78.7 %), and 61.9 % against 62.3 % (78.3 % against 80.5 %): no consistent gain either way.
 * Before training, the activation ranges are calibrated on a few training
   batches (a running mean of the batch min/max instead of TFMOT's EMA from the
   [-6, 6] default, which needs thousands of steps), with BatchNormalization in
