@@ -24,7 +24,6 @@ from keras_mvit2.data.files import (
     list_image_folder,
     load_fashion_mnist_arrays,
 )
-from keras_mvit2.data.py_dataset import PyEvalBatches, PyTrainBatches
 from keras_mvit2.data.py_sources import PySource, SkippedFiles, py_fashion_mnist, py_image_folder
 from keras_mvit2.utils.backend import require_tensorflow, tensorflow_loadable
 
@@ -96,7 +95,16 @@ if not tensorflow_loadable():  # `from keras_mvit2.data import *` loads no Tenso
     __all__ = [name for name in __all__ if name not in _TF_DATA]
 
 
+#: `keras.utils.PyDataset` subclasses, imported on first use: a process whose `keras` has no
+#: PyDataset (the QAT worker's tf_keras) still imports this package.
+_PY_DATASET = ("PyEvalBatches", "PyTrainBatches")
+
+
 def __getattr__(name: str):
+    if name in _PY_DATASET:
+        from keras_mvit2.data import py_dataset
+
+        return getattr(py_dataset, name)
     if name in _TF_DATA:  # only reached where TensorFlow may not be loaded
         require_tensorflow(f"keras_mvit2.data.{name} (the tf.data input pipelines)")
     raise AttributeError(f"module 'keras_mvit2.data' has no attribute {name!r}")
