@@ -335,7 +335,8 @@ def test_distillation_trains_towards_the_float_models_probabilities(fmnist, tmp_
     expected /= expected.sum(1, keepdims=True)
     for distill in (True, False):
         _, labels, path, steps = stage_training_data(
-            model, (x, y), str(tmp_path), batch_size=4, steps_per_epoch=None, distill=distill)
+            model, (x, y), str(tmp_path), batch_size=4, steps_per_epoch=None,
+            distill_from_logits=True if distill else None)
         with np.load(path["path"]) as saved:
             targets = saved["y"]
         assert steps == 3 and np.array_equal(labels, y)

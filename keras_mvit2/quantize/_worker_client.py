@@ -263,12 +263,13 @@ def image_input_shape(model) -> tuple[int, ...]:
 
 
 def stage_training_data(model, train_data, workdir: str, *, batch_size: int,
-                        steps_per_epoch: int | None, distill: bool = False):
+                        steps_per_epoch: int | None, distill_from_logits: bool | None = None):
     """Reads `train_data` for `model` and saves it for the worker.
 
     Returns `(x, y, path, steps)`: the images and integer labels read, the `.npz` the
-    worker trains on (with `distill`, its targets are `model`'s probabilities on the
-    images, `(N, classes)` float32, instead of the labels), and the steps per epoch
+    worker trains on (distillation, where `distill_from_logits` is not None: its targets
+    are `model`'s probabilities on the images, `(N, classes)` float32, a softmax of its
+    outputs where it ends with logits, instead of the labels), and the steps per epoch
     (`steps_per_epoch`, or one pass).
     """
     input_shape = image_input_shape(model)
@@ -279,21 +280,21 @@ def stage_training_data(model, train_data, workdir: str, *, batch_size: int,
         max_batches=steps_per_epoch, split="train", limit=limit,
     )
     y = integer_labels(y, num_classes, "train_data")
-    targets = teacher_probabilities(model, x, batch_size) if distill else y
+    targets = y if distill_from_logits is None else teacher_probabilities(
+        model, x, batch_size, from_logits=distill_from_logits)
     path = save_arrays(os.path.join(workdir, "train.npz"), x, targets, sizes)
     steps = steps_per_epoch or (len(sizes) if sizes else math.ceil(len(x) / batch_size))
     return x, y, path, steps
 
 
-def teacher_probabilities(model, x: np.ndarray, batch_size: int) -> np.ndarray:
+def teacher_probabilities(model, x: np.ndarray, batch_size: int, *,
+                          from_logits: bool) -> np.ndarray:
     """`model`'s class probabilities on the images `x`, `(N, classes)` float32 (a softmax
-    of its outputs when it ends with logits): the soft targets of distillation."""
+    of its outputs `from_logits`): the soft targets of distillation."""
     import keras
 
-    from keras_mvit2.quantize.twin_transfer import output_is_probabilities
-
     out = np.asarray(model.predict(x, batch_size=max(batch_size, 32), verbose=0), np.float32)
-    if not output_is_probabilities(model):
+    if from_logits:
         out = np.asarray(keras.ops.softmax(out, axis=-1), np.float32)
     return out
 

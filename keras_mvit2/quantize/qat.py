@@ -261,7 +261,8 @@ def qat(
     with _worker_client.temporary_workdir("qat") as workdir:
         x, y, train, steps = _worker_client.stage_training_data(
             model, train_data, workdir, batch_size=batch_size, steps_per_epoch=steps_per_epoch,
-            distill=distill)
+            distill_from_logits=(not twin_transfer.output_is_probabilities(model)) if distill
+            else None)
 
         if representative_data is None:
             rng = np.random.default_rng(0)
