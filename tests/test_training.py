@@ -619,6 +619,24 @@ def test_multiscale_trains_one_model_for_every_scale(tmp_path, monkeypatch):
     assert np.isfinite(resumed.history[-1]["loss"])
 
 
+def test_load_pretrained_keeps_a_matching_head_from_a_weights_h5_file(tmp_path):
+    from keras_mvit2.training.classifier import build_classifier, load_pretrained
+
+    keras.utils.set_random_seed(0)
+    source = tiny_mvit2(input_shape=(32, 32, 3), classes=10, classifier_activation=None)
+    path = str(tmp_path / "run.weights.h5")
+    source.save_weights(path)
+    expected = source.get_layer("predictions").kernel.numpy()
+    for new_head, copied in ((False, True), (True, False)):
+        config = tiny_config(tmp_path, model={"weights": path, "new_head": new_head})
+        model = build_classifier(config, 10)
+        load_pretrained(model, config, 10)
+        kernel = model.get_layer("predictions").kernel.numpy()
+        assert np.array_equal(kernel, expected) == copied, new_head
+        np.testing.assert_array_equal(model.get_layer("stem_conv").kernel.numpy(),
+                                      source.get_layer("stem_conv").kernel.numpy())
+
+
 @pytest.mark.slow
 @needs_fashion
 def test_finetune_new_head_and_frozen_backbone(tmp_path):

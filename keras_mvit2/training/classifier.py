@@ -35,12 +35,21 @@ def _build_kwargs(config: TrainConfig, num_classes: int, *,
     return kwargs
 
 
+#: Where a `.weights.h5` file keeps the classifier's kernel: Keras 3 names a model's layers
+#: in the file by class (`layers/dense`: the models' only top-level Dense is `predictions`);
+#: files of older Keras versions by layer name.
+_H5_HEAD_KERNELS = ("layers/dense/vars/0", "layers/predictions/vars/0")
+
+
 def _h5_head_classes(path: str) -> int | None:
+    """The classes of the classifier a `.weights.h5` file holds, or None without one."""
     import h5py
 
     with h5py.File(path, "r") as f:
-        key = "layers/predictions/vars/0"
-        return int(f[key].shape[-1]) if key in f else None
+        for key in _H5_HEAD_KERNELS:
+            if key in f:
+                return int(f[key].shape[-1])
+    return None
 
 
 def load_pretrained(model: keras.Model, config: TrainConfig, num_classes: int) -> int:
