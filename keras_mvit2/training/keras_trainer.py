@@ -32,22 +32,10 @@ from keras import ops
 from keras_mvit2.training.ema import ExponentialMovingAverage, _Untracked
 
 
-class KerasClassifierTrainer(keras.Model):
-    """Wraps a classifier for `fit` with Keras' own train step (JAX, PyTorch).
-
-    The interface of `train_step.ClassifierTrainer` that `train` uses: `classifier`, `ema`
-    (a tracked layer, so `save_weights` checkpoints hold the average), `clip_global_norm`
-    (applied by the optimizer's `global_clipnorm`), `multiscale` (always False),
-    `batch_shapes`, and `step_callbacks()`, the callbacks every `fit` needs (the EMA
-    update).
-
-    Args:
-        classifier: the (logits) classifier, built.
-        ema: optional `ExponentialMovingAverage` tracking `classifier.weights`.
-        clip_global_norm: the global norm the optimizer clips to (recorded; set the
-            optimizer's `global_clipnorm` to it).
-        example_batch: `(images, labels)` arrays with the shapes of a batch, used to build
-            the metrics without pulling a batch from the training data.
+class ClassifierTrainerBase(keras.Model):
+    """What both trainers hold (`KerasClassifierTrainer` here, `train_step.ClassifierTrainer`
+    on TensorFlow): the classifier, its EMA, the clipping norm, an example batch to build
+    the metrics from, the batch shapes seen, and the call (float32 logits).
     """
 
     def __init__(
@@ -68,17 +56,36 @@ class KerasClassifierTrainer(keras.Model):
         self.built = True
 
     @property
-    def multiscale(self) -> bool:
-        return False
-
-    @property
     def batch_shapes(self) -> collections.Counter:
-        """Empty: multi-scale training is TensorFlow's."""
+        """Multi-scale mode: training steps run per (replica-local) image batch shape."""
         return self._batch_shapes.items[0]
 
     def call(self, inputs, training=None):
         logits = self.classifier(inputs, training=training)
         return ops.cast(logits, "float32")  # loss and metrics in float32 under mixed precision
+
+
+class KerasClassifierTrainer(ClassifierTrainerBase):
+    """Wraps a classifier for `fit` with Keras' own train step (JAX, PyTorch).
+
+    The interface of `train_step.ClassifierTrainer` that `train` uses: `classifier`, `ema`
+    (a tracked layer, so `save_weights` checkpoints hold the average), `clip_global_norm`
+    (applied by the optimizer's `global_clipnorm`), `multiscale` (always False),
+    `batch_shapes`, and `step_callbacks()`, the callbacks every `fit` needs (the EMA
+    update).
+
+    Args:
+        classifier: the (logits) classifier, built.
+        ema: optional `ExponentialMovingAverage` tracking `classifier.weights`.
+        clip_global_norm: the global norm the optimizer clips to (recorded; set the
+            optimizer's `global_clipnorm` to it).
+        example_batch: `(images, labels)` arrays with the shapes of a batch, used to build
+            the metrics without pulling a batch from the training data.
+    """
+
+    @property
+    def multiscale(self) -> bool:
+        return False  # multi-scale training is TensorFlow's: `batch_shapes` stays empty
 
     def step_callbacks(self) -> list[keras.callbacks.Callback]:
         """The callbacks each `fit` of this trainer needs: the EMA update, if any."""

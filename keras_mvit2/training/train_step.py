@@ -7,8 +7,6 @@ batch shape); `keras_mvit2.training.trainer.build_trainer` compiles one.
 
 from __future__ import annotations
 
-import collections
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -18,10 +16,11 @@ from keras.src.backend.tensorflow.trainer import (
 )
 from keras.src.losses import loss as loss_module
 
-from keras_mvit2.training.ema import ExponentialMovingAverage, _Untracked
+from keras_mvit2.training.ema import ExponentialMovingAverage
+from keras_mvit2.training.keras_trainer import ClassifierTrainerBase
 
 
-class ClassifierTrainer(keras.Model):
+class ClassifierTrainer(ClassifierTrainerBase):
     """Wraps a classifier for `fit`: recipe-level gradient clipping, EMA, multi-scale.
 
     `train_step` is Keras' TF train step plus: (1) when `clip_global_norm` is set, the
@@ -59,31 +58,17 @@ class ClassifierTrainer(keras.Model):
         example_batch: tuple[np.ndarray, np.ndarray] | None = None,
         **kwargs,
     ):
-        super().__init__(name=kwargs.pop("name", "trainer"), **kwargs)
-        self.classifier = classifier
-        self.ema = ema
-        self.clip_global_norm = clip_global_norm
+        super().__init__(classifier, ema=ema, clip_global_norm=clip_global_norm,
+                         example_batch=example_batch, **kwargs)
         self._multiscale = multiscale
-        self._example_batch = _Untracked(list(example_batch) if example_batch else [])
-        self._batch_shapes = _Untracked([collections.Counter()])
-        self.built = True
 
     #: Multi-scale train function: True generalizes to one trace for every batch shape,
     #: False traces once per shape (measured no faster, see the class docstring).
     reduce_retracing = True
 
     @property
-    def batch_shapes(self) -> collections.Counter:
-        """Multi-scale mode: training steps run per (replica-local) image batch shape."""
-        return self._batch_shapes.items[0]
-
-    @property
     def multiscale(self) -> bool:
         return self._multiscale
-
-    def call(self, inputs, training=None):
-        logits = self.classifier(inputs, training=training)
-        return tf.cast(logits, "float32")  # loss and metrics in float32 under mixed precision
 
     def _loss_scale(self):
         scale = getattr(self.optimizer, "dynamic_scale", None)
