@@ -162,6 +162,33 @@ def test_qat_exports_full_integer_model(qat_run):
     assert "qkv_proj" in result.quantized_layers["mvit"]
     assert "norm1: output" in result.quantized_layers["mvit"]
     assert result.twin_max_abs_diff <= 1e-4
+    # no requantize: the function outputs' fake-quantizers do not double a layer's own
+    assert report.op_histogram.get("QUANTIZE", 0) == 0
+
+
+@pytest.mark.slow
+def test_qat_trains_and_keeps_the_ranges_of_function_outputs(qat_run):
+    """The SiLUs, the residual sums and the attention's product that the layers compute
+    with function calls were fake-quantized, except where a layer's output quantizer
+    already covers the tensor (ir2's residual sum, the transformer layer's second sum), and
+    the file quantizes each with its trained range, not one calibrated afterwards."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    result, _ = qat_run
+    assert set(result.function_ranges) == {
+        "ir1/silu_0", "ir1/silu_1", "ir2/silu_0", "ir2/silu_1", "mvit/silu_0",
+        "mvit.transformer.0/add_0", "mvit.transformer.0/silu_0",
+        "mvit.transformer.0.attn/multiply_0"}
+    quantized = [t["quantization"] for t in
+                 Interpreter(model_path=result.tflite_path).get_tensor_details()
+                 if t["dtype"] == np.int8]
+    for site, (low, high) in result.function_ranges.items():
+        # FakeQuantWithMinMaxVars' grid: 256 steps over [low, high], zero point nudged
+        # onto it; int8 stores the zero point shifted by -128.
+        scale = (high - low) / 255.0
+        zero_point = round(-low / scale) - 128
+        assert any(abs(s / scale - 1) < 1e-3 and abs(z - zero_point) <= 1
+                   for s, z in quantized), (site, low, high)
 
 
 @pytest.mark.slow

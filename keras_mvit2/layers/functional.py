@@ -299,7 +299,7 @@ def separable_attention(x, qkv_kernel, qkv_bias, out_projection: Callable, *,
     # ReLU(W_v x + b_v) as its own 1x1 conv, so converters fuse the ReLU into it.
     value = ops.relu(pointwise_conv(x, qkv_kernel, qkv_bias, layout=layout,
                                     outputs=(1 + dim, 1 + 2 * dim)))
-    return out_projection(value * context)
+    return out_projection(ops.multiply(value, context))
 
 
 def transformer_layer(x, *, norm1: Callable, attention: Callable, norm2: Callable,
@@ -310,13 +310,15 @@ def transformer_layer(x, *, norm1: Callable, attention: Callable, norm2: Callabl
     Each argument is a callable on tokens (Keras layers, or the functions of this module
     with the layers' weights); `attention_output`, `hidden` and `ffn_output` wrap the
     attention output, the FFN hidden activation and the FFN output (dropout, stochastic
-    depth) and are skipped when None.
+    depth) and are skipped when None. The sums and the product of `separable_attention` are
+    `ops.add` / `ops.multiply` calls (the same graph as `+` and `*`) so that the QAT twin
+    can fake-quantize them (`keras_mvit2.quantize.function_fake_quant`).
     """
     y = attention(norm1(x))
-    x = x + (y if attention_output is None else attention_output(y))
+    x = ops.add(x, y if attention_output is None else attention_output(y))
     y = ops.silu(fc1(norm2(x)))
     y = fc2(y if hidden is None else hidden(y))
-    return x + (y if ffn_output is None else ffn_output(y))
+    return ops.add(x, y if ffn_output is None else ffn_output(y))
 
 
 # --------------------------------------------------------------------------------------

@@ -120,7 +120,8 @@ class InvertedResidual(keras.layers.Layer):
             x = ops.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]])
         x = ops.silu(self.depthwise_bn(self.depthwise_conv(x), training=training))
         x = self.project_bn(self.project_conv(x), training=training)
-        return inputs + x if self.use_residual else x
+        # ops.add, not `+`: the QAT twin fake-quantizes the sum (the int8 ADD's output).
+        return ops.add(inputs, x) if self.use_residual else x
 
     def compute_output_shape(self, input_shape):
         def out(size):

@@ -98,6 +98,9 @@ class QATResult:
         twin_max_abs_diff: max abs difference between the tf_keras twin and the
             Keras 3 model on the reference images before any change.
         quantized_layers: top-level layer name -> how it was quantized.
+        function_ranges: the trained ``(min, max)`` of each fake-quantized function output
+            inside the layers, by site (``"stage2_block1.transformer.0/add_0"``; empty with
+            ``fake_quantize_functions=False``).
         history: per-epoch training loss / accuracy of the QAT fine-tune.
         epochs: epochs run.
         steps_per_epoch: batches per epoch.
@@ -117,6 +120,7 @@ class QATResult:
     report: Any
     twin_max_abs_diff: float
     quantized_layers: dict[str, str]
+    function_ranges: dict[str, tuple[float, float]]
     history: list[dict[str, float]]
     epochs: int
     steps_per_epoch: int
@@ -164,6 +168,8 @@ def qat(
     num_calibration_samples: int = 200,
     freeze_batch_norm: bool = True,
     distill: bool = False,
+    fake_quantize_functions: bool = True,
+    distill_augment: str | None = None,
     activation_ranges: str = "p99.99",
     allow_float_ops: bool = False,
     class_names: Sequence[str] | None = None,
@@ -214,12 +220,19 @@ def qat(
             images (cross-entropy against them, instead of against the labels): the
             int8 file learns to give the float model's answers, which is what a
             shipped file is judged by, rather than to fit the labels again.
-        activation_ranges: how the ranges of the tensors without a fake-quantizer (the
-            activations called as functions: SiLU, residual sums, the attention's
-            products) are chosen from the representative images, as
-            ``to_tflite(activation_ranges=...)`` does: ``"p99.99"`` (default, as the int8
-            export), ``"mse"``, ``"p<percent>"`` or ``"minmax"`` (the converter's global min /
-            max). The fake-quantized tensors keep their trained ranges.
+        fake_quantize_functions: also fake-quantize the tensors our layers compute with
+            function calls (the SiLUs, the residual sums, the attention's ``ReLU(v) *
+            context``), which are int8 tensors of their own in the file: the fine-tune
+            then sees their rounding and the file keeps their trained ranges
+            (`keras_mvit2.quantize.function_fake_quant`). False: the converter calibrates
+            them after training.
+        activation_ranges: how the ranges of the tensors without a fake-quantizer (with
+            ``fake_quantize_functions=False``, the activations called as functions; else
+            the attention's scores and GroupNorm's statistics) are chosen from the
+            representative images, as ``to_tflite(activation_ranges=...)`` does:
+            ``"p99.99"`` (default, as the int8 export), ``"mse"``, ``"p<percent>"`` or
+            ``"minmax"`` (the converter's global min / max). The fake-quantized tensors
+            keep their trained ranges.
         allow_float_ops: accept a TFLite model in which some ops stayed float
             (default: that is an error naming the ops).
         class_names: one name per output class, written into the file's metadata (ours
@@ -295,6 +308,8 @@ def qat(
             steps_per_epoch=steps, batch_size=batch_size, learning_rate=float(learning_rate),
             calibration_steps=calibration_steps, io_dtype=io_dtype,
             freeze_batch_norm=bool(freeze_batch_norm), distill=bool(distill),
+            fake_quantize_functions=bool(fake_quantize_functions),
+            distill_augment=distill_augment,
             activation_ranges=activation_ranges,
             tflite_path=os.path.join(workdir, "qat_model.tflite"),
         )
@@ -370,6 +385,8 @@ def _finish(model, flatbuffer: bytes, output_path: str, *, result, io_dtype, xv,
         report=report,
         twin_max_abs_diff=float(result["twin_max_abs_diff"]),
         quantized_layers=dict(result["quantized_layers"]),
+        function_ranges={site: (float(lo), float(hi))
+                         for site, (lo, hi) in result.get("function_ranges", {}).items()},
         history=list(result["history"]),
         epochs=epochs,
         steps_per_epoch=steps,
@@ -701,6 +718,41 @@ class _Quantizer:
         qat_model(self.tf.zeros((1, *twin.input_shape[1:])), training=False)  # build nested
         return qat_model
 
+    def fake_quantize_functions(self, qat_model, input_shape):
+        """Fake-quantizes the SiLUs, residual sums and attention products our layers compute
+        with function calls (`keras_mvit2.quantize.function_fake_quant`); returns it."""
+        import keras  # the worker's tf_keras shim
+        from tensorflow_model_optimization.python.core.keras import utils
+        from tensorflow_model_optimization.python.core.quantization.keras import quant_ops
+
+        from keras_mvit2.quantize.function_fake_quant import FunctionFakeQuant
+
+        layers, output_quantized = [], []
+
+        def visit(layer, wrapper, path):
+            if wrapper is not None and wrapper.quantize_config.get_output_quantizers(layer):
+                output_quantized.append(path)
+            layers.append((path, layer))
+            for name, index, child in self.children(layer):
+                inner = getattr(child, "layer", None) if isinstance(child, self.wrapper) else None
+                target = child if inner is None else inner
+                if self.is_ours(target):
+                    visit(target, None if inner is None else child,
+                          f"{path}.{name}" + ("" if index is None else f".{index}"))
+
+        for layer in qat_model.layers:
+            inner = getattr(layer, "layer", None)
+            if inner is not None and self.is_ours(inner):
+                visit(inner, layer, inner.name)
+        hooks = FunctionFakeQuant(self.tf, keras.ops, lambda: quant_ops.MovingAvgQuantize,
+                                  utils.smart_cond)
+        hooks.install(qat_model, layers, output_quantized, input_shape)
+        for path, sites in hooks.summary().items():
+            top = path.split(".", 1)[0]
+            self.summary.setdefault(top, []).append(
+                f"{path}: fake-quantized {', '.join(sites)}")
+        return hooks
+
     def batch_norms(self, model):
         return [m for m in model.submodules
                 if isinstance(m, self.tf_keras.layers.BatchNormalization)]
@@ -773,6 +825,12 @@ def worker_qat(ctx) -> dict[str, Any]:
     qat_model = quantizer.quantize(twin)
     wrapped = sum(1 for m in qat_model.submodules if isinstance(m, quantizer.wrapper))
     ctx.log(f"QAT model: {wrapped} QuantizeWrapperV2 layers (top-level and nested)")
+    hooks = None
+    if job.get("fake_quantize_functions", True):
+        hooks = quantizer.fake_quantize_functions(qat_model, twin.input_shape)
+        ctx.log(f"fake-quantized {len(hooks.sites)} function outputs inside the layers "
+                f"(SiLU, residual sums, attention products; {len(hooks.skipped)} left to the "
+                "layers' output quantizers)")
 
     dataset, _ = ctx.dataset(job["train"], batch_size=job["batch_size"], shuffle=True)
     steps = int(job["steps_per_epoch"])
@@ -782,11 +840,20 @@ def worker_qat(ctx) -> dict[str, Any]:
         for bn in quantizer.batch_norms(qat_model):
             bn.trainable = False
     distill = bool(job.get("distill"))
-    ctx.compile(qat_model, job["learning_rate"], soft_targets=distill)
+    augment = job.get("distill_augment") if distill else None
+    trained = qat_model
+    if augment:
+        from keras_mvit2.quantize.online_distillation import distiller
+
+        trained = distiller(quantizer.tf, quantizer.tf_keras, qat_model, twin,
+                            probabilities=bool(job["model"]["probabilities"]),
+                            mixup=augment == "mixup")
+    ctx.compile(trained, job["learning_rate"], soft_targets=distill)
     epochs = int(job["epochs"])
     ctx.log(f"QAT fine-tune: {epochs} epoch(s) x {steps} steps, lr={job['learning_rate']:g}"
-            + (", towards the float model's probabilities" if distill else ""))
-    history = qat_model.fit(
+            + (", towards the float model's probabilities" if distill else "")
+            + (f" on augmented images ({augment})" if augment else ""))
+    history = trained.fit(
         dataset, epochs=epochs, steps_per_epoch=steps, verbose=0,
         callbacks=[ctx.progress_callback("qat", epochs, steps)],
     )
@@ -812,4 +879,6 @@ def worker_qat(ctx) -> dict[str, Any]:
         "qat_accuracy": qat_accuracy,
         "history": per_epoch,
         "quantized_layers": {k: "; ".join(v) for k, v in quantizer.summary.items()},
+        "function_ranges": {} if hooks is None else {
+            site: [float(lo.numpy()), float(hi.numpy())] for site, (lo, hi) in hooks.sites.items()},
     }

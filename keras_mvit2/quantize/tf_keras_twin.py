@@ -135,6 +135,7 @@ def _ops_namespace(tf) -> types.ModuleType:
 
     table = {
         "abs": tf.abs,
+        "add": tf.add,
         "arange": lambda start, stop=None, step=1, dtype=None: tf.range(
             start, stop, step, dtype=dtype or "int32"),
         "broadcast_to": tf.broadcast_to,
@@ -154,6 +155,7 @@ def _ops_namespace(tf) -> types.ModuleType:
         "max": lambda x, axis=None, keepdims=False: tf.reduce_max(
             x, axis=_axis(axis), keepdims=keepdims),
         "maximum": tf.maximum,
+        "multiply": tf.multiply,
         "mean": lambda x, axis=None, keepdims=False: tf.reduce_mean(
             x, axis=_axis(axis), keepdims=keepdims),
         "ones": lambda shape, dtype="float32": tf.ones(shape, dtype=dtype),
