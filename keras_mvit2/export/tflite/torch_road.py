@@ -152,9 +152,10 @@ def _write_float32(model: keras.Model, path: str, class_names: list[str] | None,
     # Keras' export (keras/src/export/litert.py): eval mode, batch 1, torch.export, then
     # litert_torch.convert; its errors are a RuntimeError naming litert-torch's.
     # enable_x64: litert-torch's default casts int64 to int32 while lowering, and the cast
-    # misses the index operands of the gathers that resize a map with odd sides (32x32,
-    # 224x224 inputs): "'func.call' op operand type mismatch". Kept, they fold into
-    # constants: the file has no 64-bit tensors (float32 and int32 only).
+    # can miss index operands ("'func.call' op operand type mismatch", i64 vs i32); kept,
+    # they fold into int32 constants (the files have float32 and int32 tensors only). This
+    # fixes MobileViTV2-0.5 at 32x32 with 3 classes, not with 10 (litert-torch 0.10); 64x64
+    # and 256x256 convert either way.
     with elementwise_token_pooling():
         model.export(raw, format="litert", verbose=False, enable_x64=True)
     with open(raw, "rb") as f:
