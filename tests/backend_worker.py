@@ -20,6 +20,11 @@ JOB.json (every key optional):
   built at `size` and at `(None, None, 3)`, loading the `.weights.h5` saved on another
   backend, run on the images `x` of `npz` (the saving backend's outputs: `y`); with
   `"save_to"`, the static model's weights are saved back there (`.weights.h5`);
+- `"torch_road"`: `{"width", "size", "classes", "weights", "class_names", "npz", "out"}`:
+  MobileViTV2 `width` (softmax head) at `size` with the `.weights.h5` `weights`, exported
+  to `out` by the `.tflite` target's default road here (PyTorch: litert-torch) with
+  `class_names`; its Keras outputs on the images `x` of `npz` are saved to `out + ".npz"`
+  (PyTorch only);
 - `"keras_hub"`: true: the KerasHub ImageClassifier made from the first oracle model, run
   last (keras_hub itself imports TensorFlow).
 
@@ -138,6 +143,30 @@ def run_keras_hub(mv, case: dict) -> list[dict]:
              "max_abs_diff": _max_abs(logits, expected), "max_abs_ref": _max_abs(expected)}]
 
 
+def run_torch_road(mv, job: dict) -> dict:
+    """The `.tflite` of the PyTorch road (`keras_mvit2.export.roads`), and the Keras outputs
+    it must reproduce."""
+    import numpy as np
+
+    size = int(job["size"])
+    model = mv.MobileViTV2(job["width"], input_shape=(size, size, 3),
+                           classes=int(job["classes"]), weights=None)
+    model.load_weights(job["weights"])
+    with np.load(job["npz"]) as data:
+        x = data["x"]
+    np.savez(job["out"] + ".npz", y=_predict(model, x))
+    start = time.perf_counter()
+    report = mv.export.get_target("tflite").convert(model, job["out"],
+                                                    class_names=job["class_names"])
+    errors = {}
+    try:  # the other road asked here: the error names the backend and the fix
+        mv.export.get_target("tflite").convert(model, job["out"] + ".tf", road="tensorflow")
+    except ImportError as err:
+        errors["tensorflow_road"] = f"{type(err).__name__}: {err}"
+    return {"seconds": time.perf_counter() - start, "op_histogram": report.op_histogram,
+            "errors": errors}
+
+
 def main(job_path: str, result_path: str) -> None:
     with open(job_path) as f:
         job = json.load(f)
@@ -153,6 +182,8 @@ def main(job_path: str, result_path: str) -> None:
         result["oracle"] += run_oracle(mv, case)
     if job.get("weights_h5"):
         result["weights_h5"] = run_weights_h5(mv, job["weights_h5"])
+    if job.get("torch_road"):
+        result["torch_road"] = run_torch_road(mv, job["torch_road"])
     result["tf_after_run"] = "tensorflow" in sys.modules
     if job.get("keras_file"):  # loading: no TensorFlow; saving: Keras' own import (below)
         result["keras_file"] = run_keras_file(job["keras_file"])

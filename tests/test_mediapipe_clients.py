@@ -6,8 +6,15 @@ The oracle is the Keras model on the same 200 test images: MediaPipe gets them a
 to classify / segment / detect them at all. mediapipe runs in a virtualenv of its own (made
 by ``.ci/run``: installed beside TensorFlow it would upgrade absl-py and add OpenCV), through
 tests/mediapipe_client.py in a subprocess.
+
+The classifier's weights at 64x64 also go by the PyTorch road (`keras_mvit2.export.roads`:
+litert-torch in one ``KERAS_BACKEND=torch`` worker, tests/backend_worker.py, ~25 s): the
+float32 file must give the Keras model's outputs and the TensorFlow road's file's (<= 1e-5 of
+the largest), carry the same metadata, labels and signature, and classify in MediaPipe with
+its names.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -30,7 +37,7 @@ from keras_mvit2.data.sources import (
     FASHION_MNIST_DIR,
     load_fashion_mnist_arrays,
 )
-from keras_mvit2.export import read_tflite_metadata, to_tflite
+from keras_mvit2.export import read_tflite_metadata, run_tflite, to_tflite
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -98,6 +105,49 @@ def classifier(trained_classifier_path):
     model = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
     model.set_weights(trained.get_weights())
     return model
+
+
+#: Images the two roads' float32 files and Keras are compared on (and MediaPipe classifies).
+NUM_ROADS = 100
+#: The PyTorch road's input size: the classifier's weights at 64x64 (litert-torch 0.10 fails
+#: to lower this classifier at 32x32: "'func.call' op operand type mismatch", i64 vs i32).
+ROADS_SIZE = 64
+#: max |difference| / max |Keras output| allowed for a float32 file.
+ROADS_REL_TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def roads(classifier, data, tmp_path_factory):
+    """The classifier's float32 `.tflite` by both roads, with Fashion-MNIST's names: the
+    TensorFlow road here, the PyTorch road in one worker; None without litert-torch."""
+    if importlib.util.find_spec("litert_torch") is None or importlib.util.find_spec(
+            "torch") is None:
+        return None
+    from test_backends import run_worker
+
+    import keras_mvit2 as mv
+
+    folder = tmp_path_factory.mktemp("roads")
+    names = list(FASHION_MNIST_CLASSES)
+    model = mv.mobilevitv2_050(input_shape=(ROADS_SIZE, ROADS_SIZE, 3), classes=10,
+                               weights=None)
+    model.set_weights(classifier.get_weights())
+    factor = ROADS_SIZE // SIZE  # test images, each pixel repeated: uint8 as a camera gives
+    pixels = np.repeat(np.repeat(data[2][:NUM_ROADS], factor, 1), factor, 2)
+    x = (pixels / 255.0).astype("float32")
+    np.savez(folder / "x.npz", x=x)
+    model.save_weights(folder / "classifier.weights.h5")
+    torch_path = folder / "torch_road.tflite"
+    result = run_worker("torch", {"torch_road": {
+        "width": 0.5, "size": ROADS_SIZE, "classes": 10,
+        "weights": str(folder / "classifier.weights.h5"), "class_names": names,
+        "npz": str(folder / "x.npz"), "out": str(torch_path)}}, folder)
+    tf_path = folder / "tensorflow_road.tflite"
+    to_tflite(model, tf_path, class_names=names)
+    with np.load(str(torch_path) + ".npz") as out:
+        keras_torch = out["y"]
+    return {"torch": torch_path, "tensorflow": tf_path, "x": x, "pixels": pixels,
+            "model": model, "worker": result, "keras_torch": keras_torch, "names": names}
 
 
 def _run_mediapipe(tmp_path, images: np.ndarray, models: list[dict]) -> dict[str, np.ndarray]:
@@ -173,6 +223,82 @@ def test_classifier_exports_classify_in_mediapipe_with_names(classifier, data, t
         assert agreement[key] >= minimum, (key, agreement)
     record_property("mediapipe_top1_agreement", json.dumps(agreement))
     print("MediaPipe ImageClassifier top-1 agreement with Keras:", agreement, file=sys.stderr)
+
+
+def _skip_without(roads) -> None:
+    if roads is None:
+        pytest.skip("the PyTorch road needs torch and litert-torch (pip install -e "
+                    "'.[torch,litert-torch]', then litert-torch and litert-converter "
+                    "--no-deps: docs/install.md)")
+
+
+def test_torch_road_file_gives_keras_and_the_tensorflow_roads_outputs(roads, record_property):
+    _skip_without(roads)
+    worker = roads["worker"]
+    assert not worker["tf_after_import"] and not worker["tf_after_run"], \
+        "the PyTorch road imported TensorFlow"
+    x = roads["x"]
+    keras_tf = np.asarray(roads["model"].predict(x, verbose=0))
+    torch_file, tf_file = run_tflite(roads["torch"], x), run_tflite(roads["tensorflow"], x)
+    scale = float(np.abs(keras_tf).max())
+    diffs = {"torch_file_vs_keras": float(np.abs(torch_file - keras_tf).max()) / scale,
+             "torch_file_vs_keras_on_torch": float(
+                 np.abs(torch_file - roads["keras_torch"]).max()) / scale,
+             "torch_file_vs_tensorflow_file": float(np.abs(torch_file - tf_file).max()) / scale}
+    record_property("roads_relative_diffs", json.dumps(diffs))
+    assert all(d <= ROADS_REL_TOL for d in diffs.values()), diffs
+    assert np.array_equal(torch_file.argmax(-1), keras_tf.argmax(-1))
+    # The other road, asked in the worker: the error names the backend and the fix.
+    error = worker["torch_road"]["errors"]["tensorflow_road"]
+    assert error.startswith("TensorFlowBackendRequiredError") and "'torch'" in error
+    assert "KERAS_BACKEND=tensorflow" in error
+
+
+def test_torch_road_file_carries_the_tensorflow_roads_metadata_and_signature(roads):
+    _skip_without(roads)
+    from ai_edge_litert.interpreter import Interpreter
+
+    torch_meta = read_tflite_metadata(roads["torch"])
+    tf_meta = read_tflite_metadata(roads["tensorflow"])
+    assert torch_meta["converter"]["road"] == "torch"
+    assert torch_meta["converter"]["tool"] == "litert-torch"
+    assert "converter" not in tf_meta
+    for key in ("format", "version", "model", "attention", "quantization", "batch_size",
+                "preprocessing", "output_kind", "class_names", "calibration", "user"):
+        assert torch_meta[key] == tf_meta[key], key
+    for side in ("input", "output"):
+        for key in ("shape", "dtype", "quantized", "scale", "zero_point"):
+            assert torch_meta[side][key] == tf_meta[side][key], (side, key)
+    # The standard metadata MediaPipe reads: the same (image input, normalization, labels.txt,
+    # ...) but for the input tensor's own name, each file's (litert-torch names it
+    # serving_default_args_0).
+    standard = {road: json.loads(json.dumps(meta["tflite_metadata"]))
+                for road, meta in (("torch", torch_meta), ("tensorflow", tf_meta))}
+    for road, meta in (("torch", torch_meta), ("tensorflow", tf_meta)):
+        tensor = standard[road]["subgraphMetadata"][0]["inputTensorMetadata"][0]
+        assert tensor.pop("name") == meta["input"]["name"], road
+    assert standard["torch"] == standard["tensorflow"]
+    labels = torch_meta["tflite_metadata"]["associatedFileContents"]["labels.txt"]
+    assert labels.splitlines() == roads["names"]
+    signatures = {"serving_default": {"inputs": ["image"], "outputs": ["probabilities"]}}
+    torch_interpreter = Interpreter(model_path=str(roads["torch"]))
+    assert torch_interpreter.get_signature_list() == signatures
+    assert Interpreter(model_path=str(roads["tensorflow"])).get_signature_list() == signatures
+    x = roads["x"][:1]
+    by_signature = torch_interpreter.get_signature_runner()(image=x)["probabilities"]
+    np.testing.assert_array_equal(by_signature, run_tflite(roads["torch"], x))
+
+
+def test_torch_road_file_classifies_in_mediapipe_with_names(roads, tmp_path, record_property):
+    _skip_without(roads)
+    keras_top1 = np.asarray(roads["model"].predict(roads["x"], verbose=0)).argmax(-1)
+    out = _run_mediapipe(tmp_path, roads["pixels"], [
+        {"task": "classifier", "path": str(roads["torch"]), "key": "torch_road"}])
+    index = out["torch_road.index"]
+    assert [str(n) for n in out["torch_road.names"]] == [roads["names"][i] for i in index]
+    agreement = float(np.mean(index == keras_top1))
+    record_property("mediapipe_torch_road_agreement", agreement)
+    assert agreement >= 0.99, agreement
 
 
 def test_standard_metadata_matches_the_input_quantization(classifier, data, tmp_path):

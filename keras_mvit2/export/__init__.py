@@ -7,28 +7,21 @@ browser page) hold one package per target, each registered as an `ExportTarget`
 demo dispatch through; `calibration` (calibration and labelled images), `class_names` and
 `validate` serve every target; `optimize` (`keras_mvit2.export.optimizer`) ships the
 smallest or fastest file of a target within a top-1 budget.
+
+Two roads lead to a target's file (`keras_mvit2.export.roads`): TensorFlow's converters on
+Keras' TensorFlow backend, and PyTorch's (`torch.export`, litert-torch) on its PyTorch
+backend. On PyTorch this package imports only what the torch road uses (the registry, the
+`.tflite` target and its TensorFlow-free modules); the other names raise
+`TensorFlowBackendRequiredError`. On JAX the package raises it when imported.
 """
 
-# TensorFlow-only: on JAX / PyTorch, a clear error instead of loading TensorFlow.
-from keras_mvit2.utils.backend import require_tensorflow
+from keras_mvit2.utils.backend import keras_backend_name, require_tensorflow
 
-require_tensorflow("keras_mvit2.export (TFLite, Core ML and web export)")
+_BACKEND = keras_backend_name()
+if _BACKEND not in ("tensorflow", "torch"):
+    require_tensorflow("keras_mvit2.export (TFLite, Core ML and web export)")
 
-from keras_mvit2.export.calibration import (
-    LabelledImages,
-    calibration_images,
-    load_labelled_images,
-)
-from keras_mvit2.export.coreml import (
-    CoreMLReport,
-    coreml_predictions_available,
-    inspect_coreml,
-    run_coreml,
-    to_coreml,
-    to_coreml_detector,
-)
-from keras_mvit2.export.equalize import AttentionEqualization, equalize_attention
-from keras_mvit2.export.optimizer import OptimizeResult, OverBudgetError, optimize
+from keras_mvit2.export import roads
 from keras_mvit2.export.target import (
     ExportTarget,
     available_targets,
@@ -41,20 +34,46 @@ from keras_mvit2.export.tflite import (
     QUANTIZATIONS,
     TensorDetails,
     TFLiteReport,
-    UnsupportedOpError,
     inspect_tflite,
     read_tflite_metadata,
     run_tflite,
-    to_tflite,
-    with_detection_postprocess,
+    to_tflite_via_torch,
 )
-from keras_mvit2.export.validate import (
-    ValidationReport,
-    print_reports,
-    save_reports,
-    validate,
-)
-from keras_mvit2.export.web import WebTarget, build_site, open_page
+
+if _BACKEND == "tensorflow":
+    from keras_mvit2.export.calibration import (
+        LabelledImages,
+        calibration_images,
+        load_labelled_images,
+    )
+    from keras_mvit2.export.coreml import (
+        CoreMLReport,
+        coreml_predictions_available,
+        inspect_coreml,
+        run_coreml,
+        to_coreml,
+        to_coreml_detector,
+    )
+    from keras_mvit2.export.equalize import AttentionEqualization, equalize_attention
+    from keras_mvit2.export.optimizer import OptimizeResult, OverBudgetError, optimize
+    from keras_mvit2.export.tflite import (
+        UnsupportedOpError,
+        to_tflite,
+        with_detection_postprocess,
+    )
+    from keras_mvit2.export.validate import (
+        ValidationReport,
+        print_reports,
+        save_reports,
+        validate,
+    )
+    from keras_mvit2.export.web import WebTarget, build_site, open_page
+else:
+    def __getattr__(name: str):
+        if name in __all__:
+            require_tensorflow(f"keras_mvit2.export.{name} (the TensorFlow road; on PyTorch "
+                               "the torch road: get_target('tflite').convert(..., road='torch'))")
+        raise AttributeError(f"module 'keras_mvit2.export' has no attribute {name!r}")
 
 __all__ = [
     "IO_DTYPES",
@@ -84,6 +103,7 @@ __all__ = [
     "print_reports",
     "read_tflite_metadata",
     "register_target",
+    "roads",
     "run_coreml",
     "run_tflite",
     "save_reports",
@@ -91,6 +111,7 @@ __all__ = [
     "to_coreml",
     "to_coreml_detector",
     "to_tflite",
+    "to_tflite_via_torch",
     "validate",
     "with_detection_postprocess",
 ]

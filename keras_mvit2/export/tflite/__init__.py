@@ -17,28 +17,27 @@ One module per concern:
   static int8 / int16x8, per-layer float / int16x8) on a float32 export;
 * `layer_errors`: the int8 error of each Keras layer (`layer_errors`, `plot_layer_errors`),
   `layer_names`: TFLite tensor names -> Keras layer paths, `float_layers`: int8 files with
-  named layers kept in float (`to_tflite(float_layers=...)`).
+  named layers kept in float (`to_tflite(float_layers=...)`);
+* `torch_road`: `to_tflite_via_torch`, the same file from a model on Keras' PyTorch backend
+  through litert-torch (`keras_mvit2.export.roads`); `formats`: the numeric formats both
+  roads share.
+
+On the PyTorch backend only the TensorFlow-free modules are imported here (the torch road,
+reading, running, inspecting and quantizing files, the metadata); the TensorFlow road's
+names raise `TensorFlowBackendRequiredError` when used.
 """
 
-from keras_mvit2.export.tflite.convert import CALIBRATED, IO_DTYPES, QUANTIZATIONS, to_tflite
-from keras_mvit2.export.tflite.detection_postprocess import with_detection_postprocess
-from keras_mvit2.export.tflite.diagnose import UnsupportedOpError
 from keras_mvit2.export.tflite.edge_quantizer import (
     EDGE_RECIPES,
     quantize_with_edge_quantizer,
     tflite_layer_names,
 )
+from keras_mvit2.export.tflite.formats import CALIBRATED, IO_DTYPES, QUANTIZATIONS
 from keras_mvit2.export.tflite.inspect import (
     TensorDetails,
     TFLiteReport,
     inspect_tflite,
     summarize_flatbuffer,
-)
-from keras_mvit2.export.tflite.layer_errors import (
-    LayerError,
-    layer_errors,
-    layer_errors_of_file,
-    plot_layer_errors,
 )
 from keras_mvit2.export.tflite.metadata import (
     METADATA_FORMAT,
@@ -52,6 +51,28 @@ from keras_mvit2.export.tflite.metadata import (
 from keras_mvit2.export.tflite.run import run_tflite
 from keras_mvit2.export.tflite.signature import SERVING_SIGNATURE
 from keras_mvit2.export.tflite.target import TFLITE, TFLiteTarget
+from keras_mvit2.export.tflite.torch_road import to_tflite_via_torch
+from keras_mvit2.utils.backend import keras_backend_name, require_tensorflow
+
+#: The TensorFlow road's names: imported on TensorFlow, an error naming the fix elsewhere.
+_TENSORFLOW_ROAD = ("LayerError", "UnsupportedOpError", "layer_errors", "layer_errors_of_file",
+                    "plot_layer_errors", "to_tflite", "with_detection_postprocess")
+
+if keras_backend_name() == "tensorflow":
+    from keras_mvit2.export.tflite.convert import to_tflite
+    from keras_mvit2.export.tflite.detection_postprocess import with_detection_postprocess
+    from keras_mvit2.export.tflite.diagnose import UnsupportedOpError
+    from keras_mvit2.export.tflite.layer_errors import (
+        LayerError,
+        layer_errors,
+        layer_errors_of_file,
+        plot_layer_errors,
+    )
+else:
+    def __getattr__(name: str):
+        if name in _TENSORFLOW_ROAD:
+            require_tensorflow(f"keras_mvit2.export.tflite.{name} (the TensorFlow road)")
+        raise AttributeError(f"module 'keras_mvit2.export.tflite' has no attribute {name!r}")
 
 __all__ = [
     "CALIBRATED",
@@ -81,5 +102,6 @@ __all__ = [
     "tflite_layer_names",
     "tflite_metadata",
     "to_tflite",
+    "to_tflite_via_torch",
     "with_detection_postprocess",
 ]

@@ -58,6 +58,7 @@ from keras_mvit2.export.tflite.flatbuffer import (
     parse_flatbuffer,
     tensor_indices,
 )
+from keras_mvit2.export.tflite.formats import CALIBRATED, IO_DTYPES, QUANTIZATIONS
 from keras_mvit2.export.tflite.inspect import (
     TFLiteReport,
     _format_histogram,
@@ -76,18 +77,6 @@ from keras_mvit2.utils.files import atomic_output
 
 __all__ = ["CALIBRATED", "IO_DTYPES", "QUANTIZATIONS", "to_tflite"]
 
-#: Conversion modes of `to_tflite`.
-QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8", "int16x8")
-#: Allowed `io_dtype` per quantization (the first is the default).
-IO_DTYPES = {
-    "float32": ("float32",),
-    "float16": ("float32",),
-    "dynamic_int8": ("float32",),
-    "int8": ("float32", "int8", "uint8"),
-    "int16x8": ("float32", "int16"),
-}
-#: Quantizations calibrated on a representative dataset.
-CALIBRATED = ("int8", "int16x8")
 #: The activation range method of each calibrated quantization when none is given: int8
 #: clips heavy tails (``docs/int8.md``); int16 has 256x finer steps and keeps min / max.
 DEFAULT_ACTIVATION_RANGES = {"int8": "p99.99", "int16x8": "minmax"}

@@ -99,6 +99,9 @@ EDGE_RECIPES: dict[str, EdgeRecipe] = {
         "weight_only", 4, None, "int4 weights where a kernel has >= MIXED_INT4_MIN_ELEMENTS "
         "elements, int8 weights elsewhere, depthwise kernels included (per channel), float "
         "compute: smaller and more accurate than weight_only_wi4_afp32 on MobileViTV2"),
+    "weight_only_wf16_afp32": EdgeRecipe(
+        "weight_only", 16, None, "float16 weights (the quantizer's float casting), float "
+        "compute: the torch road's float16 (`to_tflite_via_torch`)"),
     "static_wi8_ai8": EdgeRecipe(
         "static", 8, 8, "int8 weights and int8 activations (calibrated), float32 I/O"),
     "static_wi8_ai16": EdgeRecipe(
@@ -122,6 +125,7 @@ def quantize_with_edge_quantizer(
     calibration_images: np.ndarray | None = None,
     layer_recipes: Mapping[str, str] | None = None,
     class_names: Sequence[str] | None = None,
+    quantization_name: str | None = None,
 ) -> TFLiteReport:
     """Quantizes a float32 `to_tflite` export with ai-edge-quantizer and writes it, checked.
 
@@ -139,6 +143,9 @@ def quantize_with_edge_quantizer(
             ``"int16x8"`` int16 activations and int8 weights (static recipes only). Layer
             paths follow the rule of the module docstring (see `tflite_layer_names`).
         class_names: the class names for both metadata (default: the float file's).
+        quantization_name: what the metadata's ``quantization`` says (default: `recipe`;
+            the torch road writes its target format, e.g. ``"int8"``, and the recipe stays
+            under ``quantizer``).
 
     Returns:
         The `TFLiteReport` of the written file.
@@ -174,7 +181,7 @@ def quantize_with_edge_quantizer(
 
     summary = summarize_flatbuffer(quantized)
     info.update({
-        "quantization": recipe,
+        "quantization": quantization_name or recipe,
         "input": tensor_entry(summary.inputs[0]) if summary.inputs else None,
         "output": tensor_entry(summary.outputs[0]) if summary.outputs else None,
         "quantizer": {"tool": "ai-edge-quantizer", "version": _version(), "recipe": recipe,
@@ -386,6 +393,10 @@ def _configure(quantizer: Any, aeq: Any, recipe: EdgeRecipe, int4_scopes: Sequen
                                         activation_bits or recipe.activation_bits, bits)
         elif recipe.mode == "dynamic":
             quantizer.add_dynamic_config(regex, ops.ALL_SUPPORTED, bits)
+        elif bits == 16:  # float16 weights: the quantizer's float casting
+            quantizer.add_weight_only_config(
+                regex, ops.ALL_SUPPORTED, 16,
+                algorithm_key=aeq.algorithm_manager.AlgorithmName.FLOAT_CASTING)
         else:
             quantizer.add_weight_only_config(regex, ops.ALL_SUPPORTED, bits)
 

@@ -55,6 +55,7 @@ def tflite_metadata(
     calibration: dict[str, Any] | None = None,
     user: dict[str, Any] | None = None,
     fused_pointwise: Sequence[PointwiseFusion] | None = None,
+    converter: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The JSON document that `to_tflite` stores in the file (and the sidecar).
 
@@ -70,8 +71,10 @@ def tflite_metadata(
     output), ``output_kind`` (``"probabilities"`` or ``"logits"``), ``class_names`` (or
     ``None``), ``calibration`` (source and number of images, for int8/int16x8),
     ``graph_optimizations`` (``fused_pointwise_convolutions``: how many pairs of 1x1
-    convolutions were fused and the ``macs_saved``; ``None`` when fusion was off) and
-    ``user``.
+    convolutions were fused and the ``macs_saved``; ``None`` when fusion was off),
+    ``user`` and, for a file made by the torch road (`to_tflite_via_torch`), ``converter``
+    (``{"road": "torch", "tool": "litert-torch", "version": ...}``; absent on the
+    TensorFlow road).
     """
     from keras_mvit2._version import __version__
     from keras_mvit2.attention import names_in
@@ -107,6 +110,7 @@ def tflite_metadata(
             "macs_saved": int(sum(f.macs_saved for f in fused_pointwise)),
         },
         "user": user,
+        **({"converter": dict(converter)} if converter is not None else {}),
     }
 
 

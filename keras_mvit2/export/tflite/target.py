@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from keras_mvit2.export.roads import check_road
 from keras_mvit2.export.target import ExportTarget, register_target
-from keras_mvit2.export.tflite.convert import CALIBRATED, QUANTIZATIONS, to_tflite
+from keras_mvit2.export.tflite.formats import CALIBRATED, QUANTIZATIONS
 from keras_mvit2.export.tflite.inspect import TFLiteReport, inspect_tflite
 from keras_mvit2.export.tflite.metadata import read_tflite_metadata
 from keras_mvit2.export.tflite.run import run_tflite
@@ -34,9 +35,11 @@ def _batch_size(value: str) -> int | None:
 class TFLiteTarget(ExportTarget):
     """`.tflite` files for LiteRT (Android, MediaPipe Tasks), builtin ops only.
 
-    Options of `convert` besides the shared ones: those of `to_tflite` (`io_dtype`,
-    `batch_size`, `num_calibration_samples`, `sidecar`, `allow_float_ops`,
-    `calibration_seed`, `fuse_pointwise`, `float_layers`, `activation_ranges`).
+    Options of `convert` besides the shared ones: `road` (`keras_mvit2.export.roads`:
+    ``"tensorflow"``, `to_tflite`; ``"torch"``, `to_tflite_via_torch`; default the Keras
+    backend's) and those of the road's converter (TensorFlow: `io_dtype`, `batch_size`,
+    `num_calibration_samples`, `sidecar`, `allow_float_ops`, `calibration_seed`,
+    `fuse_pointwise`, `float_layers`, `activation_ranges`; torch: `TORCH_ROAD_OPTIONS`).
     """
 
     name = "tflite"
@@ -52,7 +55,18 @@ class TFLiteTarget(ExportTarget):
                 calibration_data: Any = None,
                 metadata: Mapping[str, Any] | None = None,
                 image_size: int | tuple[int, int] | None = None,
+                road: str | None = None,
                 **options: Any) -> TFLiteReport:
+        if check_road(road, self.name) == "torch":
+            from keras_mvit2.export.tflite.torch_road import to_tflite_via_torch
+
+            self.check_options(options, to_tflite_via_torch)
+            return to_tflite_via_torch(
+                model, path, quantization=self.check_format(quantization),
+                calibration_data=calibration_data, class_names=class_names,
+                metadata=metadata, image_size=image_size, **options)
+        from keras_mvit2.export.tflite.convert import to_tflite
+
         self.check_options(options, to_tflite)
         return to_tflite(model, path, quantization=self.check_format(quantization),
                          representative_data=calibration_data, class_names=class_names,

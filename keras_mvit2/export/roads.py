@@ -1,0 +1,108 @@
+"""The two roads to a phone file: which converter makes a target's file from a Keras model.
+
+A *target* is a file format and its runtime (`.tflite` for LiteRT, `.mlpackage` for Core ML);
+a *road* is the converter that writes it, chosen by the Keras backend the model runs on:
+
+=============  ===============================================  ==============================
+road           `.tflite` (target ``"tflite"``)                   `.mlpackage` (``"coreml"``)
+=============  ===============================================  ==============================
+"tensorflow"   ``tf.lite.TFLiteConverter`` (`to_tflite`)         coremltools from the TF graph
+"torch"        litert-torch through Keras' own                  ``torch.export`` + coremltools
+               ``model.export(format="litert")``                 (`to_coreml_via_torch`)
+               (`to_tflite_via_torch`)
+=============  ===============================================  ==============================
+
+The road is an option of the existing targets, `ExportTarget.convert(..., road=...)`, not a
+target of its own: both roads write the same kind of file, read, run, inspected and
+benchmarked by the same code (`target_for_path("x.tflite")` must name one target). The
+default road is the backend's (`default_road`). A Keras model belongs to the backend it
+was built on, so a road runs only there: the torch road needs ``KERAS_BACKEND=torch``, and
+on this stack a PyTorch convolution crashes in a process that has imported TensorFlow, so
+the torch road never imports it.
+
+This module imports neither Keras nor TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from keras_mvit2.utils.backend import keras_backend_name, require_tensorflow
+
+__all__ = [
+    "LITERT_TORCH_INSTALL",
+    "ROADS",
+    "check_road",
+    "default_road",
+    "import_litert_torch",
+]
+
+#: The roads, the TensorFlow one first.
+ROADS = ("tensorflow", "torch")
+
+#: How to install litert-torch without changing the project's pins (see docs/install.md).
+LITERT_TORCH_INSTALL = (
+    'pip install -e ".[torch,litert-torch]" && pip install --no-deps '
+    '"litert-torch==0.10.0" "litert-converter==0.5.0"'
+)
+
+
+def default_road() -> str:
+    """The road of this process's Keras backend: ``"torch"`` on PyTorch, else
+    ``"tensorflow"`` (JAX has no road of its own; its models save weights that load on
+    either)."""
+    return "torch" if keras_backend_name() == "torch" else "tensorflow"
+
+
+def check_road(road: Any, target: str) -> str:
+    """`road` (None: `default_road`) if this process can take it, else a clear error.
+
+    Args:
+        road: ``"tensorflow"``, ``"torch"`` or None.
+        target: the target's name, for the messages (``"tflite"``).
+
+    Returns:
+        The road.
+
+    Raises:
+        ValueError: an unknown road, or ``"torch"`` asked where Keras does not run on
+            PyTorch (the model would not be a PyTorch module).
+        TensorFlowBackendRequiredError: ``"tensorflow"`` asked on another backend.
+    """
+    if road is None:
+        road = default_road()
+    if road not in ROADS:
+        raise ValueError(f"road must be one of {list(ROADS)} (or None: the backend's). "
+                         f"Received: road={road!r}")
+    backend = keras_backend_name()
+    if road == "torch" and backend != "torch":
+        raise ValueError(
+            f"road='torch' converts a model that Keras runs on PyTorch, and Keras runs on "
+            f"{backend!r} here. Run the export with KERAS_BACKEND=torch (set before Keras "
+            "is imported), e.g. `KERAS_BACKEND=torch mvit2 export model.keras -o "
+            f"out.{'tflite' if target == 'tflite' else 'mlpackage'}`; weights and .keras "
+            "files saved on one backend load on the others.")
+    if road == "tensorflow":
+        require_tensorflow(f"the {target} export's road='tensorflow'")
+    return road
+
+
+def import_litert_torch() -> Any:
+    """The `litert_torch` module, or an ImportError naming what to install.
+
+    Imported inside Keras' JAX x64 guard: litert-torch imports JAX and turns on
+    ``jax_enable_x64`` when imported, which Keras undoes after its own export; this keeps
+    the setting as it was here too.
+    """
+    if importlib.util.find_spec("litert_torch") is None:
+        raise ImportError(
+            "The torch road to .tflite needs litert-torch, which is not installed: "
+            f"{LITERT_TORCH_INSTALL} (litert-torch's own requirements would downgrade "
+            "typing-extensions, pydantic and anyio; these two lines install it beside "
+            "the project's pins).")
+    from keras.src.export.litert import _preserve_jax_x64_state
+
+    with _preserve_jax_x64_state():
+        import litert_torch
+    return litert_torch

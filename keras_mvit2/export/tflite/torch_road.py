@@ -1,0 +1,198 @@
+"""The PyTorch road to `.tflite`: Keras' own litert-torch export, with our metadata.
+
+`to_tflite_via_torch` converts a model that Keras runs on PyTorch (``KERAS_BACKEND=torch``)
+with Keras 3's ``model.export(format="litert")``, which traces it with ``torch.export`` and
+lowers it with Google's litert-torch (0.10; no TensorFlow in the process), then gives the file
+what every `.tflite` of ours carries, written by the same functions as the TensorFlow road
+(`embed_all_metadata`): the ``serving_default`` signature (input ``image``, output ``logits``
+or ``probabilities``), our JSON metadata and the standard TFLite Model Metadata with the class
+names packed as ``labels.txt`` (MediaPipe Tasks, `mvit2 web`). Quantized formats are made
+from that float32 file by ai-edge-quantizer (`quantize_with_edge_quantizer`, the recipes of
+`TORCH_ROAD_RECIPES`), since litert-torch's own quantizer is configured for Keras through
+TensorFlow's ``tf.lite.Optimize`` constants.
+
+Forms: the separable attention's token sum is traced as a product and a mean
+(`keras_mvit2.layers.export_forms.elementwise_token_pooling`, the form float runtimes get).
+Its matrix-product form builds a 0/1 diagonal mask with ``keras.ops.eye``, which PyTorch
+traces as an op, not a constant, and litert-torch 0.10 lowers it to ``STABLEHLO_IOTA``, an op
+LiteRT 2.3's interpreter does not have; the two forms compute the same function (the int8
+difference between them is in ``docs/int8.md``).
+
+litert-torch is called with ``enable_x64=True`` (see `_write_float32`).
+
+Differences from the TensorFlow road, measured by ``benchmarks/export_roads.py``: no fused
+1x1 convolution pairs (`fuse_pointwise`), a fixed batch of 1, float32 input and output only
+(no uint8 / int8 I/O), and quantization by ai-edge-quantizer rather than the TFLite
+converter (no per-tensor 99.99 % ranges, no `float_layers`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from importlib.metadata import version
+from typing import Any
+
+import keras
+import numpy as np
+
+from keras_mvit2.export.class_names import check_class_names
+from keras_mvit2.export.roads import check_road, import_litert_torch
+from keras_mvit2.export.tflite.formats import CALIBRATED, QUANTIZATIONS
+from keras_mvit2.export.tflite.inspect import TFLiteReport, inspect_tflite, summarize_flatbuffer
+from keras_mvit2.export.tflite.metadata import embed_all_metadata, tflite_metadata
+from keras_mvit2.export.tflite.run import _check_runs
+from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
+from keras_mvit2.utils.files import atomic_output
+
+__all__ = ["TORCH_ROAD_OPTIONS", "TORCH_ROAD_RECIPES", "to_tflite_via_torch"]
+
+#: `quantization` -> the ai-edge-quantizer recipe (`EDGE_RECIPES`) applied to the float32 file.
+TORCH_ROAD_RECIPES = {
+    "float16": "weight_only_wf16_afp32",
+    "dynamic_int8": "dynamic_wi8_afp32",
+    "int8": "static_wi8_ai8",
+    "int16x8": "static_wi8_ai16",
+}
+#: The options of `to_tflite` that the torch road takes (the others are refused by name).
+TORCH_ROAD_OPTIONS = ("num_calibration_samples", "calibration_seed", "sidecar")
+
+
+def to_tflite_via_torch(
+    model: keras.Model,
+    path: str | os.PathLike,
+    *,
+    quantization: str = "float32",
+    class_names: Sequence[str] | None = None,
+    calibration_data: np.ndarray | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    image_size: int | tuple[int, int] | None = None,
+    num_calibration_samples: int = 200,
+    calibration_seed: int = 0,
+    sidecar: bool = False,
+) -> TFLiteReport:
+    """Converts a Keras model running on PyTorch to a `.tflite` through litert-torch.
+
+    The file has batch 1, input ``(1, H, W, 3)`` float32 RGB in [0, 1] and output
+    ``(1, classes)``, the same ``serving_default`` signature and metadata as `to_tflite`'s,
+    plus ``converter`` in our JSON (``{"road": "torch", "tool": "litert-torch", "version"}``).
+    It is run once in LiteRT before it is moved onto `path` (atomically).
+
+    Args:
+        model: a built Keras model with one image input ``(batch, H, W, 3)``, on the
+            PyTorch backend. A ``(None, None, 3)`` model is exported at `image_size`.
+        path: the `.tflite` file to write.
+        quantization: one of `QUANTIZATIONS`; all but ``"float32"`` go through
+            ai-edge-quantizer (`TORCH_ROAD_RECIPES`).
+        class_names: one name per output class, written into both metadata.
+        calibration_data: for ``"int8"`` / ``"int16x8"``: float32 images ``(N, H, W, 3)``
+            in [0, 1] (or uint8 pixels), of the deployment distribution.
+        metadata: extra JSON-serializable entries for the metadata's ``"user"`` field.
+        image_size: the input size for a ``(None, None, 3)`` model (see `to_tflite`).
+        num_calibration_samples: at most this many calibration images are used.
+        calibration_seed: seed of the calibration subset.
+        sidecar: also write what `read_tflite_metadata` returns to ``<path>.json``.
+
+    Returns:
+        The `TFLiteReport` of the written file.
+
+    Raises:
+        ImportError: litert-torch is not installed (the message says how to install it).
+        ValueError: not the PyTorch backend, an unknown quantization, calibration data
+            missing or of the wrong shape, class names that do not fit the model.
+        RuntimeError: litert-torch could not convert the model, or the file does not run.
+    """
+    check_road("torch", "tflite")
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {QUANTIZATIONS}. "
+                         f"Received: quantization={quantization!r}")
+    path = os.fspath(path)
+    names = check_class_names(class_names, model)
+    if has_dynamic_size(model):
+        model = with_input_size(model, image_size)
+    elif image_size is not None:
+        model = with_input_size(model, image_size)  # the same size, or a clear error
+    shape = tuple(model.inputs[0].shape)
+    if len(shape) != 4 or None in shape[1:]:
+        raise ValueError(f"to_tflite_via_torch exports image models (batch, H, W, C). "
+                         f"Received: input shape {shape}")
+    images = _calibration(calibration_data, quantization, shape, num_calibration_samples,
+                          calibration_seed)
+    litert_torch = import_litert_torch()
+    converter = {"road": "torch", "tool": "litert-torch", "version": version("litert-torch")}
+    with tempfile.TemporaryDirectory() as folder:
+        float_path = os.path.join(folder, "float32.tflite")
+        _write_float32(model, float_path, names, metadata, converter, litert_torch)
+        if quantization == "float32":
+            with atomic_output(path) as tmp:
+                os.replace(float_path, tmp)
+        else:
+            from keras_mvit2.export.tflite.edge_quantizer import quantize_with_edge_quantizer
+
+            quantize_with_edge_quantizer(
+                float_path, path, recipe=TORCH_ROAD_RECIPES[quantization],
+                calibration_images=images, quantization_name=quantization)
+    report = inspect_tflite(path)
+    if sidecar:
+        import json
+
+        with atomic_output(path + ".json") as tmp_json, open(tmp_json, "w") as f:
+            json.dump(report.metadata, f, indent=2)
+    return report
+
+
+def _write_float32(model: keras.Model, path: str, class_names: list[str] | None,
+                   user: Mapping[str, Any] | None, converter: dict[str, str],
+                   litert_torch: Any) -> None:
+    """The float32 file: Keras' litert-torch export, then signature and metadata; run once."""
+    from keras_mvit2.layers.export_forms import elementwise_token_pooling
+
+    raw = path[:-len(".tflite")] + ".litert-torch.tflite"
+    # Keras' export (keras/src/export/litert.py): eval mode, batch 1, torch.export, then
+    # litert_torch.convert; its errors are a RuntimeError naming litert-torch's.
+    # enable_x64: litert-torch's default casts int64 to int32 while lowering, and the cast
+    # can miss index operands ("'func.call' op operand type mismatch", i64 vs i32); kept,
+    # they fold into int32 constants (the files have float32 and int32 tensors only). This
+    # fixes MobileViTV2-0.5 at 32x32 with 3 classes, not with 10 (litert-torch 0.10); 64x64
+    # and 256x256 convert either way.
+    with elementwise_token_pooling():
+        model.export(raw, format="litert", verbose=False, enable_x64=True)
+    with open(raw, "rb") as f:
+        flatbuffer = f.read()
+    summary = summarize_flatbuffer(flatbuffer)
+    info = tflite_metadata(model, inputs=summary.inputs, outputs=summary.outputs,
+                           quantization="float32", batch_size=1, class_names=class_names,
+                           user=dict(user) if user is not None else None,
+                           converter=converter)
+    flatbuffer = embed_all_metadata(flatbuffer, info, summary.outputs)
+    with open(path, "wb") as f:
+        f.write(flatbuffer)
+    os.remove(raw)
+    _check_runs(path, dynamic_batch=False)
+
+
+def _calibration(data: Any, quantization: str, shape: tuple, limit: int,
+                 seed: int) -> np.ndarray | None:
+    """The calibration images as float32 `(N, H, W, 3)` in [0, 1], or None when unused."""
+    if quantization not in CALIBRATED:
+        if data is not None:
+            raise ValueError(f"calibration_data is only used by quantization {CALIBRATED}. "
+                             f"Received: quantization={quantization!r}")
+        return None
+    if data is None:
+        raise ValueError(f"quantization={quantization!r} calibrates activation ranges: pass "
+                         "calibration_data, images (N, H, W, 3) in [0, 1] or uint8 pixels.")
+    if isinstance(data, str | os.PathLike):
+        raise ValueError("The torch road takes calibration_data as an array (N, H, W, 3); "
+                         "a folder or 'fashion_mnist' is read by the TensorFlow road's "
+                         "pipeline (keras_mvit2.export.calibration_images).")
+    x = np.asarray(data)
+    if x.dtype == np.uint8:
+        x = x.astype(np.float32) / 255.0
+    if x.ndim != 4 or tuple(x.shape[1:]) != tuple(shape[1:]):
+        raise ValueError(f"calibration_data must have shape (N, {shape[1]}, {shape[2]}, "
+                         f"{shape[3]}). Received: shape={x.shape}")
+    if len(x) > limit:
+        x = x[np.sort(np.random.default_rng(seed).choice(len(x), limit, replace=False))]
+    return x.astype(np.float32)
