@@ -169,7 +169,6 @@ def qat(
     freeze_batch_norm: bool = True,
     distill: bool = False,
     fake_quantize_functions: bool = True,
-    distill_augment: str | None = None,
     activation_ranges: str = "p99.99",
     allow_float_ops: bool = False,
     class_names: Sequence[str] | None = None,
@@ -309,7 +308,6 @@ def qat(
             calibration_steps=calibration_steps, io_dtype=io_dtype,
             freeze_batch_norm=bool(freeze_batch_norm), distill=bool(distill),
             fake_quantize_functions=bool(fake_quantize_functions),
-            distill_augment=distill_augment,
             activation_ranges=activation_ranges,
             tflite_path=os.path.join(workdir, "qat_model.tflite"),
         )
@@ -840,20 +838,11 @@ def worker_qat(ctx) -> dict[str, Any]:
         for bn in quantizer.batch_norms(qat_model):
             bn.trainable = False
     distill = bool(job.get("distill"))
-    augment = job.get("distill_augment") if distill else None
-    trained = qat_model
-    if augment:
-        from keras_mvit2.quantize.online_distillation import distiller
-
-        trained = distiller(quantizer.tf, quantizer.tf_keras, qat_model, twin,
-                            probabilities=bool(job["model"]["probabilities"]),
-                            mixup=augment == "mixup")
-    ctx.compile(trained, job["learning_rate"], soft_targets=distill)
+    ctx.compile(qat_model, job["learning_rate"], soft_targets=distill)
     epochs = int(job["epochs"])
     ctx.log(f"QAT fine-tune: {epochs} epoch(s) x {steps} steps, lr={job['learning_rate']:g}"
-            + (", towards the float model's probabilities" if distill else "")
-            + (f" on augmented images ({augment})" if augment else ""))
-    history = trained.fit(
+            + (", towards the float model's probabilities" if distill else ""))
+    history = qat_model.fit(
         dataset, epochs=epochs, steps_per_epoch=steps, verbose=0,
         callbacks=[ctx.progress_callback("qat", epochs, steps)],
     )
