@@ -1,7 +1,8 @@
 """`mvit2 finetune` on a folder of photos, timed: the whole command, as a user runs it.
 
     python benchmarks/finetune_photos.py [--images 1000] [--epochs N] [--max-drop P]
-        [--only standin|random] [--work /tmp/finetune_photos] [--out benchmarks/results]
+        [--reexport] [--only standin|random] [--work /tmp/finetune_photos]
+        [--out benchmarks/results]
 
 Writes `--images` Fashion-MNIST training images (the first of each class, 10 classes) to
 disk as PNG files in class folders, then runs, each in a fresh process and timed,
@@ -21,6 +22,8 @@ top-1 and agreement with Keras, sizes and the load average, in `finetune_photos.
 ...), so runs made one at a time add up. With `--max-drop` the command runs again on a copy
 of the trained run folder (run it without `--max-drop` first): the folder is complete, so it
 only evaluates and exports, and its wall time is that of re-exporting without retraining.
+`--reexport` does the same at the default settings (runs `standin_reexport`, ...): the
+phone files of the trained models made again by the current export code.
 """
 
 from __future__ import annotations
@@ -114,6 +117,9 @@ def main() -> None:
                         help="run one of the two commands")
     parser.add_argument("--max-drop", type=float,
                         help="pass --max-drop to the commands (the optimizer's files)")
+    parser.add_argument("--reexport", action="store_true",
+                        help="run the commands again on copies of the trained run folders: "
+                             "the current export code's phone files, no retraining")
     args = parser.parse_args()
     sys.path.insert(0, TESTS)
     from hub_standin import HubStandIn
@@ -131,6 +137,8 @@ def main() -> None:
     if args.max_drop is not None:
         extra += ["--max-drop", f"{args.max_drop:g}"]
         suffix = f"_max_drop_{args.max_drop:g}"
+    elif args.reexport:
+        suffix = "_reexport"
     results_path = os.path.join(args.out, "finetune_photos.json")
     results = {"images": args.images, "cpus": os.cpu_count(), "runs": {}}
     if os.path.exists(results_path):  # runs made earlier, one at a time, are kept
@@ -147,8 +155,8 @@ def main() -> None:
         if suffix:  # the same command again on a copy of the trained run: exports only
             trained = os.path.join(args.work, f"run_{base}")
             if not os.path.exists(os.path.join(trained, "run.json")):
-                raise SystemExit(f"--max-drop re-exports the trained {trained}: run the "
-                                 f"benchmark without --max-drop first.")
+                raise SystemExit(f"{suffix[1:]} re-exports the trained {trained}: run the "
+                                 f"benchmark without --max-drop / --reexport first.")
             shutil.rmtree(run_dir, ignore_errors=True)
             shutil.copytree(trained, run_dir)
             start_over = []
