@@ -124,6 +124,27 @@ def run_keras_file(job: dict) -> dict:
             "max_abs_diff": _max_abs(got, expected), "max_abs_ref": _max_abs(expected)}
 
 
+def run_zoo(cases: list[dict]) -> list[dict]:
+    """Loads each `.keras` file saved on another backend and runs it on that backend's
+    inputs: outputs (every output of a multi-output model) against the saved ones."""
+    import keras
+    import numpy as np
+
+    results = []
+    for case in cases:
+        with np.load(case["npz"]) as data:
+            x = data["x"]
+            expected = [data[k] for k in sorted(data.files) if k.startswith("y")]
+        got = _predict(keras.saving.load_model(case["path"]), x)
+        got = got if isinstance(got, list | tuple) else [got]
+        got = list(got.values()) if isinstance(got, dict) else got
+        results.append({"name": case["name"], "outputs": len(got),
+                        "max_abs_diff": max(_max_abs(g, e) for g, e in
+                                            zip(got, expected, strict=True)),
+                        "max_abs_ref": max(_max_abs(e) for e in expected)})
+    return results
+
+
 def run_keras_hub(mv, case: dict) -> list[dict]:
     import keras
     import numpy as np
@@ -184,6 +205,8 @@ def main(job_path: str, result_path: str) -> None:
         result["weights_h5"] = run_weights_h5(mv, job["weights_h5"])
     if job.get("torch_road"):
         result["torch_road"] = run_torch_road(mv, job["torch_road"])
+    if job.get("zoo"):
+        result["zoo"] = run_zoo(job["zoo"])
     result["tf_after_run"] = "tensorflow" in sys.modules
     if job.get("keras_file"):  # loading: no TensorFlow; saving: Keras' own import (below)
         result["keras_file"] = run_keras_file(job["keras_file"])

@@ -90,6 +90,37 @@ def tf_saved_weights(tmp_path_factory):
     return {"folder": folder, "model": model, "path": path, "x": x, "y": y}
 
 
+@pytest.fixture(scope="module")
+def tf_zoo(tmp_path_factory) -> list[dict]:
+    """The other classifiers, built and saved here (TensorFlow) as `.keras` files with their
+    inputs and outputs: MobileViTV2-0.5 with each other attention of the zoo, a second
+    width (1.25) and MobileViT v1 XXS. (The task models are TensorFlow-only so far:
+    `keras_mvit2.tasks` raises on the other backends.)"""
+    folder = tmp_path_factory.mktemp("backends_zoo")
+    small = {"input_shape": (32, 32, 3), "classes": 5, "classifier_activation": None}
+    builders = {f"mobilevitv2_050_{name}": (lambda name=name: mv.mobilevitv2_050(
+        attention=name, **small)) for name in ("mha", "linformer", "mobile_attention", "rfa")}
+    builders.update({
+        "mobilevitv2_125": lambda: mv.mobilevitv2_125(**small),
+        "mobilevit_xxs": lambda: mv.MobileViT("xxs", **small),
+    })
+    cases = []
+    for i, (name, build) in enumerate(builders.items()):
+        keras.utils.set_random_seed(i)
+        model = build()
+        perturb_norms(model, seed=i)
+        shape = (2, *model.inputs[0].shape[1:])
+        x = np.random.default_rng(i).random(shape).astype("float32")
+        outputs = model(x, training=False)
+        outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
+        model.save(folder / f"{name}.keras")
+        np.savez(folder / f"{name}.npz", x=x,
+                 **{f"y{j}": np.asarray(y) for j, y in enumerate(outputs)})
+        cases.append({"name": name, "path": str(folder / f"{name}.keras"),
+                      "npz": str(folder / f"{name}.npz"), "outputs": len(outputs)})
+    return cases
+
+
 # JAX: ~30 s on 2 busy cores (the build runs each initializer op-by-op, each compiled once).
 @pytest.mark.parametrize("backend", [pytest.param("jax", marks=pytest.mark.slow), "torch"])
 def test_no_tensorflow_and_weights_cross_backends(backend, tf_saved_weights, capsys):
@@ -127,6 +158,20 @@ def test_no_tensorflow_and_weights_cross_backends(backend, tf_saved_weights, cap
     assert loaded["max_abs_diff"] <= REL_TOL * max(1.0, loaded["max_abs_ref"]), loaded
     model = keras.saving.load_model(back_keras)
     np.testing.assert_array_equal(np.asarray(model(saved["x"], training=False)), saved["y"])
+
+
+# PyTorch only (~30 s): on JAX each load builds op by op (~10 s a model).
+@pytest.mark.slow
+def test_the_model_zoo_gives_the_same_outputs_on_pytorch(tf_zoo, tmp_path, capsys):
+    result = run_worker("torch", {"zoo": tf_zoo}, tmp_path)
+    assert not result["tf_after_import"] and not result["tf_after_run"]
+    _report(capsys, [f"[torch] {r['name']}: max|d out| = {r['max_abs_diff']:.1e} "
+                     f"(|out| <= {r['max_abs_ref']:.2f})" for r in result["zoo"]])
+    assert [(r["name"], r["outputs"]) for r in result["zoo"]] == [
+        (case["name"], case["outputs"]) for case in tf_zoo]
+    for r in result["zoo"]:
+        assert r["max_abs_ref"] > 0.1, r  # not a degenerate all-zero output
+        assert r["max_abs_diff"] <= REL_TOL * max(1.0, r["max_abs_ref"]), r
 
 
 def test_tensorflow_only_features_name_the_backend_and_the_fix(tmp_path):
