@@ -11,7 +11,7 @@ smallest or fastest file of a target within a top-1 budget.
 Two roads lead to a target's file (`keras_mvit2.export.roads`): TensorFlow's converters on
 Keras' TensorFlow backend, and PyTorch's (`torch.export`, litert-torch) on its PyTorch
 backend. On PyTorch this package imports only what the torch road uses (the registry, the
-`.tflite` target and its TensorFlow-free modules); the other names raise
+`.tflite` and Core ML targets and their TensorFlow-free modules); the other names raise
 `TensorFlowBackendRequiredError`. On JAX the package raises it when imported.
 """
 
@@ -22,6 +22,13 @@ if _BACKEND not in ("tensorflow", "torch"):
     require_tensorflow("keras_mvit2.export (TFLite, Core ML and web export)")
 
 from keras_mvit2.export import roads
+from keras_mvit2.export.coreml import (
+    CoreMLReport,
+    coreml_predictions_available,
+    inspect_coreml,
+    run_coreml,
+    to_coreml_via_torch,
+)
 from keras_mvit2.export.target import (
     ExportTarget,
     available_targets,
@@ -46,14 +53,7 @@ if _BACKEND == "tensorflow":
         calibration_images,
         load_labelled_images,
     )
-    from keras_mvit2.export.coreml import (
-        CoreMLReport,
-        coreml_predictions_available,
-        inspect_coreml,
-        run_coreml,
-        to_coreml,
-        to_coreml_detector,
-    )
+    from keras_mvit2.export.coreml import to_coreml, to_coreml_detector
     from keras_mvit2.export.equalize import AttentionEqualization, equalize_attention
     from keras_mvit2.export.optimizer import OptimizeResult, OverBudgetError, optimize
     from keras_mvit2.export.tflite import (
@@ -110,6 +110,7 @@ __all__ = [
     "target_for_path",
     "to_coreml",
     "to_coreml_detector",
+    "to_coreml_via_torch",
     "to_tflite",
     "to_tflite_via_torch",
     "validate",

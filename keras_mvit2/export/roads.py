@@ -25,7 +25,10 @@ This module imports neither Keras nor TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from keras_mvit2.utils.backend import keras_backend_name, require_tensorflow
@@ -35,6 +38,7 @@ __all__ = [
     "ROADS",
     "check_road",
     "default_road",
+    "import_coremltools",
     "import_litert_torch",
 ]
 
@@ -106,3 +110,35 @@ def import_litert_torch() -> Any:
     with _preserve_jax_x64_state():
         import litert_torch
     return litert_torch
+
+
+def import_coremltools() -> Any:
+    """The `coremltools` module, or an ImportError naming what to install.
+
+    coremltools imports TensorFlow when it is installed (for its TensorFlow frontend). On
+    Keras' PyTorch backend, in a process that has not imported TensorFlow, it is imported
+    with TensorFlow hidden (`_tensorflow_hidden`): its TensorFlow frontend is then
+    disabled, which the torch road does not use, and no TensorFlow is loaded beside
+    PyTorch (a PyTorch convolution would crash). Elsewhere it is a plain import.
+    """
+    if importlib.util.find_spec("coremltools") is None:
+        raise ImportError("Core ML export needs coremltools: pip install 'keras_mvit2[coreml]'")
+    hide = keras_backend_name() == "torch" and "coremltools" not in sys.modules
+    with _tensorflow_hidden() if hide else contextlib.nullcontext():
+        import coremltools
+    return coremltools
+
+
+@contextlib.contextmanager
+def _tensorflow_hidden() -> Iterator[None]:
+    """Within the block, ``import tensorflow`` raises ImportError (unless TensorFlow is
+    already imported): a ``None`` entry in `sys.modules`, removed afterwards."""
+    if "tensorflow" in sys.modules:
+        yield
+        return
+    sys.modules["tensorflow"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if sys.modules.get("tensorflow", ...) is None:
+            del sys.modules["tensorflow"]
