@@ -42,7 +42,17 @@ from keras_mvit2.export.coreml.inspect import CoreMLReport, _coremltools, inspec
 from keras_mvit2.export.roads import check_road
 from keras_mvit2.utils.files import atomic_output
 
-__all__ = ["to_coreml_via_torch", "torch_program"]
+__all__ = ["INEXACT_PASSES", "to_coreml_via_torch", "torch_program"]
+
+#: coremltools passes left out of the torch road's pipeline because they change the function.
+#: ``fuse_elementwise_to_batchnorm`` (coremltools 9.0) rewrites ``x * gamma + beta`` as a
+#: ``batch_norm`` with mean 0, variance 1 and the default epsilon 1e-5, i.e. ``gamma /
+#: sqrt(1 + 1e-5)``: 5e-6 relative per folded batch norm, which the decomposed batch norms of
+#: ``torch.export`` all hit (the trained test classifier's probabilities moved by 2e-4 of
+#: their largest). Without it the same ``mul`` / ``add`` still fold into the convolutions
+#: (``fuse_conv_scale``, ``fuse_conv_bias``), exactly. The TensorFlow graph's fused batch
+#: norms never take that pass's pattern.
+INEXACT_PASSES = ("common::fuse_elementwise_to_batchnorm",)
 
 
 def to_coreml_via_torch(
@@ -109,6 +119,8 @@ def to_coreml_via_torch(
         pipeline_with_pointwise_fusion,
     )
 
+    passes = pipeline_with_pointwise_fusion() if fuse_pointwise else ct.PassPipeline.DEFAULT
+    passes.remove_passes(INEXACT_PASSES)
     with collect_fusions() as fusions:
         mlmodel = ct.convert(
             program,
@@ -118,7 +130,7 @@ def to_coreml_via_torch(
             compute_precision=(ct.precision.FLOAT16 if quantization == "float16"
                                else ct.precision.FLOAT32),
             minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
-            pass_pipeline=pipeline_with_pointwise_fusion() if fuse_pointwise else None,
+            pass_pipeline=passes,
         )
     if not class_labels:
         mlmodel = with_output_name(ct, mlmodel, model)
@@ -145,7 +157,8 @@ def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bo
         add_softmax: append a softmax over the last axis.
 
     Returns:
-        The exported program, decomposed (``run_decompositions()``), on the CPU.
+        The exported program, decomposed (``run_decompositions()``), on the CPU, holding
+        copies of the model's weights (converting it leaves the model as it was).
     """
     import torch
     from keras.src.backend.torch.core import device_scope, get_device
@@ -170,7 +183,15 @@ def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bo
         with device_scope("cpu"), elementwise_token_pooling(), coreml_layout():
             serve = Serve(model).eval()
             program = torch.export.export(serve, (torch.zeros((1, *shape)),))
-        return program.run_decompositions()
+        program = program.run_decompositions()
+        # The program's weights are the model's own tensors, and coremltools' graph passes
+        # edit the arrays they read in place (folding a batch norm into a convolution
+        # rewrote the model's moving means): the program gets copies.
+        for table in (program.state_dict, program.constants):
+            for name, value in list(table.items()):
+                if isinstance(value, torch.Tensor):
+                    table[name] = value.detach().clone()
+        return program
     finally:
         if device != "cpu":
             for v in model.variables:
