@@ -115,7 +115,9 @@ class CoreMLTarget(ExportTarget):
             print("mvit2 export: --precision is deprecated; use --quantization "
                   f"{args.precision}.", file=sys.stderr)
             quantization = args.precision
+        road = getattr(args, "road", None)
         return {
+            **({"road": check_road(road, self.name)} if road is not None else {}),
             "quantization": self.check_format(quantization),
             "image_input": not args.tensor_input,
             "minimum_deployment_target": args.deployment_target,
