@@ -25,7 +25,8 @@ JOB.json (every key optional):
   to `out` by the `.tflite` target's default road here (PyTorch: litert-torch) with
   `class_names`; its Keras outputs on the images `x` of `npz` are saved to `out + ".npz"`
   (PyTorch only); with `"out_coreml"`, also a float32 `.mlpackage` there by the Core ML
-  target's default road (`torch.export` + coremltools);
+  target's default road (`torch.export` + coremltools); with `"out_coreai"`, a Core AI
+  `.aimodel` there (coreai-torch);
 - `"keras_hub"`: true: the KerasHub ImageClassifier made from the first oracle model, run
   last (keras_hub itself imports TensorFlow).
 
@@ -170,6 +171,13 @@ def run_torch_road(mv, job: dict) -> dict:
                             "op_histogram": package.op_histogram,
                             "tf_after_coreml": "tensorflow" in sys.modules,
                             # the conversion leaves the model's weights as they were
+                            "keras_after_vs_before": _max_abs(_predict(model, x[:8]), y[:8])}
+    if job.get("out_coreai"):
+        start = time.perf_counter()
+        asset = mv.export.get_target("coreai").convert(model, job["out_coreai"],
+                                                       class_names=job["class_names"])
+        result["coreai"] = {"seconds": time.perf_counter() - start, "num_ops": asset.num_ops,
+                            "tf_after_coreai": "tensorflow" in sys.modules,
                             "keras_after_vs_before": _max_abs(_predict(model, x[:8]), y[:8])}
     errors = {}
     try:  # the other road asked here: the error names the backend and the fix

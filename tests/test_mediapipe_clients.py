@@ -13,7 +13,8 @@ float32 file must give the Keras model's outputs and the TensorFlow road's file'
 the largest), carry the same metadata, labels and signature, and classify in MediaPipe with
 its names. The same worker writes the PyTorch road's float32 Core ML package
 (``torch.export`` + coremltools), whose MIL program must give the Keras model's outputs and
-which must describe itself as the TensorFlow road's package does.
+which must describe itself as the TensorFlow road's package does, and a Core AI asset
+(coreai-torch; read here, run on macOS only).
 """
 
 import importlib.util
@@ -146,6 +147,8 @@ def roads(classifier, data, tmp_path_factory):
            "npz": str(folder / "x.npz"), "out": str(torch_path)}
     if importlib.util.find_spec("coremltools") is not None:
         job["out_coreml"] = str(coreml_path)
+    if importlib.util.find_spec("coreai_torch") is not None:
+        job["out_coreai"] = str(folder / "torch_road.aimodel")
     result = run_worker("torch", {"torch_road": job}, folder)
     tf_path = folder / "tensorflow_road.tflite"
     to_tflite(model, tf_path, class_names=names)
@@ -153,7 +156,8 @@ def roads(classifier, data, tmp_path_factory):
         keras_torch = out["y"]
     return {"torch": torch_path, "tensorflow": tf_path, "x": x, "pixels": pixels,
             "model": model, "worker": result, "keras_torch": keras_torch, "names": names,
-            "coreml": coreml_path if "out_coreml" in job else None}
+            "coreml": coreml_path if "out_coreml" in job else None,
+            "coreai": job.get("out_coreai")}
 
 
 def _run_mediapipe(tmp_path, images: np.ndarray, models: list[dict]) -> dict[str, np.ndarray]:
@@ -353,6 +357,42 @@ def test_torch_road_coreml_package_gives_keras_outputs_and_the_tensorflow_roads_
     converter = json_module.loads(ours.pop("keras_mvit2.converter"))
     assert converter["road"] == "torch" and converter["tool"] == "coremltools"
     assert ours == {k: v for k, v in tf_report.metadata.items() if k.startswith("keras_mvit2.")}
+
+
+def test_torch_road_coreai_asset_describes_the_model_as_the_coreml_package_does(roads):
+    """The Core AI asset (coreai-torch, made in the worker without TensorFlow): read here
+    with coreai-core, it takes the model's input and gives one score per class, names the
+    classes, and carries the Core ML packages' description of the model. Its outputs are
+    not checked: Core AI's runtime loads assets on macOS only."""
+    _skip_without(roads)
+    if roads["coreai"] is None:
+        pytest.skip("the Core AI export needs coreai-torch (pip install -e '.[coreai]')")
+    from keras_mvit2.export import get_target, inspect_coreai, target_for_path
+    from keras_mvit2.export.coreml import inspect_coreml
+
+    worker = roads["worker"]["torch_road"]["coreai"]
+    assert not worker["tf_after_coreai"], "the PyTorch road to Core AI imported TensorFlow"
+    assert worker["keras_after_vs_before"] == 0.0, "converting changed the model's weights"
+    asset = inspect_coreai(roads["coreai"])
+    assert target_for_path(roads["coreai"]).name == "coreai"
+    assert asset.num_ops == worker["num_ops"] and asset.functions == ["main"]
+    size = f"1 × {ROADS_SIZE} × {ROADS_SIZE} × 3"
+    assert asset.inputs == [("image", f"NDArray (Float32, {size})")]
+    assert [kind for _, kind in asset.outputs] == ["NDArray (Float32, 1 × 10)"]
+    assert asset.op_histogram["conv2d"] >= 82 and "custom" not in asset.op_histogram
+    assert asset.metadata["keras_mvit2.class_names"] == roads["names"]
+    converter = json.loads(asset.metadata["keras_mvit2.converter"])
+    assert converter["road"] == "torch" and converter["tool"] == "coreai-torch"
+    if roads["coreml"] is not None:  # the same description of the model as Core ML's
+        package = inspect_coreml(roads["coreml"]).metadata
+        for key in ("keras_mvit2.version", "keras_mvit2.model", "keras_mvit2.attention",
+                    "keras_mvit2.preprocessing"):
+            assert asset.metadata[key] == package[key], key
+    target = get_target("coreai")
+    assert target.class_names(roads["coreai"]) == roads["names"]
+    if not target.can_run():
+        with pytest.raises(RuntimeError, match="need macOS"):
+            target.run(roads["coreai"], roads["x"][:1])
 
 
 def test_standard_metadata_matches_the_input_quantization(classifier, data, tmp_path):

@@ -1,16 +1,18 @@
 """The two roads to a phone file: which converter makes a target's file from a Keras model.
 
-A *target* is a file format and its runtime (`.tflite` for LiteRT, `.mlpackage` for Core ML);
-a *road* is the converter that writes it, chosen by the Keras backend the model runs on:
+A *target* is a file format and its runtime (`.tflite` for LiteRT, `.mlpackage` for Core ML,
+`.aimodel` for Core AI); a *road* is the converter that writes it, chosen by the Keras
+backend the model runs on:
 
-=============  ===============================================  ==============================
-road           `.tflite` (target ``"tflite"``)                   `.mlpackage` (``"coreml"``)
-=============  ===============================================  ==============================
-"tensorflow"   ``tf.lite.TFLiteConverter`` (`to_tflite`)         coremltools from the TF graph
-"torch"        litert-torch through Keras' own                  ``torch.export`` + coremltools
-               ``model.export(format="litert")``                 (`to_coreml_via_torch`)
-               (`to_tflite_via_torch`)
-=============  ===============================================  ==============================
+============  ================================  =============================  ==================
+road          `.tflite` (``"tflite"``)          `.mlpackage` (``"coreml"``)    `.aimodel`
+============  ================================  =============================  ==================
+"tensorflow"  ``tf.lite.TFLiteConverter``       coremltools from the TF graph  -
+              (`to_tflite`)                     (`to_coreml`)
+"torch"       litert-torch through Keras'       ``torch.export`` +             ``torch.export`` +
+              ``model.export(format="litert")`` coremltools                    coreai-torch
+              (`to_tflite_via_torch`)           (`to_coreml_via_torch`)        (`to_coreai`)
+============  ================================  =============================  ==================
 
 The road is an option of the existing targets, `ExportTarget.convert(..., road=...)`, not a
 target of its own: both roads write the same kind of file, read, run, inspected and
@@ -18,7 +20,9 @@ benchmarked by the same code (`target_for_path("x.tflite")` must name one target
 default road is the backend's (`default_road`). A Keras model belongs to the backend it
 was built on, so a road runs only there: the torch road needs ``KERAS_BACKEND=torch``, and
 on this stack a PyTorch convolution crashes in a process that has imported TensorFlow, so
-the torch road never imports it.
+the torch road never imports it (coremltools, which imports TensorFlow when installed, is
+imported with TensorFlow hidden there: `import_coremltools`). Core AI is a file format and
+runtime of its own, hence a target; Apple converts to it from PyTorch only.
 
 This module imports neither Keras nor TensorFlow.
 """

@@ -27,6 +27,7 @@ __all__ = [
     "compression_info",
     "input_types",
     "is_probability_output",
+    "model_metadata",
     "with_output_name",
 ]
 
@@ -149,25 +150,35 @@ def with_output_name(ct: Any, mlmodel: Any, model: keras.Model) -> Any:
     return ct.models.MLModel(spec, weights_dir=mlmodel.weights_dir, skip_model_load=True)
 
 
-def add_metadata(mlmodel: Any, model: keras.Model, shape: tuple[int, ...], precision: str,
-                 weight_compression: str | None, fusions: Sequence[Any],
-                 metadata: dict[str, str] | None) -> None:
-    """Writes the description and the keras_mvit2 metadata (then the user's) into
-    `mlmodel`: ``keras_mvit2.version``, ``.model``, ``.attention``, ``.preprocessing``
-    (JSON: RGB, scale 1/255, input shape ``(H, W, 3)``), ``.precision``,
-    ``.weight_compression``, ``.pointwise_fusions`` (JSON: the fused 1x1 convolution
-    pairs) and ``.compute_units``."""
+def model_metadata(model: keras.Model, shape: tuple[int, ...]) -> dict[str, str]:
+    """What every Apple file of ours says about its model (Core ML and Core AI):
+    ``keras_mvit2.version``, ``.model``, ``.attention`` and ``.preprocessing`` (JSON: RGB,
+    scale 1/255, input shape ``(H, W, 3)``)."""
     from keras_mvit2._version import __version__
     from keras_mvit2.attention import names_in
 
-    mlmodel.short_description = f"{model.name} exported by keras_mvit2 {__version__}"
-    info = {
+    return {
         "keras_mvit2.version": __version__,
         "keras_mvit2.model": model.name,
         "keras_mvit2.attention": ",".join(names_in(model)),
         "keras_mvit2.preprocessing": json.dumps(
             {"color": "RGB", "scale": 1.0 / 255.0, "input_shape": list(shape)}
         ),
+    }
+
+
+def add_metadata(mlmodel: Any, model: keras.Model, shape: tuple[int, ...], precision: str,
+                 weight_compression: str | None, fusions: Sequence[Any],
+                 metadata: dict[str, str] | None) -> None:
+    """Writes the description and the keras_mvit2 metadata (then the user's) into
+    `mlmodel`: `model_metadata`, ``keras_mvit2.precision``, ``.weight_compression``,
+    ``.pointwise_fusions`` (JSON: the fused 1x1 convolution pairs) and
+    ``.compute_units``."""
+    from keras_mvit2._version import __version__
+
+    mlmodel.short_description = f"{model.name} exported by keras_mvit2 {__version__}"
+    info = {
+        **model_metadata(model, shape),
         "keras_mvit2.precision": precision,
         "keras_mvit2.weight_compression": str(weight_compression),
         "keras_mvit2.pointwise_fusions": json.dumps(

@@ -25,7 +25,6 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from importlib.metadata import version
-from typing import Any
 
 import keras
 
@@ -40,9 +39,10 @@ from keras_mvit2.export.coreml.description import (
 )
 from keras_mvit2.export.coreml.inspect import CoreMLReport, _coremltools, inspect_coreml
 from keras_mvit2.export.roads import check_road
+from keras_mvit2.export.torch_export import torch_program
 from keras_mvit2.utils.files import atomic_output
 
-__all__ = ["INEXACT_PASSES", "to_coreml_via_torch", "torch_program"]
+__all__ = ["INEXACT_PASSES", "to_coreml_via_torch"]
 
 #: coremltools passes left out of the torch road's pipeline because they change the function.
 #: ``fuse_elementwise_to_batchnorm`` (coremltools 9.0) rewrites ``x * gamma + beta`` as a
@@ -146,53 +146,3 @@ def to_coreml_via_torch(
     with atomic_output(path) as tmp:
         mlmodel.save(tmp)
     return inspect_coreml(path)
-
-
-def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bool) -> Any:
-    """The model's inference call as a ``torch.export.ExportedProgram`` of core ATen ops.
-
-    Args:
-        model: a Keras model on the PyTorch backend.
-        shape: its input ``(H, W, C)``; the program's input is ``image``, ``(1, H, W, C)``.
-        add_softmax: append a softmax over the last axis.
-
-    Returns:
-        The exported program, decomposed (``run_decompositions()``), on the CPU, holding
-        copies of the model's weights (converting it leaves the model as it was).
-    """
-    import torch
-    from keras.src.backend.torch.core import device_scope, get_device
-
-    from keras_mvit2.export.coreml.layout import coreml_layout
-    from keras_mvit2.layers.export_forms import elementwise_token_pooling
-
-    class Serve(torch.nn.Module):
-        def __init__(self, net: Any) -> None:
-            super().__init__()
-            self.net = net
-
-        def forward(self, image: torch.Tensor) -> torch.Tensor:
-            y = self.net(image, training=False)
-            return torch.softmax(y, dim=-1) if add_softmax else y
-
-    device = get_device()
-    if device != "cpu":  # as Keras' own export: the program's constants on the CPU
-        for v in model.variables:
-            v.value.data = v.value.data.to("cpu")
-    try:
-        with device_scope("cpu"), elementwise_token_pooling(), coreml_layout():
-            serve = Serve(model).eval()
-            program = torch.export.export(serve, (torch.zeros((1, *shape)),))
-        program = program.run_decompositions()
-        # The program's weights are the model's own tensors, and coremltools' graph passes
-        # edit the arrays they read in place (folding a batch norm into a convolution
-        # rewrote the model's moving means): the program gets copies.
-        for table in (program.state_dict, program.constants):
-            for name, value in list(table.items()):
-                if isinstance(value, torch.Tensor):
-                    table[name] = value.detach().clone()
-        return program
-    finally:
-        if device != "cpu":
-            for v in model.variables:
-                v.value.data = v.value.data.to(device)
