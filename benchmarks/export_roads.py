@@ -16,10 +16,12 @@ given as a ratio. The Core ML packages (float32 and float16, logits output, by
 histogram of their MIL program, their size, and their outputs against Keras, computed on
 Linux by running each package's own MIL program with its own weights
 (`predict_with_package_weights`; Core ML predicts only on macOS): exact for float32, float16
-weights with float32 activations for float16.
+weights with float32 activations for float16. With the coreai extra, the torch process also
+writes a Core AI `.aimodel` (size, op histogram, conversion time; Core AI runs only on macOS).
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -58,6 +60,16 @@ def _torch_worker(weights: str, size: int, folder: str) -> None:
         coreml.convert(model, os.path.join(folder, f"torch_{quantization}.mlpackage"),
                        quantization=quantization, road="torch")
         seconds[f"coreml_{quantization}"] = time.perf_counter() - start
+    if importlib.util.find_spec("coreai_torch") is not None:  # the coreai extra
+        start = time.perf_counter()
+        asset = mv.export.get_target("coreai").convert(model, os.path.join(
+            folder, "torch_float32.aimodel"))
+        seconds["coreai"] = time.perf_counter() - start
+        seconds["coreai_report"] = {
+            "size_bytes": asset.size_bytes, "num_ops": asset.num_ops,
+            "op_histogram": dict(sorted(asset.op_histogram.items())),
+            "storage_types": asset.storage_types, "minimum_os": asset.minimum_os,
+            "converter": json.loads(asset.metadata["keras_mvit2.converter"])}
     with open(os.path.join(folder, "torch_seconds.json"), "w") as f:
         json.dump({**seconds, "tensorflow_imported": "tensorflow" in sys.modules}, f)
 
@@ -197,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                  "cpus": os.cpu_count(), "python": platform.python_version()},
         "versions": {name: _version(name) for name in (
             "tensorflow", "keras", "torch", "litert-torch", "ai-edge-litert",
-            "ai-edge-quantizer", "coremltools")},
+            "ai-edge-quantizer", "coremltools", "coreai-torch", "coreai-core")},
         "images": IMAGES, "max_abs_keras_logit": scale,
         "keras_torch_vs_keras_tensorflow": float(np.abs(keras_torch - keras_out).max()),
         "roads_float32_max_abs_diff": float(np.abs(
@@ -208,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
         "latency_ratio_torch_over_tensorflow": latency["torch_float32"]
         / latency["tensorflow_float32"],
         "coreml_files": coreml_files,
+        "coreai_file": None if "coreai" not in torch_info else {
+            **torch_info["coreai_report"], "convert_seconds": torch_info["coreai"],
+            "outputs": "not measured: Core AI runs assets on macOS only"},
         "coreml_roads_float32_max_abs_diff": float(np.abs(
             package_outputs["torch_float32"] - package_outputs["tensorflow_float32"]).max()),
         "timing": {"rounds": args.rounds, "invokes_per_round": 5, "warmup": 10,
@@ -259,7 +274,7 @@ def _markdown(result: dict) -> str:
               "| package | size | ops (no const) | transposes | max abs diff vs Keras "
               "(relative) | measured | convert |", "|---|---:|---:|---:|---:|---|---:|"]
     for key, info in coreml.items():
-        ops = info["num_ops"] - info["op_histogram"].get("const", 0)
+        ops = info["num_ops"]  # CoreMLReport.num_ops: every op but const
         lines.append(f"| {key} | {info['size_bytes'] / 1e6:.2f} MB | {ops} | "
                      f"{info['op_histogram'].get('transpose', 0)} | "
                      f"{info['max_abs_diff_vs_keras']:.2e} ({info['relative_diff_vs_keras']:.1e})"
@@ -274,6 +289,16 @@ def _markdown(result: dict) -> str:
     for op in ops:
         lines.append(f"| {op} | {coreml['tensorflow_float32']['op_histogram'].get(op, 0)} | "
                      f"{coreml['torch_float32']['op_histogram'].get(op, 0)} |")
+    asset = result["coreai_file"]
+    if asset is not None:
+        ops = asset["num_ops"] - asset["op_histogram"].get("constant", 0)
+        lines += ["", "## Core AI (PyTorch road only)", "",
+                  f"float32 `.aimodel` (coreai-torch): {asset['size_bytes'] / 1e6:.2f} MB, "
+                  f"{ops} ops besides {asset['op_histogram'].get('constant', 0)} constants "
+                  f"(conv2d {asset['op_histogram'].get('conv2d', 0)}, transpose "
+                  f"{asset['op_histogram'].get('transpose', 0)}), minimum OS "
+                  f"{asset['minimum_os']}, converted in {asset['convert_seconds']:.0f} s; "
+                  "outputs not measured (Core AI runs assets on macOS only)."]
     lines += ["", f"Versions: {result['versions']}; host: {result['host']}.", ""]
     return "\n".join(lines)
 

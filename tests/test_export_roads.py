@@ -115,3 +115,20 @@ def test_missing_litert_torch_names_the_extra(monkeypatch):
                        ) as err:
         roads.import_litert_torch()
     assert "litert-torch==0.10.0" in str(err.value) and "--no-deps" in str(err.value)
+
+
+def test_coreai_has_the_torch_road_only(tmp_path, capsys):
+    from keras_mvit2.export import target_for_path
+
+    target = target_for_path(tmp_path / "x.aimodel")
+    assert target.name == "coreai" and target.formats == ("float32",)
+    for road in (None, "tensorflow"):
+        with pytest.raises(ValueError, match="Core AI converts from PyTorch only"):
+            target.convert(None, tmp_path / "x.aimodel", road=road)
+    with pytest.raises(ValueError, match="KERAS_BACKEND=torch"):
+        target.convert(None, tmp_path / "x.aimodel", road="torch")
+    assert main(["export", "m.keras", "-o", str(tmp_path / "x.aimodel")]) == 2
+    assert "--road torch" in capsys.readouterr().err
+    assert not (tmp_path / "x.aimodel").exists()
+    if not target.can_run():
+        assert "macOS" in target.host_note()

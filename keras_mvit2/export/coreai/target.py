@@ -15,14 +15,28 @@ from keras_mvit2.export.coreai.inspect import (
     inspect_coreai,
     run_coreai,
 )
-from keras_mvit2.export.roads import check_road
+from keras_mvit2.export.roads import check_road, default_road
 from keras_mvit2.export.target import ExportTarget, register_target
+from keras_mvit2.utils.backend import keras_backend_name
 
 #: The note a report carries where Core AI cannot run (anything but macOS).
 PREDICTIONS_NOTE = (
     "Core AI runs assets on macOS only (its runtime fails to load them on Linux); here "
     "the program's summary and metadata are read."
 )
+
+
+def _check_torch_road(road: str | None) -> None:
+    """A ValueError unless `road` (None: the backend's) is ``"torch"`` and this process can
+    take it."""
+    if (road or default_road()) != "torch":
+        raise ValueError(
+            "Core AI converts from PyTorch only (coreai-torch): take road='torch' on "
+            "KERAS_BACKEND=torch, e.g. `mvit2 export model.keras -o out.aimodel --road torch` "
+            "(which re-runs itself on PyTorch) or `KERAS_BACKEND=torch mvit2 export "
+            f"model.keras -o out.aimodel`. Received: road={road!r} on Keras' "
+            f"{keras_backend_name()!r} backend")
+    check_road(road, "coreai")
 
 
 class CoreAITarget(ExportTarget):
@@ -47,11 +61,7 @@ class CoreAITarget(ExportTarget):
                 image_size: int | tuple[int, int] | None = None,
                 road: str | None = None,
                 **options: Any) -> CoreAIReport:
-        if road != "torch" and check_road(road, self.name) != "torch":
-            raise ValueError(
-                "Core AI converts from PyTorch only (coreai-torch): road='torch', on "
-                "KERAS_BACKEND=torch, e.g. `KERAS_BACKEND=torch mvit2 export model.keras -o "
-                f"out.aimodel` (or `mvit2 export ... --road torch`). Received: road={road!r}")
+        _check_torch_road(road)
         from keras_mvit2.export.coreai.convert import to_coreai
 
         self.check_options(options, to_coreai)
@@ -63,6 +73,7 @@ class CoreAITarget(ExportTarget):
 
     def cli_arguments(self, args: Any) -> dict[str, Any]:
         road = getattr(args, "road", None)
+        _check_torch_road(road)
         return {**({"road": road} if road is not None else {}),
                 "quantization": self.check_format(args.quantization)}
 
