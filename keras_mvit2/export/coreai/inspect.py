@@ -111,8 +111,8 @@ def run_coreai(path: str | os.PathLike, images: np.ndarray) -> np.ndarray:
         function = model.load_function("main")
         outputs = []
         for image in np.asarray(images, np.float32):
-            result = await function({"image": runtime.NDArray(image[None])})
-            outputs.append(np.asarray(next(iter(result.values())))[0])
+            result = await function({"image": runtime.NDArray(np.ascontiguousarray(image[None]))})
+            outputs.append(np.asarray(next(iter(result.values())).numpy())[0])
         return np.stack(outputs)
 
     return asyncio.run(predict())
