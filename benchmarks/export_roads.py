@@ -3,7 +3,8 @@ TensorFlow's converters and PyTorch's (litert-torch; torch.export + coremltools)
 
     python benchmarks/export_roads.py [--size 256] [--rounds 60] [--out benchmarks/results]
 
-MobileViTV2-0.5 (1000 classes, seeded weights with perturbed norms) at SIZE x SIZE is saved
+MobileViTV2-0.5 (1000 classes, seeded weights with perturbed norms: batch-norm statistics,
+every norm's scale and shift) at SIZE x SIZE is saved
 as `.weights.h5`, exported here by the TensorFlow road (`to_tflite`, float32 and float16),
 and by the PyTorch road in a ``KERAS_BACKEND=torch`` process (`to_tflite_via_torch`,
 float32 and float16: litert-torch, then ai-edge-quantizer's float casting) from those weights.
@@ -135,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
             mean, var = layer.moving_mean, layer.moving_variance
             mean.assign(rng.normal(0, 0.1, mean.shape).astype("float32"))
             var.assign(rng.uniform(0.5, 1.5, var.shape).astype("float32"))
+    affine = np.random.default_rng(1)  # trained-like norms: no scale of 1 or shift of 0 that
+    for weight in model.weights:       # a converter would drop as a no-op
+        if weight.name in ("gamma", "beta"):
+            weight.assign((affine.uniform(0.8, 1.2, weight.shape) if weight.name == "gamma"
+                           else affine.normal(0, 0.05, weight.shape)).astype("float32"))
     x = rng.random((IMAGES, size, size, 3), dtype=np.float32)
     keras_out = np.asarray(model.predict(x, batch_size=IMAGES, verbose=0))
     scale = float(np.abs(keras_out).max())

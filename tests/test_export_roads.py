@@ -74,7 +74,7 @@ def test_export_torch_road_reruns_itself_on_torch(monkeypatch, capsys):
     monkeypatch.setattr(subprocess, "run", run)
     argv = ["export", "m.keras", "-o", "out.tflite", "--road", "torch"]
     assert main(argv) == 0
-    assert calls == [([sys.executable, "-m", "keras_mvit2.cli.main", *argv], "torch")]
+    assert calls == [([sys.executable, "-m", "keras_mvit2.cli", *argv], "torch")]
     assert "re-running with KERAS_BACKEND=torch" in capsys.readouterr().err
 
 

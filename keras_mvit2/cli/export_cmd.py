@@ -188,7 +188,7 @@ def road_command(args: argparse.Namespace) -> list[str] | None:
     """The command that takes `--road` on its own backend, or None if this process can.
 
     A Keras backend is fixed when Keras is imported, and `mvit2` has imported it, so a road
-    of another backend runs in a new process: ``python -m keras_mvit2.cli.main`` with the
+    of another backend runs in a new process: ``python -m keras_mvit2.cli`` with the
     same arguments and ``KERAS_BACKEND`` set for the road.
 
     Raises:
@@ -212,7 +212,7 @@ def road_command(args: argparse.Namespace) -> list[str] | None:
         raise ImportError(f"--road {road} needs {backend}, which is not installed: "
                           f"pip install 'keras_mvit2[{'torch' if backend == 'torch' else 'tf'}]'"
                           " (docs/install.md)")
-    return [sys.executable, "-m", "keras_mvit2.cli.main", *argv]
+    return [sys.executable, "-m", "keras_mvit2.cli", *argv]
 
 
 def _export(args: argparse.Namespace) -> int:
