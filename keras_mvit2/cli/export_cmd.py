@@ -19,7 +19,7 @@ def register(sub) -> None:
 
     p = sub.add_parser(
         "export",
-        help="export a model to TFLite (Android) or Core ML (iPhone)",
+        help="export a model to TFLite (Android), Core ML or Core AI (iPhone)",
         description=(
             "Export a .keras model or a registered model name to TFLite (optionally quantized; "
             "builtin ops only, checked in LiteRT) or to a Core ML ML Program (.mlpackage), "
@@ -42,9 +42,10 @@ def register(sub) -> None:
                    help="the converter (docs/architecture.md, 'Roads, not targets'): tensorflow "
                         "(TensorFlow's TFLite converter / coremltools from the TensorFlow "
                         "graph, on Keras' TensorFlow backend) or torch (litert-torch / "
-                        "torch.export + coremltools, on Keras' PyTorch backend: float formats "
-                        "and dynamic_int8 for .tflite; needs the torch and litert-torch "
-                        "extras). Default: the road of this process's Keras backend. Another "
+                        "torch.export + coremltools / coreai-torch, on Keras' PyTorch "
+                        "backend: float formats and dynamic_int8 for .tflite; needs the torch "
+                        "extra, and litert-torch or coreai for those files; Core AI's only "
+                        "road). Default: the road of this process's Keras backend. Another "
                         "road re-runs this command with KERAS_BACKEND set for it, unless "
                         "KERAS_BACKEND is set to another backend (then it says what to run)")
     _model_args(p)
