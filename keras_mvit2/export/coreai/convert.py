@@ -110,14 +110,13 @@ def to_coreai(
     from coreai.authoring.asset import OSVersion
     from coreai.runtime import AIModelAssetMetadata
 
+    from keras_mvit2._version import __version__
     from keras_mvit2.export.torch_export import torch_program
 
     program = torch_program(model, shape, add_softmax=False,
                             decompositions=coreai_torch.get_decomp_table())
     converted = coreai_torch.TorchConverter().add_exported_program(program).to_coreai()
     info = AIModelAssetMetadata()
-    from keras_mvit2._version import __version__
-
     info.model_description = f"{model.name} exported by keras_mvit2 {__version__}"
     entries: dict[str, Any] = {
         **model_metadata(model, shape),
