@@ -11,25 +11,12 @@ get). TensorFlow-free.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import keras
 
 __all__ = ["torch_program"]
-
-#: The last ``torch.export`` capture, before decomposition: ``{"entry": (weak reference to
-#: the model, (shape, add_softmax, weights key), program)}``. Exporting one model to several
-#: Apple formats (Core ML float32 and float16, Core AI) traces it once; any change of its
-#: weights (in place, or new tensors) changes the key. The capture is never handed out:
-#: each call decomposes it into a new program and gives that program copies of the weights.
-_LAST_EXPORT: dict[str, tuple[Any, tuple, Any]] = {}
-
-
-def _weights_key(model: keras.Model) -> tuple:
-    """Each variable's tensor identity and in-place version counter (PyTorch backend)."""
-    return tuple((v.value.data_ptr(), v.value._version) for v in model.variables)
 
 
 def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bool,
@@ -46,8 +33,7 @@ def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bo
 
     Returns:
         The exported program on the CPU, holding copies of the model's weights (converting
-        it leaves the model as it was). The capture before decomposition is reused while
-        the model, shape, softmax and weights are the same (`_LAST_EXPORT`).
+        it leaves the model as it was).
     """
     import torch
     from keras.src.backend.torch.core import device_scope, get_device
@@ -64,21 +50,15 @@ def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bo
             y = self.net(image, training=False)
             return torch.softmax(y, dim=-1) if add_softmax else y
 
-    key = (tuple(shape), add_softmax, _weights_key(model))
-    last = _LAST_EXPORT.get("entry")
     device = get_device()
     if device != "cpu":  # as Keras' own export: the program's constants on the CPU
         for v in model.variables:
             v.value.data = v.value.data.to("cpu")
     try:
-        if last is not None and last[0]() is model and last[1] == key:
-            exported = last[2]  # the same model, shape and weights: traced once
-        else:
-            with device_scope("cpu"), elementwise_token_pooling(), coreml_layout():
-                serve = Serve(model).eval()
-                exported = torch.export.export(serve, (torch.zeros((1, *shape)),))
-            _LAST_EXPORT["entry"] = (weakref.ref(model), key, exported)
-        program = exported.run_decompositions(decompositions)
+        with device_scope("cpu"), elementwise_token_pooling(), coreml_layout():
+            serve = Serve(model).eval()
+            program = torch.export.export(serve, (torch.zeros((1, *shape)),))
+        program = program.run_decompositions(decompositions)
         # The program's weights are the model's own tensors, and coremltools' graph passes
         # edit the arrays they read in place (folding a batch norm into a convolution
         # rewrote the model's moving means): the program gets copies.
