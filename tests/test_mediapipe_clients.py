@@ -9,7 +9,7 @@ tests/mediapipe_client.py in a subprocess.
 
 The classifier's weights at 64x64 also go by the PyTorch road (`keras_mvit2.export.roads`:
 litert-torch in one ``KERAS_BACKEND=torch`` worker, tests/backend_worker.py, ~25 s for the
-`.tflite`, ~12 s for the Core ML package, ~4 s for the Core AI asset on 2 busy cores): the
+`.tflite`, ~12 s for the Core ML package, ~7 s for the Core AI asset on 2 busy cores): the
 float32 file must give the Keras model's outputs and the TensorFlow road's file's (<= 1e-5 of
 the largest), carry the same metadata, labels and signature, and classify in MediaPipe with
 its names. The same worker writes the PyTorch road's float32 Core ML package
