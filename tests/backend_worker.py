@@ -24,7 +24,9 @@ JOB.json (every key optional):
   MobileViTV2 `width` (softmax head) at `size` with the `.weights.h5` `weights`, exported
   to `out` by the `.tflite` target's default road here (PyTorch: litert-torch) with
   `class_names`; its Keras outputs on the images `x` of `npz` are saved to `out + ".npz"`
-  (PyTorch only);
+  (PyTorch only); with `"out_coreml"`, also a float32 `.mlpackage` there by the Core ML
+  target's default road (`torch.export` + coremltools); with `"out_coreai"`, a Core AI
+  `.aimodel` there (coreai-torch);
 - `"keras_hub"`: true: the KerasHub ImageClassifier made from the first oracle model, run
   last (keras_hub itself imports TensorFlow).
 
@@ -175,17 +177,35 @@ def run_torch_road(mv, job: dict) -> dict:
     model.load_weights(job["weights"])
     with np.load(job["npz"]) as data:
         x = data["x"]
-    np.savez(job["out"] + ".npz", y=_predict(model, x))
+    y = _predict(model, x)
+    np.savez(job["out"] + ".npz", y=y)
     start = time.perf_counter()
     report = mv.export.get_target("tflite").convert(model, job["out"],
                                                     class_names=job["class_names"])
+    seconds = time.perf_counter() - start
+    result = {"seconds": seconds, "op_histogram": report.op_histogram}
+    if job.get("out_coreml"):
+        start = time.perf_counter()
+        package = mv.export.get_target("coreml").convert(
+            model, job["out_coreml"], quantization="float32", class_names=job["class_names"])
+        result["coreml"] = {"seconds": time.perf_counter() - start,
+                            "op_histogram": package.op_histogram,
+                            "tf_after_coreml": "tensorflow" in sys.modules,
+                            # the conversion leaves the model's weights as they were
+                            "keras_after_vs_before": _max_abs(_predict(model, x[:8]), y[:8])}
+    if job.get("out_coreai"):
+        start = time.perf_counter()
+        asset = mv.export.get_target("coreai").convert(model, job["out_coreai"],
+                                                       class_names=job["class_names"])
+        result["coreai"] = {"seconds": time.perf_counter() - start, "num_ops": asset.num_ops,
+                            "tf_after_coreai": "tensorflow" in sys.modules,
+                            "keras_after_vs_before": _max_abs(_predict(model, x[:8]), y[:8])}
     errors = {}
     try:  # the other road asked here: the error names the backend and the fix
         mv.export.get_target("tflite").convert(model, job["out"] + ".tf", road="tensorflow")
     except ImportError as err:
         errors["tensorflow_road"] = f"{type(err).__name__}: {err}"
-    return {"seconds": time.perf_counter() - start, "op_histogram": report.op_histogram,
-            "errors": errors}
+    return {**result, "errors": errors}
 
 
 def main(job_path: str, result_path: str) -> None:

@@ -8,10 +8,14 @@ by ``.ci/run``: installed beside TensorFlow it would upgrade absl-py and add Ope
 tests/mediapipe_client.py in a subprocess.
 
 The classifier's weights at 64x64 also go by the PyTorch road (`keras_mvit2.export.roads`:
-litert-torch in one ``KERAS_BACKEND=torch`` worker, tests/backend_worker.py, ~25 s): the
+litert-torch in one ``KERAS_BACKEND=torch`` worker, tests/backend_worker.py, ~25 s for the
+`.tflite`, ~12 s for the Core ML package, ~7 s for the Core AI asset on 2 busy cores): the
 float32 file must give the Keras model's outputs and the TensorFlow road's file's (<= 1e-5 of
 the largest), carry the same metadata, labels and signature, and classify in MediaPipe with
-its names.
+its names. The same worker writes the PyTorch road's float32 Core ML package
+(``torch.export`` + coremltools), whose MIL program must give the Keras model's outputs and
+which must describe itself as the TensorFlow road's package does, and a Core AI asset
+(coreai-torch; read here, run on macOS only).
 """
 
 import importlib.util
@@ -138,16 +142,23 @@ def roads(classifier, data, tmp_path_factory):
     np.savez(folder / "x.npz", x=x)
     model.save_weights(folder / "classifier.weights.h5")
     torch_path = folder / "torch_road.tflite"
-    result = run_worker("torch", {"torch_road": {
-        "width": 0.5, "size": ROADS_SIZE, "classes": 10,
-        "weights": str(folder / "classifier.weights.h5"), "class_names": names,
-        "npz": str(folder / "x.npz"), "out": str(torch_path)}}, folder)
+    coreml_path = folder / "torch_road.mlpackage"
+    job = {"width": 0.5, "size": ROADS_SIZE, "classes": 10,
+           "weights": str(folder / "classifier.weights.h5"), "class_names": names,
+           "npz": str(folder / "x.npz"), "out": str(torch_path)}
+    if importlib.util.find_spec("coremltools") is not None:
+        job["out_coreml"] = str(coreml_path)
+    if importlib.util.find_spec("coreai_torch") is not None:
+        job["out_coreai"] = str(folder / "torch_road.aimodel")
+    result = run_worker("torch", {"torch_road": job}, folder)
     tf_path = folder / "tensorflow_road.tflite"
     to_tflite(model, tf_path, class_names=names)
     with np.load(str(torch_path) + ".npz") as out:
         keras_torch = out["y"]
     return {"torch": torch_path, "tensorflow": tf_path, "x": x, "pixels": pixels,
-            "model": model, "worker": result, "keras_torch": keras_torch, "names": names}
+            "model": model, "worker": result, "keras_torch": keras_torch, "names": names,
+            "coreml": coreml_path if "out_coreml" in job else None,
+            "coreai": job.get("out_coreai")}
 
 
 def _run_mediapipe(tmp_path, images: np.ndarray, models: list[dict]) -> dict[str, np.ndarray]:
@@ -299,6 +310,90 @@ def test_torch_road_file_classifies_in_mediapipe_with_names(roads, tmp_path, rec
     agreement = float(np.mean(index == keras_top1))
     record_property("mediapipe_torch_road_agreement", agreement)
     assert agreement >= 0.99, agreement
+
+
+#: Images the PyTorch road's Core ML package is run on (its MIL program, in TensorFlow).
+NUM_COREML = 20
+
+
+def test_torch_road_coreml_package_gives_keras_outputs_and_the_tensorflow_roads_description(
+        roads, tmp_path, record_property):
+    """The float32 `.mlpackage` of the PyTorch road (torch.export + coremltools, made in the
+    worker without TensorFlow): its own MIL program and weights, run here
+    (`predict_with_package_weights`; Core ML itself needs macOS), give the Keras model's
+    probabilities; its input, outputs, class labels and keras_mvit2 metadata are the
+    TensorFlow road's package's."""
+    _skip_without(roads)
+    if roads["coreml"] is None:
+        pytest.skip("the Core ML export needs coremltools (pip install -e '.[coreml]')")
+    import json as json_module
+
+    from keras_mvit2.export.coreml import (
+        inspect_coreml,
+        predict_with_package_weights,
+        to_coreml,
+    )
+    from keras_mvit2.export.coreml.inspect import coreml_class_names
+
+    worker = roads["worker"]["torch_road"]["coreml"]
+    assert not worker["tf_after_coreml"], "the PyTorch road to Core ML imported TensorFlow"
+    assert worker["keras_after_vs_before"] == 0.0, "converting changed the model's weights"
+    x = roads["x"][:NUM_COREML]
+    keras_out = np.asarray(roads["model"].predict(x, verbose=0))
+    package_out = predict_with_package_weights(roads["model"], roads["coreml"], x)
+    relative = float(np.abs(package_out - keras_out).max()) / float(np.abs(keras_out).max())
+    record_property("coreml_torch_road_relative_diff", relative)
+    assert relative <= ROADS_REL_TOL, relative
+    assert np.array_equal(package_out.argmax(-1), keras_out.argmax(-1))
+
+    tf_package = tmp_path / "tensorflow_road.mlpackage"
+    tf_report = to_coreml(roads["model"], tf_package, quantization="float32",
+                          class_names=roads["names"])
+    torch_report = inspect_coreml(roads["coreml"])
+    assert torch_report.op_histogram == worker["op_histogram"]
+    assert torch_report.inputs == tf_report.inputs
+    assert torch_report.outputs == tf_report.outputs
+    assert coreml_class_names(roads["coreml"]) == coreml_class_names(tf_package) == roads["names"]
+    ours = {k: v for k, v in torch_report.metadata.items() if k.startswith("keras_mvit2.")}
+    converter = json_module.loads(ours.pop("keras_mvit2.converter"))
+    assert converter["road"] == "torch" and converter["tool"] == "coremltools"
+    assert ours == {k: v for k, v in tf_report.metadata.items() if k.startswith("keras_mvit2.")}
+
+
+def test_torch_road_coreai_asset_describes_the_model_as_the_coreml_package_does(roads):
+    """The Core AI asset (coreai-torch, made in the worker without TensorFlow): read here
+    with coreai-core, it takes the model's input and gives one score per class, names the
+    classes, and carries the Core ML packages' description of the model. Its outputs are
+    not checked: Core AI's runtime loads assets on macOS only."""
+    _skip_without(roads)
+    if roads["coreai"] is None:
+        pytest.skip("the Core AI export needs coreai-torch (pip install -e '.[coreai]')")
+    from keras_mvit2.export import get_target, inspect_coreai, target_for_path
+    from keras_mvit2.export.coreml import inspect_coreml
+
+    worker = roads["worker"]["torch_road"]["coreai"]
+    assert not worker["tf_after_coreai"], "the PyTorch road to Core AI imported TensorFlow"
+    assert worker["keras_after_vs_before"] == 0.0, "converting changed the model's weights"
+    asset = inspect_coreai(roads["coreai"])
+    assert target_for_path(roads["coreai"]).name == "coreai"
+    assert asset.num_ops == worker["num_ops"] and asset.functions == ["main"]
+    size = f"1 × {ROADS_SIZE} × {ROADS_SIZE} × 3"
+    assert asset.inputs == [("image", f"NDArray (Float32, {size})")]
+    assert [kind for _, kind in asset.outputs] == ["NDArray (Float32, 1 × 10)"]
+    assert asset.op_histogram["conv2d"] >= 82 and "custom" not in asset.op_histogram
+    assert asset.metadata["keras_mvit2.class_names"] == roads["names"]
+    converter = json.loads(asset.metadata["keras_mvit2.converter"])
+    assert converter["road"] == "torch" and converter["tool"] == "coreai-torch"
+    if roads["coreml"] is not None:  # the same description of the model as Core ML's
+        package = inspect_coreml(roads["coreml"]).metadata
+        for key in ("keras_mvit2.version", "keras_mvit2.model", "keras_mvit2.attention",
+                    "keras_mvit2.preprocessing"):
+            assert asset.metadata[key] == package[key], key
+    target = get_target("coreai")
+    assert target.class_names(roads["coreai"]) == roads["names"]
+    if not target.can_run():
+        with pytest.raises(RuntimeError, match="need macOS"):
+            target.run(roads["coreai"], roads["x"][:1])
 
 
 def test_standard_metadata_matches_the_input_quantization(classifier, data, tmp_path):

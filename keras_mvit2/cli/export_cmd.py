@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import shlex
+import subprocess
 import sys
 
 from keras_mvit2.utils.files import atomic_output
@@ -12,10 +15,11 @@ from keras_mvit2.utils.files import atomic_output
 
 def register(sub) -> None:
     from keras_mvit2.export import available_targets, get_target
+    from keras_mvit2.export.roads import ROADS
 
     p = sub.add_parser(
         "export",
-        help="export a model to TFLite (Android) or Core ML (iPhone)",
+        help="export a model to TFLite (Android), Core ML or Core AI (iPhone)",
         description=(
             "Export a .keras model or a registered model name to TFLite (optionally quantized; "
             "builtin ops only, checked in LiteRT) or to a Core ML ML Program (.mlpackage), "
@@ -34,6 +38,16 @@ def register(sub) -> None:
                        f"{t.display_name}: {', '.join(t.formats)} (default {t.default_format}"
                        + (f"; {'/'.join(t.calibrated_formats)} need --calibration-data"
                           if t.calibrated_formats else "") + ")" for t in targets))
+    p.add_argument("--road", choices=ROADS,
+                   help="the converter (docs/architecture.md, 'Roads, not targets'): tensorflow "
+                        "(TensorFlow's TFLite converter / coremltools from the TensorFlow "
+                        "graph, on Keras' TensorFlow backend) or torch (litert-torch / "
+                        "torch.export + coremltools / coreai-torch, on Keras' PyTorch "
+                        "backend: float formats and dynamic_int8 for .tflite; needs the torch "
+                        "extra, and litert-torch or coreai for those files; Core AI's only "
+                        "road). Default: the road of this process's Keras backend. Another "
+                        "road re-runs this command with KERAS_BACKEND set for it, unless "
+                        "KERAS_BACKEND is set to another backend (then it says what to run)")
     _model_args(p)
     for target in targets:
         target.add_cli_arguments(p.add_argument_group(target.display_name))
@@ -167,9 +181,50 @@ def _export_target(args: argparse.Namespace):
         ) from None
 
 
+#: The Keras backend each road converts on.
+ROAD_BACKENDS = {"tensorflow": "tensorflow", "torch": "torch"}
+
+
+def road_command(args: argparse.Namespace) -> list[str] | None:
+    """The command that takes `--road` on its own backend, or None if this process can.
+
+    A Keras backend is fixed when Keras is imported, and `mvit2` has imported it, so a road
+    of another backend runs in a new process: ``python -m keras_mvit2.cli`` with the
+    same arguments and ``KERAS_BACKEND`` set for the road.
+
+    Raises:
+        ValueError: ``KERAS_BACKEND`` is set to another backend (the user chose it; the
+            message gives the command to run instead).
+        ImportError: the road's backend (PyTorch) is not installed.
+    """
+    from keras_mvit2.export.roads import default_road
+
+    road = getattr(args, "road", None)
+    if road is None or road == default_road():
+        return None
+    backend = ROAD_BACKENDS[road]
+    argv = list(getattr(args, "argv", None) or sys.argv[1:])
+    if os.environ.get("KERAS_BACKEND"):
+        raise ValueError(
+            f"--road {road} converts a model Keras runs on {backend!r}, and KERAS_BACKEND="
+            f"{os.environ['KERAS_BACKEND']} is set here. Run: KERAS_BACKEND={backend} mvit2 "
+            f"{shlex.join(argv)}")
+    if importlib.util.find_spec(backend) is None:
+        raise ImportError(f"--road {road} needs {backend}, which is not installed: "
+                          f"pip install 'keras_mvit2[{'torch' if backend == 'torch' else 'tf'}]'"
+                          " (docs/install.md)")
+    return [sys.executable, "-m", "keras_mvit2.cli", *argv]
+
+
 def _export(args: argparse.Namespace) -> int:
     from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 
+    command = road_command(args)
+    if command is not None:
+        backend = ROAD_BACKENDS[args.road]
+        print(f"mvit2 export: --road {args.road} runs on Keras' {backend} backend: re-running "
+              f"with KERAS_BACKEND={backend}", file=sys.stderr)
+        return subprocess.run(command, env={**os.environ, "KERAS_BACKEND": backend}).returncode
     target = _export_target(args)
     arguments = target.cli_arguments(args)  # checked before the model is loaded
     class_names = read_class_names(args.class_names) if args.class_names else None

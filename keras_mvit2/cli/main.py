@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     Unless `-v`, the libraries' own logs and progress bars are hidden.
     """
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # a command may re-run itself
     quiet = not args.verbose
     if quiet:
         quiet_libraries()

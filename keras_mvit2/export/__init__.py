@@ -9,9 +9,10 @@ demo dispatch through; `calibration` (calibration and labelled images), `class_n
 smallest or fastest file of a target within a top-1 budget.
 
 Two roads lead to a target's file (`keras_mvit2.export.roads`): TensorFlow's converters on
-Keras' TensorFlow backend, and PyTorch's (`torch.export`, litert-torch) on its PyTorch
-backend. On PyTorch this package imports only what the torch road uses (the registry, the
-`.tflite` target and its TensorFlow-free modules); the other names raise
+Keras' TensorFlow backend, and PyTorch's (`torch.export`: litert-torch, coremltools,
+coreai-torch) on its PyTorch backend; Core AI (`keras_mvit2.export.coreai`, `.aimodel`) has
+the PyTorch road only. On PyTorch this package imports only what the torch road uses (the
+registry, the targets and their TensorFlow-free modules); the other names raise
 `TensorFlowBackendRequiredError`. On JAX the package raises it when imported.
 """
 
@@ -22,6 +23,18 @@ if _BACKEND not in ("tensorflow", "torch"):
     require_tensorflow("keras_mvit2.export (TFLite, Core ML and web export)")
 
 from keras_mvit2.export import roads
+from keras_mvit2.export.coreai import (
+    CoreAIReport,
+    inspect_coreai,
+    to_coreai,
+)
+from keras_mvit2.export.coreml import (
+    CoreMLReport,
+    coreml_predictions_available,
+    inspect_coreml,
+    run_coreml,
+    to_coreml_via_torch,
+)
 from keras_mvit2.export.target import (
     ExportTarget,
     available_targets,
@@ -46,14 +59,7 @@ if _BACKEND == "tensorflow":
         calibration_images,
         load_labelled_images,
     )
-    from keras_mvit2.export.coreml import (
-        CoreMLReport,
-        coreml_predictions_available,
-        inspect_coreml,
-        run_coreml,
-        to_coreml,
-        to_coreml_detector,
-    )
+    from keras_mvit2.export.coreml import to_coreml, to_coreml_detector
     from keras_mvit2.export.equalize import AttentionEqualization, equalize_attention
     from keras_mvit2.export.optimizer import OptimizeResult, OverBudgetError, optimize
     from keras_mvit2.export.tflite import (
@@ -79,6 +85,7 @@ __all__ = [
     "IO_DTYPES",
     "QUANTIZATIONS",
     "AttentionEqualization",
+    "CoreAIReport",
     "CoreMLReport",
     "ExportTarget",
     "LabelledImages",
@@ -95,6 +102,7 @@ __all__ = [
     "coreml_predictions_available",
     "equalize_attention",
     "get_target",
+    "inspect_coreai",
     "inspect_coreml",
     "inspect_tflite",
     "load_labelled_images",
@@ -108,8 +116,10 @@ __all__ = [
     "run_tflite",
     "save_reports",
     "target_for_path",
+    "to_coreai",
     "to_coreml",
     "to_coreml_detector",
+    "to_coreml_via_torch",
     "to_tflite",
     "to_tflite_via_torch",
     "validate",

@@ -1,16 +1,18 @@
 """The two roads to a phone file: which converter makes a target's file from a Keras model.
 
-A *target* is a file format and its runtime (`.tflite` for LiteRT, `.mlpackage` for Core ML);
-a *road* is the converter that writes it, chosen by the Keras backend the model runs on:
+A *target* is a file format and its runtime (`.tflite` for LiteRT, `.mlpackage` for Core ML,
+`.aimodel` for Core AI); a *road* is the converter that writes it, chosen by the Keras
+backend the model runs on:
 
-=============  ===============================================  ==============================
-road           `.tflite` (target ``"tflite"``)                   `.mlpackage` (``"coreml"``)
-=============  ===============================================  ==============================
-"tensorflow"   ``tf.lite.TFLiteConverter`` (`to_tflite`)         coremltools from the TF graph
-"torch"        litert-torch through Keras' own                  ``torch.export`` + coremltools
-               ``model.export(format="litert")``                 (`to_coreml_via_torch`)
-               (`to_tflite_via_torch`)
-=============  ===============================================  ==============================
+============  ================================  =============================  ==================
+road          `.tflite` (``"tflite"``)          `.mlpackage` (``"coreml"``)    `.aimodel`
+============  ================================  =============================  ==================
+"tensorflow"  ``tf.lite.TFLiteConverter``       coremltools from the TF graph  -
+              (`to_tflite`)                     (`to_coreml`)
+"torch"       litert-torch through Keras'       ``torch.export`` +             ``torch.export`` +
+              ``model.export(format="litert")`` coremltools                    coreai-torch
+              (`to_tflite_via_torch`)           (`to_coreml_via_torch`)        (`to_coreai`)
+============  ================================  =============================  ==================
 
 The road is an option of the existing targets, `ExportTarget.convert(..., road=...)`, not a
 target of its own: both roads write the same kind of file, read, run, inspected and
@@ -18,14 +20,19 @@ benchmarked by the same code (`target_for_path("x.tflite")` must name one target
 default road is the backend's (`default_road`). A Keras model belongs to the backend it
 was built on, so a road runs only there: the torch road needs ``KERAS_BACKEND=torch``, and
 on this stack a PyTorch convolution crashes in a process that has imported TensorFlow, so
-the torch road never imports it.
+the torch road never imports it (coremltools, which imports TensorFlow when installed, is
+imported with TensorFlow hidden there: `import_coremltools`). Core AI is a file format and
+runtime of its own, hence a target; Apple converts to it from PyTorch only.
 
 This module imports neither Keras nor TensorFlow.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from keras_mvit2.utils.backend import keras_backend_name, require_tensorflow
@@ -35,6 +42,7 @@ __all__ = [
     "ROADS",
     "check_road",
     "default_road",
+    "import_coremltools",
     "import_litert_torch",
 ]
 
@@ -106,3 +114,35 @@ def import_litert_torch() -> Any:
     with _preserve_jax_x64_state():
         import litert_torch
     return litert_torch
+
+
+def import_coremltools() -> Any:
+    """The `coremltools` module, or an ImportError naming what to install.
+
+    coremltools imports TensorFlow when it is installed (for its TensorFlow frontend). On
+    Keras' PyTorch backend, in a process that has not imported TensorFlow, it is imported
+    with TensorFlow hidden (`_tensorflow_hidden`): its TensorFlow frontend is then
+    disabled, which the torch road does not use, and no TensorFlow is loaded beside
+    PyTorch (a PyTorch convolution would crash). Elsewhere it is a plain import.
+    """
+    if importlib.util.find_spec("coremltools") is None:
+        raise ImportError("Core ML export needs coremltools: pip install 'keras_mvit2[coreml]'")
+    hide = keras_backend_name() == "torch" and "coremltools" not in sys.modules
+    with _tensorflow_hidden() if hide else contextlib.nullcontext():
+        import coremltools
+    return coremltools
+
+
+@contextlib.contextmanager
+def _tensorflow_hidden() -> Iterator[None]:
+    """Within the block, ``import tensorflow`` raises ImportError (unless TensorFlow is
+    already imported): a ``None`` entry in `sys.modules`, removed afterwards."""
+    if "tensorflow" in sys.modules:
+        yield
+        return
+    sys.modules["tensorflow"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if sys.modules.get("tensorflow", ...) is None:
+            del sys.modules["tensorflow"]

@@ -58,13 +58,11 @@ class CoreMLReport:
 
 
 def _coremltools():
-    try:
-        import coremltools as ct
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "Core ML export needs coremltools: pip install 'keras_mvit2[coreml]'"
-        ) from err
-    return ct
+    """coremltools, imported without TensorFlow on Keras' PyTorch backend
+    (`keras_mvit2.export.roads.import_coremltools`)."""
+    from keras_mvit2.export.roads import import_coremltools
+
+    return import_coremltools()
 
 
 def _feature(description) -> dict:

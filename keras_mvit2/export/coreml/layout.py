@@ -31,8 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable
-
-import tensorflow as tf
+from typing import Any
 
 from keras_mvit2.layers import functional
 from keras_mvit2.layers.export_forms import COREML_CHANNELS_FIRST, ExportForms, export_call
@@ -59,7 +58,7 @@ def _supported(block: MobileViTV2Block) -> bool:
     )
 
 
-def channels_first_block(block: MobileViTV2Block, inputs) -> tf.Tensor | None:
+def channels_first_block(block: MobileViTV2Block, inputs: Any) -> Any | None:
     """`block(inputs, training=False)` with the transformer channels-first; None if unsupported.
 
     Args:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from keras_mvit2.export.coreml.convert import PRECISIONS, to_coreml
+from keras_mvit2.export.coreml.description import PRECISIONS
 from keras_mvit2.export.coreml.inspect import (
     CoreMLReport,
     coreml_class_names,
@@ -18,6 +18,7 @@ from keras_mvit2.export.coreml.inspect import (
     inspect_coreml,
     run_coreml,
 )
+from keras_mvit2.export.roads import check_road
 from keras_mvit2.export.target import ExportTarget, register_target
 
 #: The note a report carries where Core ML cannot run (anything but macOS).
@@ -30,11 +31,14 @@ PREDICTIONS_NOTE = (
 class CoreMLTarget(ExportTarget):
     """`.mlpackage` ML Programs for iPhone (Core ML), float16 by default.
 
-    Options of `convert` besides the shared ones: those of `to_coreml` (`image_input`,
+    Options of `convert` besides the shared ones: `road` (`keras_mvit2.export.roads`:
+    ``"tensorflow"``, `to_coreml`; ``"torch"``, `to_coreml_via_torch`; default the Keras
+    backend's) and those of the road's converter (`image_input`,
     `minimum_deployment_target`, `weight_compression`, `palettize_bits`,
-    `palettize_granularity`, `palettize_group_size`, `prune_sparsity`, `fuse_pointwise`,
-    `activation_quantization`; ready-made sets: `recipes.COMPRESSION_RECIPES`). Only
-    activation quantization (W8A8) is calibrated: `calibration_data` must be None otherwise.
+    `palettize_granularity`, `palettize_group_size`, `prune_sparsity`, `fuse_pointwise`;
+    TensorFlow road only: `activation_quantization`; ready-made sets:
+    `recipes.COMPRESSION_RECIPES`). Only activation quantization (W8A8) is calibrated:
+    `calibration_data` must be None otherwise.
     """
 
     name = "coreml"
@@ -49,7 +53,23 @@ class CoreMLTarget(ExportTarget):
                 calibration_data: Any = None,
                 metadata: Mapping[str, Any] | None = None,
                 image_size: int | tuple[int, int] | None = None,
+                road: str | None = None,
                 **options: Any) -> CoreMLReport:
+        if check_road(road, self.name) == "torch":
+            from keras_mvit2.export.coreml.torch_road import to_coreml_via_torch
+
+            self.check_options(options, to_coreml_via_torch)
+            if calibration_data is not None:
+                raise ValueError(
+                    "The torch road makes no activation-quantized (W8A8) Core ML program, "
+                    "the only calibrated one: drop calibration_data (weight compression "
+                    "needs none), or take road='tensorflow'.")
+            return to_coreml_via_torch(
+                model, path, quantization=self.check_format(quantization),
+                class_names=class_names, metadata=None if metadata is None else dict(metadata),
+                image_size=image_size, **options)
+        from keras_mvit2.export.coreml.convert import to_coreml
+
         self.check_options(options, to_coreml)
         if calibration_data is not None:
             if options.get("activation_quantization") is None:
@@ -95,7 +115,9 @@ class CoreMLTarget(ExportTarget):
             print("mvit2 export: --precision is deprecated; use --quantization "
                   f"{args.precision}.", file=sys.stderr)
             quantization = args.precision
+        road = getattr(args, "road", None)
         return {
+            **({"road": check_road(road, self.name)} if road is not None else {}),
             "quantization": self.check_format(quantization),
             "image_input": not args.tensor_input,
             "minimum_deployment_target": args.deployment_target,

@@ -32,6 +32,36 @@ def _batch_size(value: str) -> int | None:
     return batch
 
 
+#: The TensorFlow road's `mvit2 export` flags, each with its value when not given.
+_TENSORFLOW_ROAD_FLAGS = {"--calibration-data": ("calibration_data", None),
+                          "--io-dtype": ("io_dtype", "float32"),
+                          "--batch-size": ("batch_size", "1"),
+                          "--allow-float-ops": ("allow_float_ops", False),
+                          "--float-layers": ("float_layers", None),
+                          "--activation-ranges": ("activation_ranges", None),
+                          "--no-fuse-pointwise": ("fuse_pointwise", True)}
+
+
+def _torch_road_cli_arguments(args: Any, quantization: str) -> dict[str, Any]:
+    """`mvit2 export --road torch` to `.tflite`: the options `to_tflite_via_torch` takes; a
+    ValueError naming the TensorFlow road's flags given, or a calibrated format (the CLI
+    reads calibration images with the TensorFlow road's pipeline)."""
+    given = [flag for flag, (name, unset) in _TENSORFLOW_ROAD_FLAGS.items()
+             if getattr(args, name, unset) != unset]
+    if given:
+        raise ValueError(f"{', '.join(given)}: options of the TensorFlow road (to_tflite), "
+                         "which --road torch does not take; drop them or pass --road "
+                         "tensorflow.")
+    if quantization in CALIBRATED:
+        raise ValueError(
+            f"--quantization {quantization} calibrates on images, which `mvit2 export` reads "
+            "with the TensorFlow road's pipeline: pass --road tensorflow, or call "
+            "get_target('tflite').convert(model, path, road='torch', quantization="
+            f"'{quantization}', calibration_data=images) in Python (images: an array "
+            "(N, H, W, 3) in [0, 1]).")
+    return {"road": "torch", "quantization": quantization, "sidecar": args.sidecar}
+
+
 class TFLiteTarget(ExportTarget):
     """`.tflite` files for LiteRT (Android, MediaPipe Tasks), builtin ops only.
 
@@ -103,6 +133,9 @@ class TFLiteTarget(ExportTarget):
 
     def cli_arguments(self, args: Any) -> dict[str, Any]:
         quantization = self.check_format(args.quantization)
+        road = getattr(args, "road", None)
+        if road is not None and check_road(road, self.name) == "torch":
+            return _torch_road_cli_arguments(args, quantization)
         if args.calibration_data and quantization not in CALIBRATED:
             raise ValueError(
                 "--calibration-data is only used by --quantization int8/int16x8. Received: "
@@ -130,6 +163,7 @@ class TFLiteTarget(ExportTarget):
             options["activation_ranges"] = args.activation_ranges
         return {
             **options,
+            **({"road": road} if road is not None else {}),
             "quantization": quantization,
             "calibration_data": args.calibration_data,
             "num_calibration_samples": args.num_calibration_samples,
