@@ -7,6 +7,7 @@ from keras_mvit2 import (
     attention,
     layers,
     models,
+    tasks,
     visualize,
 )
 from keras_mvit2._version import __version__
@@ -28,23 +29,24 @@ from keras_mvit2.models import (
     with_input_size,
 )
 from keras_mvit2.preprocessing import preprocess_images, preprocessing_model
+from keras_mvit2.utils.backend import lazy_attributes
 from keras_mvit2.weights import load_torch_weights
 from keras_mvit2.weights.pretrained import list_weights
 
 #: The parts imported here on the TensorFlow backend and on first use on JAX and PyTorch:
-#: export, quantization, the task models and the profiler raise
+#: export (the torch road on PyTorch), quantization and the profiler raise
 #: `keras_mvit2.utils.backend.TensorFlowBackendRequiredError` there; `data` imports (its
 #: tf.data names on JAX only; on PyTorch the numpy / PIL input), and so does `training`
-#: (every backend trains).
+#: (every backend trains). `tasks` is imported on every backend (its models register their
+#: classes for `keras.saving.load_model`; its TensorFlow-only names are lazy in turn).
 _TENSORFLOW_ONLY = {
     "data": ("keras_mvit2.data", None),
     "export": ("keras_mvit2.export", None),
     "quantize": ("keras_mvit2.quantize", None),
-    "tasks": ("keras_mvit2.tasks", None),
     "profile": ("keras_mvit2.profiling", "profile"),
 }
 if _startup.TENSORFLOW_BACKEND:
-    from keras_mvit2 import data, export, quantize, tasks
+    from keras_mvit2 import data, export, quantize
     from keras_mvit2.profiling import profile
 
 __all__ = [
@@ -83,17 +85,9 @@ if not _startup.TENSORFLOW_BACKEND:  # `from keras_mvit2 import *` loads no Tens
     __all__ = [name for name in __all__ if name not in _TENSORFLOW_ONLY]
 
 
-def __getattr__(name: str):
-    import importlib
-
-    # `keras_mvit2.kerashub` needs the `hub` extra (keras-hub): imported on first use only.
-    if name == "hub":
-        return importlib.import_module("keras_mvit2.kerashub")
-    if name in _TENSORFLOW_ONLY:
-        module_name, attribute = _TENSORFLOW_ONLY[name]
-        module = importlib.import_module(module_name)
-        return module if attribute is None else getattr(module, attribute)
-    raise AttributeError(f"module 'keras_mvit2' has no attribute {name!r}")
+# `keras_mvit2.kerashub` needs the `hub` extra (keras-hub): imported on first use only.
+__getattr__ = lazy_attributes(
+    __name__, {**_TENSORFLOW_ONLY, "hub": ("keras_mvit2.kerashub", None)})
 
 
 # Last: registers keras_mvit2.kerashub with KerasHub once keras_hub is imported (not before).

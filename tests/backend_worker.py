@@ -27,6 +27,10 @@ JOB.json (every key optional):
   (PyTorch only); with `"out_coreml"`, also a float32 `.mlpackage` there by the Core ML
   target's default road (`torch.export` + coremltools); with `"out_coreai"`, a Core AI
   `.aimodel` there (coreai-torch);
+- `"tasks"`: `{"width", "size", "classes", "npz", "tensorflow_only"}`: the task model
+  `keras_mvit2.tasks.DeepLabV3` `width` at `size` built and run on the images `x` of
+  `npz`, and each name of `tensorflow_only` looked up in `keras_mvit2.tasks` (the error it
+  raises);
 - `"keras_hub"`: true: the KerasHub ImageClassifier made from the first oracle model, run
   last (keras_hub itself imports TensorFlow).
 
@@ -147,6 +151,27 @@ def run_zoo(cases: list[dict]) -> list[dict]:
     return results
 
 
+def run_tasks(mv, job: dict) -> dict:
+    """A task model built and run here; the TensorFlow-only names of `keras_mvit2.tasks`
+    raise (and load no TensorFlow)."""
+    import numpy as np
+
+    size = int(job["size"])
+    with np.load(job["npz"]) as data:
+        x = data["x"]
+    model = mv.tasks.DeepLabV3(job["width"], input_shape=(size, size, 3),
+                               classes=int(job["classes"]))
+    y = _predict(model, x)
+    errors = {}
+    for name in job["tensorflow_only"]:
+        try:
+            getattr(mv.tasks, name)
+        except ImportError as err:
+            errors[name] = f"{type(err).__name__}: {err}"
+    return {"output_shape": list(y.shape), "finite": bool(np.isfinite(y).all()),
+            "errors": errors}
+
+
 def run_keras_hub(mv, case: dict) -> list[dict]:
     import keras
     import numpy as np
@@ -227,6 +252,8 @@ def main(job_path: str, result_path: str) -> None:
         result["torch_road"] = run_torch_road(mv, job["torch_road"])
     if job.get("zoo"):
         result["zoo"] = run_zoo(job["zoo"])
+    if job.get("tasks"):
+        result["tasks"] = run_tasks(mv, job["tasks"])
     result["tf_after_run"] = "tensorflow" in sys.modules
     if job.get("keras_file"):  # loading: no TensorFlow; saving: Keras' own import (below)
         result["keras_file"] = run_keras_file(job["keras_file"])

@@ -8,8 +8,9 @@ imported TensorFlow, so the worker must not import it (and checks that nothing d
   and a MobileViTV2 on the backend load no TensorFlow; a `.weights.h5` saved here
   (TensorFlow) loads there, static and `(None, None, 3)`, with the same outputs; the file
   saved back there loads here with bit-identical weights and outputs; a whole-model `.keras`
-  file crosses both ways with the same outputs. A TF-only feature
-  used on JAX names the backend and the fix.
+  file crosses both ways with the same outputs; a task model (DeepLabV3) builds and runs
+  there, and the TensorFlow-only `keras_mvit2.tasks.data` / `.train` name the backend and
+  the fix. A TF-only feature used on JAX names the backend and the fix.
 - Slow (the run's timm oracle, `tests/torch_oracle.py`, and `tests/timm_oracle_v1_vit.py`):
   MobileViTV2 0.5 and 1.0 and MobileViT v1 XXS with ported timm weights give timm's logits
   (max |difference| <= 1e-5 of the largest logit) on each backend, built for 224x224 (the
@@ -17,7 +18,8 @@ imported TensorFlow, so the worker must not import it (and checks that nothing d
   193x201; on JAX MobileViTV2 1.0 at 224x224 only and the others at 256x320 only, its
   builds being slow); on JAX, also
   KerasHub's ImageClassifier; on PyTorch, also the rest of the zoo saved here as `.keras`
-  files (MobileViTV2-0.5 with each other attention, MobileViT v1 XXS): the same outputs.
+  files (MobileViTV2-0.5 with each other attention, MobileViT v1 XXS, the task models
+  DeepLabV3 and SSDLite): the same outputs.
 """
 
 import json
@@ -94,16 +96,19 @@ def tf_saved_weights(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tf_zoo(tmp_path_factory) -> list[dict]:
-    """The other classifiers, built and saved here (TensorFlow) as `.keras` files with their
-    inputs and outputs: MobileViTV2-0.5 with each other attention of the zoo and
-    MobileViT v1 XXS. (The task models are TensorFlow-only so far:
-    `keras_mvit2.tasks` raises on the other backends.)"""
+    """The other models, built and saved here (TensorFlow) as `.keras` files with their
+    inputs and outputs: MobileViTV2-0.5 with each other attention of the zoo, MobileViT v1
+    XXS, and the task models DeepLabV3 and SSDLite (one output: each anchor's box offsets and
+    class logits) on MobileViTV2-0.5. `import keras_mvit2` registers the task models'
+    classes on every backend, so their files load there."""
     folder = tmp_path_factory.mktemp("backends_zoo")
     small = {"input_shape": (32, 32, 3), "classes": 5, "classifier_activation": None}
     builders = {f"mobilevitv2_050_{name}": (lambda name=name: mv.mobilevitv2_050(
         attention=name, **small)) for name in ("mha", "linformer", "mobile_attention", "rfa")}
     builders.update({
         "mobilevit_xxs": lambda: mv.MobileViT("xxs", **small),
+        "deeplabv3_050": lambda: mv.tasks.DeepLabV3(0.5, input_shape=(64, 64, 3), classes=3),
+        "ssdlite_050": lambda: mv.tasks.SSDLite(0.5, input_shape=(64, 64, 3), classes=3),
     })
     cases = []
     for i, (name, build) in enumerate(builders.items()):
@@ -133,7 +138,10 @@ def test_no_tensorflow_and_weights_cross_backends(backend, tf_saved_weights, cap
         "width": 0.5, "size": WEIGHTS_SIZE, "classes": WEIGHTS_CLASSES,
         "path": str(saved["path"]), "npz": str(folder / "io.npz"), "save_to": str(back)},
         "keras_file": {"path": str(folder / "tf.keras"), "npz": str(folder / "io.npz"),
-                       "save_to": str(back_keras)}}, folder)
+                       "save_to": str(back_keras)},
+        "tasks": {"width": 0.5, "size": WEIGHTS_SIZE, "classes": 3,
+                  "npz": str(folder / "io.npz"), "tensorflow_only": ["data", "train"]}},
+        folder)
     assert result["backend"] == backend
     assert not result["tf_after_import"], "import keras_mvit2 imported TensorFlow"
     assert not result["tf_after_run"], "building / running / loading imported TensorFlow"
@@ -159,6 +167,16 @@ def test_no_tensorflow_and_weights_cross_backends(backend, tf_saved_weights, cap
     assert loaded["max_abs_diff"] <= REL_TOL * max(1.0, loaded["max_abs_ref"]), loaded
     model = keras.saving.load_model(back_keras)
     np.testing.assert_array_equal(np.asarray(model(saved["x"], training=False)), saved["y"])
+    # The task models build and run there (no TensorFlow: `tf_after_run` above); their
+    # TensorFlow-only helpers name the backend and the fix.
+    tasks = result["tasks"]
+    assert tasks["output_shape"] == [len(saved["x"]), WEIGHTS_SIZE, WEIGHTS_SIZE, 3]
+    assert tasks["finite"]
+    assert sorted(tasks["errors"]) == ["data", "train"]
+    for name, error in tasks["errors"].items():
+        assert error.startswith("TensorFlowBackendRequiredError: "), error
+        assert f"keras_mvit2.tasks.{name}" in error and repr(backend) in error, error
+        assert "KERAS_BACKEND=tensorflow" in error, error
 
 
 

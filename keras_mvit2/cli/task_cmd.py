@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 
+from keras_mvit2.utils.backend import require_tensorflow
 from keras_mvit2.utils.files import atomic_output, write_json
 
 TASKS = ("segmentation", "detection")
@@ -23,9 +24,11 @@ HEADS = {"segmentation": ("deeplabv3", "pspnet"), "detection": ("ssdlite",)}
 
 
 def register(sub) -> None:
-    # Registers the task layers (dilated blocks, ASPP/PSP layers) for `.keras` loading,
-    # so every mvit2 command (e.g. `mvit2 bench run/model.keras`) can read task models.
-    import keras_mvit2.tasks  # noqa: F401
+    # The task layers (dilated blocks, ASPP/PSP layers) are registered for `.keras` loading
+    # by `import keras_mvit2`, on every backend. These two commands need TensorFlow (the
+    # tf.data validation set, the profiler's MAC counts): off the TensorFlow backend this
+    # raises, and `mvit2` registers them to say so when they are run.
+    require_tensorflow("mvit2 eval-task / task-profile (the task models' data and MAC counts)")
 
     p = sub.add_parser("eval-task", help="evaluate a trained task model (.keras) on the "
                        "pasted Fashion-MNIST validation set")

@@ -5,12 +5,12 @@
 | `tensorflow`  | `keras_mvit2.layers.tf_forms`     | the ops TFLite / Core ML convert as pinned |
 | `jax`, `torch`| `keras_mvit2.layers.ops_forms`    | the same functions in `keras.ops`          |
 
-The layers (`functional`, `patching`, the MobileViT blocks, `EvalResizeCrop`) call the
-functions below, never `tf_forms` or `ops_forms` directly, so TensorFlow's graph (and every
-exported file) is exactly what `tf_forms` traces, and TensorFlow is not imported on the
-other backends. The choice is made once, when this module is imported, from
-`keras.backend.backend()` (Keras fixes the backend when it is imported: set
-`KERAS_BACKEND` before importing keras).
+The layers (`functional`, `patching`, the MobileViT blocks, `EvalResizeCrop`) and the task
+models' heads, losses and metrics (`keras_mvit2.tasks`) call the functions below, never
+`tf_forms` or `ops_forms` directly, so TensorFlow's graph (and every exported file) is
+exactly what `tf_forms` traces, and TensorFlow is not imported on the other backends. The
+choice is made once, when this module is imported, from `keras.backend.backend()` (Keras
+fixes the backend when it is imported: set `KERAS_BACKEND` before importing keras).
 
 This is the second, independent choice of forms beside `keras_mvit2.layers.export_forms`
 (which picks, per export target, among forms that all run on any backend).
@@ -43,3 +43,4 @@ spatial_size = _forms.spatial_size
 resize_when_different = _forms.resize_when_different
 resize_bilinear = _forms.resize_bilinear
 resize_shorter_side = _forms.resize_shorter_side
+argsort_stable = _forms.argsort_stable

@@ -21,6 +21,7 @@ import numpy as np
 from keras import ops
 
 __all__ = [
+    "argsort_stable",
     "batch_size",
     "conv1x1_nchw",
     "depth_to_space",
@@ -151,6 +152,15 @@ def resize_bilinear(x, size: tuple, align_corners: bool):
     height, width = (int(side) for side in size)
     x = _lerp_axis(x, width, 2, align_corners)
     return _lerp_axis(x, height, 1, align_corners)
+
+
+def argsort_stable(x, axis: int = -1, descending: bool = False):
+    """The indices that sort `x` along `axis`; equal values keep their order (stable).
+
+    `keras.ops.argsort` is stable on JAX and PyTorch; descending sorts `-x` ascending, which
+    keeps equal values in index order as TensorFlow's stable descending sort does.
+    """
+    return ops.argsort(ops.negative(x) if descending else x, axis=axis)
 
 
 def resize_shorter_side(x, shape, target: float, interpolation: str,

@@ -16,7 +16,9 @@ The other backends (JAX, PyTorch) run `keras_mvit2.layers.ops_forms`, the same f
 * `resize_bilinear`: RESIZE_BILINEAR with `align_corners` or half-pixel centers, to a
   static or a tensor size (`tf.raw_ops.ResizeBilinear`);
 * `resize_shorter_side`: `tf.image.resize` to a size computed in the graph (the
-  evaluation transform; `keras.ops.image.resize` takes only Python ints).
+  evaluation transform; `keras.ops.image.resize` takes only Python ints);
+* `argsort_stable`: a stable argsort, ascending or descending (`keras.ops.argsort` is not
+  stable on TensorFlow; the SSD loss's hard negative mining breaks ties by anchor index).
 
 This module is imported only on the TensorFlow backend (and by TensorFlow-only code).
 """
@@ -106,6 +108,12 @@ def resize_bilinear(x: tf.Tensor, size: tuple, align_corners: bool) -> tf.Tensor
         half_pixel_centers=not align_corners,
     )
     return ops.cast(resized, x.dtype)
+
+
+def argsort_stable(x: tf.Tensor, axis: int = -1, descending: bool = False) -> tf.Tensor:
+    """The indices that sort `x` along `axis`; equal values keep their order (stable)."""
+    return tf.argsort(x, axis=axis, direction="DESCENDING" if descending else "ASCENDING",
+                      stable=True)
 
 
 def resize_shorter_side(x: tf.Tensor, shape, target: float, interpolation: str,

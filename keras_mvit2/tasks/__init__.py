@@ -11,6 +11,13 @@
 - `paper_tables`: the paper's Table 3 / 4 rows, `paper_comparison` (our sizes and MACs
   beside the paper's).
 
+The models, their layers, losses and metrics are Keras 3 (`keras.ops`) and run on every
+backend (TensorFlow, JAX, PyTorch); `import keras_mvit2` registers their classes, so a
+task model's `.keras` file loads on each. `data`, `train`, `paper_tables` /
+`paper_comparison` and `match_anchors` (the `tf.data` targets) need TensorFlow: on JAX and
+PyTorch they raise `keras_mvit2.utils.backend.TensorFlowBackendRequiredError` when first
+used, and TensorFlow is not loaded.
+
 The models export with `keras_mvit2.export.to_tflite` (float32 / int8) and `to_coreml`
 like the classifier. Exported as they are, the detectors output the raw
 ``(1, anchors, 4 + classes)`` tensor, decoded and NMS-filtered outside the graph by
@@ -22,12 +29,7 @@ model in the ``TFLite_Detection_PostProcess`` op (MediaPipe's ``ObjectDetector``
 in ``NonMaximumSuppression`` (Vision's object detection). See docs/downstream.md.
 """
 
-# TensorFlow-only: on JAX / PyTorch, a clear error instead of loading TensorFlow.
-from keras_mvit2.utils.backend import require_tensorflow
-
-require_tensorflow("keras_mvit2.tasks (the task models' data, training and export)")
-
-from keras_mvit2.tasks import data, detection, segmentation, train
+from keras_mvit2.tasks import detection, segmentation
 from keras_mvit2.tasks.detection import (
     AnchorConfig,
     Detections,
@@ -47,7 +49,6 @@ from keras_mvit2.tasks.features import (
     load_backbone_weights,
     mobilevitv2_features,
 )
-from keras_mvit2.tasks.paper_tables import paper_comparison
 from keras_mvit2.tasks.segmentation import (
     DeepLabV3,
     PSPNet,
@@ -56,6 +57,22 @@ from keras_mvit2.tasks.segmentation import (
     confusion_matrix,
     mean_iou,
 )
+from keras_mvit2.utils.backend import keras_backend_name, lazy_attributes
+
+#: TensorFlow-only (the `tf.data` pipelines, the training helpers, the MAC counts of the
+#: profiler): imported here on the TensorFlow backend; on JAX and PyTorch on first use, where
+#: they raise `keras_mvit2.utils.backend.TensorFlowBackendRequiredError`. The rest (the
+#: models, their layers, losses and metrics, anchors, boxes, NMS) runs on every backend.
+_TENSORFLOW_ONLY = {
+    "data": ("keras_mvit2.tasks.data", None),
+    "train": ("keras_mvit2.tasks.train", None),
+    "paper_tables": ("keras_mvit2.tasks.paper_tables", None),
+    "paper_comparison": ("keras_mvit2.tasks.paper_tables", "paper_comparison"),
+}
+_TENSORFLOW_BACKEND = keras_backend_name() == "tensorflow"
+if _TENSORFLOW_BACKEND:
+    from keras_mvit2.tasks import data, train
+    from keras_mvit2.tasks.paper_tables import paper_comparison
 
 __all__ = [
     "AnchorConfig",
@@ -85,3 +102,8 @@ __all__ = [
     "ssd_anchors",
     "train",
 ]
+
+if not _TENSORFLOW_BACKEND:  # `from keras_mvit2.tasks import *` loads no TensorFlow
+    __all__ = [name for name in __all__ if name not in _TENSORFLOW_ONLY]
+
+__getattr__ = lazy_attributes(__name__, _TENSORFLOW_ONLY)

@@ -32,10 +32,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import tensorflow as tf
 
-from keras_mvit2.data.sources import FASHION_MNIST_DIR, load_fashion_mnist_arrays
-from keras_mvit2.tasks.detection import AnchorConfig, match_anchors
+from keras_mvit2.utils.backend import require_tensorflow
+
+# Before anything that loads TensorFlow (keras_mvit2.data.sources does).
+require_tensorflow("keras_mvit2.tasks.data (the task models' tf.data pipelines)")
+
+import tensorflow as tf  # noqa: E402
+
+from keras_mvit2.data.sources import (  # noqa: E402
+    FASHION_MNIST_DIR,
+    load_fashion_mnist_arrays,
+)
+from keras_mvit2.tasks.detection import AnchorConfig, match_anchors  # noqa: E402
 
 __all__ = [
     "FASHION_MNIST_DIR",

@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers import backend_forms
 from keras_mvit2.layers.inverted_residual import batch_norm
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.tasks.features import mobilevitv2_features
+from keras_mvit2.utils.backend import require_tensorflow
 
 __all__ = [
     "AnchorConfig",
@@ -223,11 +224,11 @@ def decode_boxes(locations, anchors_cxcywh, center_variance: float = 0.1,
 
 
 def iou_matrix(boxes_a, boxes_b):
-    """Pairwise IoU `(len(a), len(b))` of corner boxes (numpy or TF tensors)."""
+    """Pairwise IoU `(len(a), len(b))` of corner boxes (numpy or the backend's tensors)."""
     if isinstance(boxes_a, np.ndarray) and isinstance(boxes_b, np.ndarray):
         xp, maximum, minimum = np, np.maximum, np.minimum
     else:
-        xp, maximum, minimum = tf, tf.maximum, tf.minimum
+        xp, maximum, minimum = ops, ops.maximum, ops.minimum
     a = boxes_a[:, None, :]
     b = boxes_b[None, :, :]
     x1 = maximum(a[..., 0], b[..., 0])
@@ -258,7 +259,14 @@ def match_anchors(gt_boxes, gt_labels, anchors_cxcywh, config: AnchorConfig = An
     Returns:
         `(locations (A, 4) float32, labels (A,) int32)`: regression targets
         (`encode_boxes` of the matched box; zeros for background) and labels.
+
+    Raises:
+        TensorFlowBackendRequiredError: on JAX and PyTorch (it builds the `tf.data` targets
+            of `keras_mvit2.tasks.data`, TensorFlow-only).
     """
+    require_tensorflow("keras_mvit2.tasks.match_anchors (the tf.data detection targets)")
+    import tensorflow as tf
+
     gt_boxes = tf.convert_to_tensor(gt_boxes, tf.float32)
     gt_labels = tf.cast(tf.convert_to_tensor(gt_labels), tf.int32)
     anchors = tf.convert_to_tensor(anchors_cxcywh, tf.float32)
@@ -517,8 +525,8 @@ def hard_negative_mask(background_loss, labels, neg_pos_ratio: int = 3):
     num_pos = ops.sum(ops.cast(positive, "int32"), axis=1, keepdims=True)
     num_neg = num_pos * neg_pos_ratio
     loss = ops.where(positive, ops.full_like(background_loss, -np.inf), background_loss)
-    order = tf.argsort(loss, axis=1, direction="DESCENDING", stable=True)
-    rank = tf.argsort(order, axis=1, stable=True)
+    order = backend_forms.argsort_stable(loss, axis=1, descending=True)
+    rank = backend_forms.argsort_stable(order, axis=1)
     negative = rank < num_neg
     return ops.logical_or(positive, negative)
 

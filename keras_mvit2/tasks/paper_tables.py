@@ -9,9 +9,13 @@ from collections.abc import Iterable
 
 import keras
 
-from keras_mvit2 import profiling
-from keras_mvit2.tasks.detection import SSDLite
-from keras_mvit2.tasks.segmentation import DeepLabV3, PSPNet
+from keras_mvit2.utils.backend import require_tensorflow
+
+require_tensorflow("keras_mvit2.tasks.paper_tables (MAC counts from the TensorFlow graph)")
+
+from keras_mvit2 import profiling  # noqa: E402
+from keras_mvit2.tasks.detection import SSDLite  # noqa: E402
+from keras_mvit2.tasks.segmentation import DeepLabV3, PSPNet  # noqa: E402
 
 __all__ = ["PAPER_ROWS", "build_paper_model", "paper_comparison"]
 

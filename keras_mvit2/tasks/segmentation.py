@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from keras_mvit2.api_export import serializable
@@ -482,9 +481,7 @@ def _align(y_true, y_pred):
     y_pred = ops.convert_to_tensor(y_pred)
     label_hw = tuple(y_true.shape[1:3])
     if None not in label_hw and tuple(y_pred.shape[1:3]) != label_hw:
-        y_pred = tf.raw_ops.ResizeBilinear(
-            images=y_pred, size=label_hw, align_corners=True, half_pixel_centers=False
-        )
+        y_pred = backend_forms.resize_bilinear(y_pred, label_hw, align_corners=True)
     return y_true, y_pred
 
 

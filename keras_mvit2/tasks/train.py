@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_mvit2.tasks.detection import (
     AnchorConfig,
@@ -31,6 +30,11 @@ from keras_mvit2.tasks.segmentation import (
     iou_from_confusion,
     mean_iou,
 )
+from keras_mvit2.utils.backend import require_tensorflow
+
+require_tensorflow("keras_mvit2.tasks.train (the task models' training helpers)")
+
+import tensorflow as tf  # noqa: E402
 
 __all__ = [
     "TABLE11",

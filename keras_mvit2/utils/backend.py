@@ -3,7 +3,8 @@
 The models and layers run on every Keras backend (TensorFlow, JAX, PyTorch; the steps that
 differ are chosen in `keras_mvit2.layers.backend_forms`). Some features still need
 TensorFlow itself: the TFLite / Core ML / web export (`keras_mvit2.export`), the task
-models' training and data (`keras_mvit2.tasks`), quantization (`keras_mvit2.quantize`) and
+models' training and data (`keras_mvit2.tasks.train`, `keras_mvit2.tasks.data`; the task
+models, their losses and metrics run everywhere), quantization (`keras_mvit2.quantize`) and
 the profiler. On JAX and PyTorch they say so when imported (`require_tensorflow`) instead of
 loading TensorFlow beside the backend (on this stack a PyTorch convolution crashes in a
 process that has imported TensorFlow). Classifier training (`keras_mvit2.training`) runs on
@@ -19,11 +20,13 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 __all__ = [
     "TensorFlowBackendRequiredError",
     "keras_backend_name",
+    "lazy_attributes",
     "require_tensorflow",
     "tensorflow_hidden_from_keras",
     "tensorflow_loadable",
@@ -114,3 +117,29 @@ def require_tensorflow(feature: str) -> None:
         "`KERAS_BACKEND=tensorflow mvit2 ...`; weights saved on one backend "
         "(`model.save_weights`, `.weights.h5`) load on the others."
     )
+
+
+def lazy_attributes(package: str, table: Mapping[str, tuple[str, str | None]]
+                    ) -> Callable[[str], Any]:
+    """A package's module `__getattr__` that imports the names of `table` on first use.
+
+    A package imports its TensorFlow-only parts eagerly on the TensorFlow backend only; on
+    JAX and PyTorch their names stay in `table`, `name -> (module, attribute)` (`None`: the
+    module itself), and are imported when first used: a module that needs TensorFlow
+    calls `require_tensorflow` when imported, so the name raises
+    `TensorFlowBackendRequiredError` there instead of loading TensorFlow.
+
+    Args:
+        package: the package's name, for the `AttributeError` of other names.
+        table: the lazily imported names.
+    """
+    def module_getattr(name: str) -> Any:
+        if name not in table:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        import importlib
+
+        module_name, attribute = table[name]
+        module = importlib.import_module(module_name)
+        return module if attribute is None else getattr(module, attribute)
+
+    return module_getattr

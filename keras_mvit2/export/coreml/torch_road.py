@@ -88,8 +88,9 @@ def to_coreml_via_torch(
         class_names: one name per output class: a Core ML classifier (a logits model gets
             a softmax appended).
         minimum_deployment_target: one of `DEPLOYMENT_TARGETS`.
-        weight_compression, palettize_bits, prune_sparsity, palettize_granularity,
-            palettize_group_size: as `to_coreml`'s (`keras_mvit2.export.coreml.compress`).
+        weight_compression: as `to_coreml`'s (`keras_mvit2.export.coreml.compress`), and so
+            are `palettize_bits`, `prune_sparsity`, `palettize_granularity` and
+            `palettize_group_size`.
         metadata: extra user-defined metadata strings.
         image_size: the size to export a model built with ``(None, None, 3)`` at.
         fuse_pointwise: fuse back-to-back 1x1 convolutions (the same coremltools pass as
