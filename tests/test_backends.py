@@ -127,21 +127,23 @@ def tf_zoo(tmp_path_factory) -> list[dict]:
     return cases
 
 
-# JAX: ~30 s on 2 busy cores (the build runs each initializer op-by-op, each compiled once).
-@pytest.mark.parametrize("backend", [pytest.param("jax", marks=pytest.mark.slow), "torch"])
-def test_no_tensorflow_and_weights_cross_backends(backend, tf_saved_weights, capsys):
-    saved = tf_saved_weights
+def _crossing_job(backend: str, saved: dict) -> dict:
+    """The worker's job for `check_crossing`: load the TF-saved `.weights.h5` and `.keras`,
+    save them back there, and build the task models."""
     folder = saved["folder"]
-    back = folder / f"{backend}.weights.h5"
-    back_keras = folder / f"{backend}.keras"
-    result = run_worker(backend, {"weights_h5": {
-        "width": 0.5, "size": WEIGHTS_SIZE, "classes": WEIGHTS_CLASSES,
-        "path": str(saved["path"]), "npz": str(folder / "io.npz"), "save_to": str(back)},
+    return {
+        "weights_h5": {"width": 0.5, "size": WEIGHTS_SIZE, "classes": WEIGHTS_CLASSES,
+                       "path": str(saved["path"]), "npz": str(folder / "io.npz"),
+                       "save_to": str(folder / f"{backend}.weights.h5")},
         "keras_file": {"path": str(folder / "tf.keras"), "npz": str(folder / "io.npz"),
-                       "save_to": str(back_keras)},
+                       "save_to": str(folder / f"{backend}.keras")},
         "tasks": {"width": 0.5, "size": WEIGHTS_SIZE, "classes": 3,
-                  "npz": str(folder / "io.npz"), "tensorflow_only": ["data", "train"]}},
-        folder)
+                  "npz": str(folder / "io.npz"), "tensorflow_only": ["data", "train"]}}
+
+
+def _check_crossing(backend: str, result: dict, saved: dict, capsys) -> None:
+    """What a `_crossing_job` worker reported, and the files it saved back, loaded here."""
+    folder = saved["folder"]
     assert result["backend"] == backend
     assert not result["tf_after_import"], "import keras_mvit2 imported TensorFlow"
     assert not result["tf_after_run"], "building / running / loading imported TensorFlow"
@@ -156,7 +158,7 @@ def test_no_tensorflow_and_weights_cross_backends(backend, tf_saved_weights, cap
     # The file written there loads here: the same weights, bit for bit, the same outputs.
     model = mv.MobileViTV2(0.5, input_shape=(WEIGHTS_SIZE, WEIGHTS_SIZE, 3),
                            classes=WEIGHTS_CLASSES, classifier_activation=None)
-    model.load_weights(back)
+    model.load_weights(folder / f"{backend}.weights.h5")
     for a, b in zip(model.weights, saved["model"].weights, strict=True):
         assert a.path == b.path
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -165,7 +167,7 @@ def test_no_tensorflow_and_weights_cross_backends(backend, tf_saved_weights, cap
     _report(capsys, [f"[{backend}] TF-saved .keras: max|d out| = {loaded['max_abs_diff']:.1e}"])
     assert (loaded["class"], loaded["name"]) == ("Functional", saved["model"].name)
     assert loaded["max_abs_diff"] <= REL_TOL * max(1.0, loaded["max_abs_ref"]), loaded
-    model = keras.saving.load_model(back_keras)
+    model = keras.saving.load_model(folder / f"{backend}.keras")
     np.testing.assert_array_equal(np.asarray(model(saved["x"], training=False)), saved["y"])
     # The task models build and run there (no TensorFlow: `tf_after_run` above); their
     # TensorFlow-only helpers name the backend and the fix.
@@ -178,6 +180,12 @@ def test_no_tensorflow_and_weights_cross_backends(backend, tf_saved_weights, cap
         assert f"keras_mvit2.tasks.{name}" in error and repr(backend) in error, error
         assert "KERAS_BACKEND=tensorflow" in error, error
 
+
+# JAX's crossing rides on its timm-oracle worker (slow tier, below): one JAX process.
+def test_no_tensorflow_and_weights_cross_backends_on_pytorch(tf_saved_weights, capsys):
+    result = run_worker("torch", _crossing_job("torch", tf_saved_weights),
+                        tf_saved_weights["folder"])
+    _check_crossing("torch", result, tf_saved_weights, capsys)
 
 
 def test_tensorflow_only_features_name_the_backend_and_the_fix(tmp_path):
@@ -234,6 +242,9 @@ def test_models_give_timms_logits(backend, oracle_job, tmp_path, capsys, request
     tf_zoo = request.getfixturevalue("tf_zoo") if backend == "torch" else []
     job = dict(oracle_job, oracle=cases, keras_hub=backend == "jax" and _available("keras_hub"),
                zoo=tf_zoo)
+    if backend == "jax":  # and the weights and files saved here (PyTorch: the fast tier)
+        saved = request.getfixturevalue("tf_saved_weights")
+        job.update(_crossing_job("jax", saved))
     result = run_worker(backend, job, tmp_path)
     assert not result["tf_after_import"] and not result["tf_after_run"]
     rows = result["oracle"] + result.get("keras_hub", [])
@@ -247,6 +258,8 @@ def test_models_give_timms_logits(backend, oracle_job, tmp_path, capsys, request
     for r in rows:
         assert r["max_abs_ref"] > 0.5, r  # O(1) logits: the tolerance means something
         assert r["max_abs_diff"] <= REL_TOL * r["max_abs_ref"], r
+    if backend == "jax":
+        _check_crossing("jax", result, saved, capsys)
     if backend == "torch":  # the rest of the zoo gives there the outputs it gives here
         _report(capsys, [f"[torch] {r['name']}: max|d out| = {r['max_abs_diff']:.1e} "
                          f"(|out| <= {r['max_abs_ref']:.2f})" for r in result["zoo"]])
