@@ -1,7 +1,8 @@
 """Training throughput on CPU: our MobileViTV2-0.5 (Keras) vs timm's in PyTorch (one command).
 
     python benchmarks/training_throughput.py [--batch 64] [--size 256] [--rounds 5]
-        [--steps 3] [--threads 2] [--variants default,xla] [--out benchmarks/results]
+        [--steps 3] [--threads 2] [--variants default,xla] [--backends tensorflow,jax,torch]
+        [--no-timm] [--name NAME] [--out benchmarks/results]
 
 One full training step (forward, label-smoothing cross-entropy, backward, clipping of the
 global gradient norm, AdamW without decay on 1-D weights, EMA of every weight) on a batch
@@ -14,11 +15,23 @@ subprocess (a torch convolution crashes in a process that has imported TensorFlo
 torchvision stubbed as in `tests/torch_oracle.py`; both are limited to `--threads` threads
 (torch with `OMP_WAIT_POLICY=PASSIVE` unless set: its faster setting on a shared machine).
 
+Ours also runs on Keras' JAX and PyTorch backends (`--backends`, default: every one
+installed): `training.build_trainer`'s `KerasClassifierTrainer`, the same recipe through
+Keras' own train step (the optimizer's `global_clipnorm`; the EMA updated by the trainer's
+`step_callbacks()` after every `train_on_batch`, as `fit` does), each in a subprocess of
+its own with `KERAS_BACKEND` set (`--keras-worker`, the same protocol as the PyTorch
+worker). PyTorch is limited to `--threads` threads; JAX's XLA CPU runtime has no thread
+setting, so it uses every core (two on the machine measured, so the same there). The JAX
+worker has TensorFlow imported (`keras_mvit2.training` loads it there for tf.data input) but
+runs no TensorFlow op; the workers record `tf_loaded`.
+
 The frameworks are timed in interleaved rounds (each round: a window of `--steps` steps
 of every contender, in a rotating order) after warm-up steps, so that load from other
 processes on a shared machine hits all of them alike; the figure is the median over the
-rounds of images / second of a window. Process CPU time is recorded per window.
-Writes ``training_throughput.json`` and ``training_throughput.md``.
+rounds of images / second of a window, with its ratio to timm's and to our TensorFlow
+step. Process CPU time is recorded per window. Writes ``training_throughput.json`` and
+``training_throughput.md`` at the default 256x256, batch 64, else
+``training_throughput_<size>_b<batch>.*`` (``--name`` to choose).
 
 Multi-scale training (``--multiscale 0.714,0.857,1,1.143``, with ``--size`` / ``--batch``
 the base pair; no PyTorch) compares, on the (size, batch) pairs of
@@ -51,6 +64,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TORCH_NAME = "timm (PyTorch)"
+KERAS_NAMES = {"tensorflow": "ours (Keras, TF)", "jax": "ours (Keras, JAX)",
+               "torch": "ours (Keras, PyTorch)"}
 
 
 # --------------------------------------------------------------------------------------
@@ -94,11 +110,70 @@ def torch_worker(args: argparse.Namespace) -> int:
         ema.update(model, step=i)
         return float(loss)
 
-    count = 0
     info = {"torch": torch.__version__, "timm": timm.__version__,
             "threads": torch.get_num_threads(), "mkldnn": torch.backends.mkldnn.is_available(),
             "params": sum(p.numel() for p in model.parameters()),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+    return _serve(step, info)
+
+
+def keras_worker(args: argparse.Namespace) -> int:
+    """`torch_worker` for our train step on Keras' JAX or PyTorch backend (`KERAS_BACKEND`).
+
+    The trainer is `training.build_trainer`'s `KerasClassifierTrainer`, as `train` builds
+    it; `fit` would run its `step_callbacks()` (the EMA update) after every step, so they
+    run here after every `train_on_batch`.
+    """
+    import keras
+    import numpy as np
+
+    from keras_mvit2 import training
+
+    backend = keras.backend.backend()
+    if backend == "torch":
+        import torch
+
+        torch.set_num_threads(args.threads)
+    config = training.load_config("imagenet_mobilevitv2_050", [
+        f"model.image_size={args.size}", "training.precision=float32",
+        "training.strategy=default"])
+    trainer = training.build_trainer(config, 1000, config.optimizer.lr)
+    callbacks = trainer.step_callbacks()
+    for callback in callbacks:
+        callback.set_model(trainer)
+    rng = np.random.default_rng(0)
+    x = keras.ops.convert_to_tensor(
+        rng.uniform(0, 1, (args.batch, args.size, args.size, 3)).astype("float32"))
+    y = keras.ops.convert_to_tensor(
+        np.eye(1000, dtype="float32")[rng.integers(0, 1000, args.batch)])
+
+    def step(i: int) -> float:
+        logs = trainer.train_on_batch(x, y, return_dict=True)
+        for callback in callbacks:
+            callback.on_train_batch_end(i, logs)
+        return float(logs["loss"])
+
+    info = {"backend": backend, "keras": keras.__version__,
+            "trainer": type(trainer).__name__, "ema": trainer.ema is not None,
+            "global_clipnorm": trainer.optimizer.global_clipnorm,
+            "params": int(sum(np.prod(w.shape) for w in trainer.classifier.trainable_weights)),
+            "tf_loaded": "tensorflow" in sys.modules}
+    if backend == "jax":
+        import jax
+
+        info["jax"] = jax.__version__
+    else:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["threads"] = torch.get_num_threads()
+    return _serve(step, info)
+
+
+def _serve(step, info: dict) -> int:
+    """The worker loop: prints `info`, then answers `{"steps": n}` lines on stdin with the
+    seconds, CPU seconds and last loss of n calls of `step(i)` (i counts every step)."""
+    count = 0
     print(json.dumps(info), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
@@ -113,20 +188,26 @@ def torch_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-class TorchContender:
-    """The PyTorch worker process, driven window by window."""
+class WorkerContender:
+    """A worker process (`--torch-worker`, or `--keras-worker` on `backend`), driven window
+    by window."""
 
-    name = "timm (PyTorch)"
-
-    def __init__(self, args: argparse.Namespace):
+    def __init__(self, args: argparse.Namespace, backend: str | None = None):
         import subprocess
 
-        cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker",
+        flag = "--torch-worker" if backend is None else "--keras-worker"
+        self.name = TORCH_NAME if backend is None else KERAS_NAMES[backend]
+        self.flag = flag
+        cmd = [sys.executable, os.path.abspath(__file__), flag,
                "--batch", str(args.batch), "--size", str(args.size),
                "--threads", str(args.threads)]
         # PASSIVE: idle OpenMP threads sleep instead of spinning. On a shared machine the
         # spinning default made timm's step 1.6x slower (21 s vs 13 s at load 5-7 on 2 cores).
         env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "OMP_NUM_THREADS": str(args.threads)}
+        if backend is not None:
+            env["KERAS_BACKEND"] = backend
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (os.path.dirname(HERE), os.environ.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env)
         self.info = self._read()
@@ -134,8 +215,8 @@ class TorchContender:
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"The PyTorch worker exited (status {self.proc.wait()}); "
-                               "run it alone with --torch-worker to see why.")
+            raise RuntimeError(f"The {self.name} worker exited (status {self.proc.wait()}); "
+                               f"run it alone with {self.flag} to see why.")
         return json.loads(line)
 
     def run(self, steps: int) -> dict:
@@ -162,7 +243,8 @@ class KerasContender:
 
         from keras_mvit2 import training
 
-        self.name = {"default": "ours (Keras, TF)", "xla": "ours (Keras, TF, XLA)"}[variant]
+        self.name = {"default": KERAS_NAMES["tensorflow"],
+                     "xla": "ours (Keras, TF, XLA)"}[variant]
         config = training.load_config("imagenet_mobilevitv2_050", [
             f"model.image_size={args.size}", "training.precision=float32",
             "training.strategy=default", f"training.jit_compile={variant == 'xla'}",
@@ -296,18 +378,28 @@ def _markdown(result: dict) -> str:
         f"global-norm clipping, EMA), images in memory; median of {c['rounds']} interleaved "
         f"windows of {c['steps']} steps after {c['warmup']} warm-up steps.",
         "",
-        "| contender | images/s (median) | min | max | CPU s / step | vs timm |",
-        "|---|---|---|---|---|---|",
+        "| contender | images/s (median) | min | max | CPU s / step | vs timm "
+        "| vs ours (TF) |",
+        "|---|---|---|---|---|---|---|",
     ]
-    base = result["summary"][TorchContender.name]["images_per_second"]
+
+    def ratio(value):
+        return "-" if value is None else f"{value:.2f}x"
+
     for name, s in result["summary"].items():
         lines.append(
             f"| {name} | {s['images_per_second']:.2f} | {s['min']:.2f} | {s['max']:.2f} | "
-            f"{s['cpu_seconds_per_step']:.2f} | {s['images_per_second'] / base:.2f}x |")
+            f"{s['cpu_seconds_per_step']:.2f} | {ratio(s['ratio_vs_timm'])} | "
+            f"{ratio(s['ratio_vs_tensorflow'])} |")
     e = result["environment"]
-    lines += ["", f"TensorFlow {e['tensorflow']}, Keras {e['keras']}, torch "
-              f"{result['torch']['torch']}, timm {result['torch']['timm']}; {e['cpu_count']} "
-              f"CPUs, load average {result['load_average_start'][0]:.2f} at the start, "
+    versions = [f"TensorFlow {e['tensorflow']}", f"Keras {e['keras']}"]
+    for info in result["keras"].values():
+        if "jax" in info:
+            versions.append(f"JAX {info['jax']}")
+    if result["torch"]:
+        versions.append(f"torch {result['torch']['torch']}, timm {result['torch']['timm']}")
+    lines += ["", f"{', '.join(versions)}; {e['cpu_count']} CPUs, load average "
+              f"{result['load_average_start'][0]:.2f} at the start, "
               f"{result['load_average_end'][0]:.2f} at the end.", ""]
     return "\n".join(lines)
 
@@ -328,11 +420,23 @@ def main(argv: list[str] | None = None) -> int:
                         "layouts instead of timm")
     parser.add_argument("--layouts", default=",".join(MULTISCALE_LAYOUTS),
                         help=f"with --multiscale, comma-separated of {list(MULTISCALE_LAYOUTS)}")
+    parser.add_argument("--backends", default=",".join(_installed_backends()),
+                        help="comma-separated Keras backends to time our train step on: "
+                        "tensorflow (in this process, each of --variants), jax, torch (each "
+                        "in a subprocess); default: those installed")
+    parser.add_argument("--no-timm", dest="timm", action="store_false",
+                        help="leave out timm's PyTorch step")
+    parser.add_argument("--name", default=None,
+                        help="output file stem; default training_throughput at 256x256 "
+                        "batch 64, else training_throughput_<size>_b<batch>")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--keras-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.torch_worker:
         return torch_worker(args)
+    if args.keras_worker:
+        return keras_worker(args)
 
     import tensorflow as tf
 
@@ -340,11 +444,19 @@ def main(argv: list[str] | None = None) -> int:
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     if args.multiscale:
         return multiscale_main(args)
+    backends = [b for b in args.backends.split(",") if b]
+    unknown = set(backends) - set(KERAS_NAMES)
+    if unknown:
+        parser.error(f"--backends: unknown {sorted(unknown)}; choose from {list(KERAS_NAMES)}")
     load_start = os.getloadavg()
-    torch_contender = TorchContender(args)
-    contenders = [torch_contender]
-    for variant in args.variants.split(","):
-        contenders.append(KerasContender(args, variant))
+    torch_contender = WorkerContender(args) if args.timm else None
+    contenders = [torch_contender] if torch_contender else []
+    if "tensorflow" in backends:
+        for variant in args.variants.split(","):
+            contenders.append(KerasContender(args, variant))
+    for backend in backends:
+        if backend != "tensorflow":
+            contenders.append(WorkerContender(args, backend))
     for c in contenders:
         start = time.perf_counter()
         c.run(args.warmup)
@@ -369,24 +481,36 @@ def main(argv: list[str] | None = None) -> int:
             "images_per_second": statistics.median(ips), "min": min(ips), "max": max(ips),
             "cpu_seconds_per_step": statistics.median(w["cpu_seconds"] for w in ws) / args.steps,
         }
-    base = summary[torch_contender.name]["images_per_second"]
-    for s in summary.values():
-        s["ratio_vs_timm"] = s["images_per_second"] / base
+    for key, base_name in (("ratio_vs_timm", TORCH_NAME),
+                           ("ratio_vs_tensorflow", KERAS_NAMES["tensorflow"])):
+        base = summary.get(base_name, {}).get("images_per_second")
+        for s in summary.values():
+            s[key] = s["images_per_second"] / base if base else None
     result = {
         "benchmark": "training_throughput",
         "config": {"model": "mobilevitv2_050", "batch": args.batch, "size": args.size,
                    "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
-                   "threads": args.threads, "precision": "float32", "classes": 1000},
+                   "threads": args.threads, "precision": "float32", "classes": 1000,
+                   "backends": backends},
         "environment": _environment(args.threads),
-        "torch": torch_contender.info,
+        "torch": torch_contender.info if torch_contender else None,
         "keras": {c.name: c.info for c in contenders if c is not torch_contender},
         "load_average_start": load_start,
         "load_average_end": os.getloadavg(),
         "summary": summary,
         "windows": windows,
     }
-    _write(args.out, "training_throughput", result, _markdown(result))
+    name = args.name or ("training_throughput" if (args.size, args.batch) == (256, 64)
+                         else f"training_throughput_{args.size}_b{args.batch}")
+    _write(args.out, name, result, _markdown(result))
     return 0
+
+
+def _installed_backends() -> list[str]:
+    """The Keras backends whose framework is installed here, TensorFlow first."""
+    import importlib.util
+
+    return [b for b in KERAS_NAMES if importlib.util.find_spec(b) is not None]
 
 
 def _write(folder: str, name: str, result: dict, text: str) -> None:
