@@ -74,12 +74,6 @@ if _BACKEND == "tensorflow":
         validate,
     )
     from keras_mvit2.export.web import WebTarget, build_site, open_page
-else:
-    def __getattr__(name: str):
-        if name in __all__:
-            require_tensorflow(f"keras_mvit2.export.{name} (the TensorFlow road; on PyTorch "
-                               "the torch road: get_target('tflite').convert(..., road='torch'))")
-        raise AttributeError(f"module 'keras_mvit2.export' has no attribute {name!r}")
 
 __all__ = [
     "IO_DTYPES",
@@ -125,3 +119,8 @@ __all__ = [
     "validate",
     "with_detection_postprocess",
 ]
+
+if _BACKEND != "tensorflow":
+    __getattr__ = roads.tensorflow_road_getattr(
+        __name__, __all__,
+        "; on PyTorch the torch road: get_target('tflite').convert(..., road='torch')")

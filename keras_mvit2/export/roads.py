@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from typing import Any
 
 from keras_mvit2.utils.backend import keras_backend_name, require_tensorflow
@@ -44,6 +44,7 @@ __all__ = [
     "default_road",
     "import_coremltools",
     "import_litert_torch",
+    "tensorflow_road_getattr",
 ]
 
 #: The roads, the TensorFlow one first.
@@ -146,3 +147,16 @@ def _tensorflow_hidden() -> Iterator[None]:
     finally:
         if sys.modules.get("tensorflow", ...) is None:
             del sys.modules["tensorflow"]
+
+
+def tensorflow_road_getattr(package: str, names: Container[str], hint: str = ""
+                            ) -> Callable[[str], Any]:
+    """The module `__getattr__` of an export package on JAX and PyTorch: a name of the
+    TensorFlow road (`names`, not imported there) raises `TensorFlowBackendRequiredError`
+    naming it (`hint` added to the message), any other unknown name an `AttributeError`."""
+    def module_getattr(name: str) -> Any:
+        if name in names:
+            require_tensorflow(f"{package}.{name} (the TensorFlow road{hint})")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return module_getattr

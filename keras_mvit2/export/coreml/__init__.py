@@ -38,7 +38,8 @@ from keras_mvit2.export.coreml.inspect import (
 from keras_mvit2.export.coreml.recipes import COMPRESSION_RECIPES, CoreMLRecipe
 from keras_mvit2.export.coreml.target import COREML, CoreMLTarget
 from keras_mvit2.export.coreml.torch_road import to_coreml_via_torch
-from keras_mvit2.utils.backend import keras_backend_name, require_tensorflow
+from keras_mvit2.export.roads import tensorflow_road_getattr
+from keras_mvit2.utils.backend import keras_backend_name
 
 #: The TensorFlow road's names (and those running a program's MIL in TensorFlow): imported
 #: on TensorFlow, an error naming the fix elsewhere.
@@ -54,10 +55,7 @@ if keras_backend_name() == "tensorflow":
         predict_with_package_weights,
     )
 else:
-    def __getattr__(name: str):
-        if name in _TENSORFLOW_ROAD:
-            require_tensorflow(f"keras_mvit2.export.coreml.{name} (the TensorFlow road)")
-        raise AttributeError(f"module 'keras_mvit2.export.coreml' has no attribute {name!r}")
+    __getattr__ = tensorflow_road_getattr(__name__, _TENSORFLOW_ROAD)
 
 __all__ = [
     "COMPRESSION_RECIPES",

@@ -27,6 +27,7 @@ reading, running, inspecting and quantizing files, the metadata); the TensorFlow
 names raise `TensorFlowBackendRequiredError` when used.
 """
 
+from keras_mvit2.export.roads import tensorflow_road_getattr
 from keras_mvit2.export.tflite.edge_quantizer import (
     EDGE_RECIPES,
     quantize_with_edge_quantizer,
@@ -52,7 +53,7 @@ from keras_mvit2.export.tflite.run import run_tflite
 from keras_mvit2.export.tflite.signature import SERVING_SIGNATURE
 from keras_mvit2.export.tflite.target import TFLITE, TFLiteTarget
 from keras_mvit2.export.tflite.torch_road import to_tflite_via_torch
-from keras_mvit2.utils.backend import keras_backend_name, require_tensorflow
+from keras_mvit2.utils.backend import keras_backend_name
 
 #: The TensorFlow road's names: imported on TensorFlow, an error naming the fix elsewhere.
 _TENSORFLOW_ROAD = ("LayerError", "UnsupportedOpError", "layer_errors", "layer_errors_of_file",
@@ -69,10 +70,7 @@ if keras_backend_name() == "tensorflow":
         plot_layer_errors,
     )
 else:
-    def __getattr__(name: str):
-        if name in _TENSORFLOW_ROAD:
-            require_tensorflow(f"keras_mvit2.export.tflite.{name} (the TensorFlow road)")
-        raise AttributeError(f"module 'keras_mvit2.export.tflite' has no attribute {name!r}")
+    __getattr__ = tensorflow_road_getattr(__name__, _TENSORFLOW_ROAD)
 
 __all__ = [
     "CALIBRATED",

@@ -187,12 +187,7 @@ def _calibration(data: Any, quantization: str, shape: tuple, limit: int,
         raise ValueError("The torch road takes calibration_data as an array (N, H, W, 3); "
                          "a folder or 'fashion_mnist' is read by the TensorFlow road's "
                          "pipeline (keras_mvit2.export.calibration_images).")
-    x = np.asarray(data)
-    if x.dtype == np.uint8:
-        x = x.astype(np.float32) / 255.0
-    if x.ndim != 4 or tuple(x.shape[1:]) != tuple(shape[1:]):
-        raise ValueError(f"calibration_data must have shape (N, {shape[1]}, {shape[2]}, "
-                         f"{shape[3]}). Received: shape={x.shape}")
-    if len(x) > limit:
-        x = x[np.sort(np.random.default_rng(seed).choice(len(x), limit, replace=False))]
-    return x.astype(np.float32)
+    from keras_mvit2.export.calibration import calibration_images  # TensorFlow-free for arrays
+
+    return calibration_images(np.asarray(data), image_size=tuple(shape[1:3]),
+                              channels=int(shape[3]), num_samples=limit, seed=seed)
