@@ -6,7 +6,8 @@ file lock; the first one builds, the others read). The fixtures of `conftest.py`
 
 - the trained classifier: MobileViTV2-0.5 (logits) fitted on Fashion-MNIST at 32x32
   (`CLASSIFIER_*`: 160 steps of 64 images, Adam with a cosine decay; 80-82 % test accuracy),
-  saved as `.keras`, for the modules that need a trained MobileViTV2 (post-training
+  saved as `.keras` (trained on one thread: nearly the same model in every run on a machine),
+  for the modules that need a trained MobileViTV2 (post-training
   quantization, the MediaPipe clients; QAT and validation train smaller models of their
   own, which costs less than converting this one);
 - the trained detector: SSDLite at 64x64 on that classifier's backbone, 120 steps on pasted
@@ -79,7 +80,22 @@ def fashion_mnist_rgb(images: np.ndarray, size: int) -> np.ndarray:
 
 def train_classifier(folder: Path) -> None:
     """Fits MobileViTV2-0.5 (logits) on the first 160 x 64 Fashion-MNIST training images at
-    32x32 and saves it as `folder/model.keras`."""
+    32x32 and saves it as `folder/model.keras`.
+
+    In a subprocess on one CPU thread, so that every run on a machine trains nearly the same
+    model: TensorFlow's multi-threaded kernels sum in an order that varies from run to run,
+    and Adam turns those last-bit differences into different models (two seeded trainings in
+    two processes differed by up to 1.1 in a weight, also with `enable_op_determinism`, and
+    the int8 figures of the tests that use the model moved with them). On one thread they
+    differ by 1e-3 at most (what is left: summation orders that depend on where a buffer is
+    allocated), in the same 33 s."""
+    one_thread = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
+                  "TF_NUM_INTEROP_THREADS": "1", "TF_ENABLE_ONEDNN_OPTS": "0"}
+    subprocess.run([sys.executable, __file__, "train_classifier", str(folder)], check=True,
+                   stdout=subprocess.DEVNULL, env={**os.environ, **one_thread})
+
+
+def _train_classifier_here(folder: Path) -> None:
     import keras
 
     import keras_mvit2 as mv
@@ -184,3 +200,12 @@ def run_timm_oracle(folder: Path) -> None:
          "--config", '{"stage_maps": true}'],
         check=True, stdout=subprocess.DEVNULL,
     )
+
+
+if __name__ == "__main__":  # train_classifier's subprocess
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.experimental.enable_op_determinism()
+    {"train_classifier": _train_classifier_here}[sys.argv[1]](Path(sys.argv[2]))
