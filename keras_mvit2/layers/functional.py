@@ -27,6 +27,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from keras import ops
 
 from keras_mvit2.layers import backend_forms, export_forms
@@ -205,7 +206,9 @@ def _matmul_pool(x, weights):
     if positions == 1:
         return ops.reshape(pairs, (-1, 1, 1, dim))
     pairs = ops.reshape(pairs, (-1, positions, positions, dim))       # (B, P, P, d)
-    diagonal = ops.cast(ops.eye(positions)[:, :, None], pairs.dtype)   # (P, P, 1)
+    # A constant (numpy), not `ops.eye`: PyTorch traces `eye` as an op, which litert-torch
+    # lowers to STABLEHLO_IOTA, an op LiteRT's interpreter does not have.
+    diagonal = ops.cast(np.eye(positions, dtype="float32")[:, :, None], pairs.dtype)  # (P, P, 1)
     # Mean of one non-zero term and P - 1 zeros, times P (see exp_over_tokens).
     return ops.mean(pairs * diagonal, axis=1, keepdims=True) * float(positions)
 

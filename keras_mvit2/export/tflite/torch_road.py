@@ -11,12 +11,11 @@ from that float32 file by ai-edge-quantizer (`quantize_with_edge_quantizer`, the
 `TORCH_ROAD_RECIPES`), since litert-torch's own quantizer is configured for Keras through
 TensorFlow's ``tf.lite.Optimize`` constants.
 
-Forms: the separable attention's token sum is traced as a product and a mean
-(`keras_mvit2.layers.export_forms.elementwise_token_pooling`, the form float runtimes get).
-Its matrix-product form builds a 0/1 diagonal mask with ``keras.ops.eye``, which PyTorch
-traces as an op, not a constant, and litert-torch 0.10 lowers it to ``STABLEHLO_IOTA``, an op
-LiteRT 2.3's interpreter does not have; the two forms compute the same function (the int8
-difference between them is in ``docs/int8.md``).
+Forms: the same as the TensorFlow road's (`keras_mvit2.layers.export_forms.KERAS`): the
+separable attention's token sum is one matrix product per sample, the form full int8 keeps
+best (``docs/int8.md``); its 0/1 diagonal mask is a numpy constant, as PyTorch would trace
+``keras.ops.eye`` as an op that litert-torch lowers to ``STABLEHLO_IOTA``, which LiteRT's
+interpreter does not have.
 
 litert-torch is called with ``enable_x64=True`` (see `_write_float32`).
 
@@ -146,8 +145,6 @@ def _write_float32(model: keras.Model, path: str, class_names: list[str] | None,
                    user: Mapping[str, Any] | None, converter: dict[str, str],
                    litert_torch: Any) -> None:
     """The float32 file: Keras' litert-torch export, then signature and metadata; run once."""
-    from keras_mvit2.layers.export_forms import elementwise_token_pooling
-
     raw = path[:-len(".tflite")] + ".litert-torch.tflite"
     # Keras' export (keras/src/export/litert.py): eval mode, batch 1, torch.export, then
     # litert_torch.convert; its errors are a RuntimeError naming litert-torch's.
@@ -156,8 +153,7 @@ def _write_float32(model: keras.Model, path: str, class_names: list[str] | None,
     # they fold into int32 constants (the files have float32 and int32 tensors only). This
     # fixes MobileViTV2-0.5 at 32x32 with 3 classes, not with 10 (litert-torch 0.10); 64x64
     # and 256x256 convert either way.
-    with elementwise_token_pooling():
-        model.export(raw, format="litert", verbose=False, enable_x64=True)
+    model.export(raw, format="litert", verbose=False, enable_x64=True)
     with open(raw, "rb") as f:
         flatbuffer = f.read()
     summary = summarize_flatbuffer(flatbuffer)
