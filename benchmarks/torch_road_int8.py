@@ -10,10 +10,11 @@ full int8 (float32 input and output, int8 activations and weights):
 - ``tensorflow_int8``: the TensorFlow road's default (`to_tflite`, the TFLite converter with
   per-tensor 99.99 % activation ranges), the file `mvit2 finetune` ships;
 - ``torch_int8``: the PyTorch road (`KERAS_BACKEND=torch`, litert-torch, then
-  ai-edge-quantizer's ``static_wi8_ai8`` recipe), with the token sum in its default form, the
-  matrix product;
+  ai-edge-quantizer's ``static_wi8_ai8`` recipe), with the token sum traced as the matrix
+  product (the TensorFlow road's form);
 - ``torch_int8_product_mean``: the same with the token sum traced as a product and a mean
-  (the road's form before the matrix product traced there);
+  (the PyTorch road's default form);
+- a file the road refuses (it does not run in LiteRT) is recorded with its error;
 - and each road's float32 file, for the latency ratio.
 
 All calibrate on the same `--calibration` images of the run's training photos. Each file
@@ -21,7 +22,7 @@ runs on `--test-images` Fashion-MNIST test images written as photos (as
 `benchmarks/finetune_int8_check.py` does); reported: top-1, the drop against Keras in
 points, argmax agreement with Keras, and the LiteRT latency at 1 thread (medians of
 `--rounds` x 5 invokes, the files interleaved in one process). Writes
-``torch_road_int8.json`` / ``.md`` under `--out`.
+``torch_road_int8.json`` / ``.md`` under `--out`, one entry per run folder name.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from export_roads import _interleaved_latency
 from finetune_photos import write_photos
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+KEYS = ("tensorflow_float32", "tensorflow_int8", "torch_float32", "torch_int8",
+        "torch_int8_product_mean")
 
 
 def _torch_worker(model_path: str, folder: str) -> None:
@@ -52,11 +55,41 @@ def _torch_worker(model_path: str, folder: str) -> None:
         calibration = data["x"]
     target = mv.export.get_target("tflite")
     target.convert(model, os.path.join(folder, "torch_float32.tflite"), road="torch")
-    target.convert(model, os.path.join(folder, "torch_int8.tflite"), quantization="int8",
-                   calibration_data=calibration, road="torch")
-    with use_forms(token_pooling="product_mean"):
-        target.convert(model, os.path.join(folder, "torch_int8_product_mean.tflite"),
-                       quantization="int8", calibration_data=calibration, road="torch")
+    errors = {}
+    for key, pooling in (("torch_int8", "matmul"), ("torch_int8_product_mean", "product_mean")):
+        try:  # a file that does not run in LiteRT is refused by the road: recorded, not fatal
+            with use_forms(token_pooling=pooling):
+                target.convert(model, os.path.join(folder, f"{key}.tflite"),
+                               quantization="int8", calibration_data=calibration, road="torch")
+        except RuntimeError as err:
+            errors[key] = str(err)[:400]
+    with open(os.path.join(folder, "torch_errors.json"), "w") as f:
+        json.dump(errors, f)
+
+
+def write_table(results: dict, out: str) -> list[str]:
+    """`torch_road_int8.md` under `out` from the JSON results; returns its lines."""
+    lines = ["# Full int8 through the two roads (MobileViTV2-0.5 fine-tuned by `mvit2 finetune`; "
+             "Fashion-MNIST test images as photos)", ""]
+    for run_name, entry in results.items():
+        lines += [f"## {run_name} ({entry['image_size']}x{entry['image_size']}, "
+                  f"{entry['test_images']} test images, {entry['calibration_images']} "
+                  f"calibration images, Keras top-1 {100 * entry['keras_top1']:.1f} %)", "",
+                  "| file | top-1 | drop (points) | agreement | LiteRT 1 thread | size |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for key, row in entry["files"].items():
+            if "error" in row:
+                reason = row["error"].split("ai_edge_litert: ")[-1].split(".Node")[0][:90]
+                lines.append(f"| {key} | does not run in LiteRT ({reason}) | | | | |")
+                continue
+            lines.append(f"| {key} | {100 * row['top1']:.1f} % | {row['drop_points']:.1f} | "
+                         f"{100 * row['agreement']:.1f} % | "
+                         f"{row['latency_ms_1_thread']:.2f} ms | "
+                         f"{row['size_bytes'] / 1e6:.2f} MB |")
+        lines.append("")
+    with open(os.path.join(out, "torch_road_int8.md"), "w") as f:
+        f.write("\n".join(lines))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as work:
         np.savez(os.path.join(work, "calibration.npz"), x=calibration)
-        paths = {key: os.path.join(work, f"{key}.tflite") for key in (
-            "tensorflow_float32", "tensorflow_int8", "torch_float32", "torch_int8",
-            "torch_int8_product_mean")}
+        paths = {key: os.path.join(work, f"{key}.tflite") for key in KEYS}
         to_tflite(model, paths["tensorflow_float32"])
         to_tflite(model, paths["tensorflow_int8"], quantization="int8",
                   representative_data=calibration)
@@ -112,8 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         if done.returncode != 0:
             print(done.stderr[-4000:], file=sys.stderr)
             return 1
+        with open(os.path.join(work, "torch_errors.json")) as f:
+            errors = json.load(f)
+        files = {key: {"error": error} for key, error in errors.items()}
+        paths = {key: path for key, path in paths.items() if key not in errors}
         latency = _interleaved_latency(paths, test.images, args.rounds)
-        files = {}
         for key, path in paths.items():
             predicted = run_tflite(path, test.images, num_threads=2).argmax(1)
             top1 = float(np.mean(predicted == test.labels))
@@ -124,23 +158,21 @@ def main(argv: list[str] | None = None) -> int:
                 "latency_ms_1_thread": latency[key], "size_bytes": report.size_bytes,
                 "op_histogram": dict(sorted(report.op_histogram.items())),
             }
-    result = {"run": os.path.basename(os.path.normpath(args.run)), "image_size": size,
-              "test_images": len(test.labels), "calibration_images": len(calibration),
-              "keras_top1": keras_top1, "files": files,
-              "backend_versions": {"keras": keras.__version__}}
+    files = {key: files[key] for key in KEYS}
+    name = os.path.basename(os.path.normpath(args.run))
+    result = {"image_size": size, "test_images": len(test.labels),
+              "calibration_images": len(calibration), "keras_top1": keras_top1,
+              "files": files, "versions": {"keras": keras.__version__}}
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "torch_road_int8.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    lines = [f"# Full int8 through the two roads ({result['run']}, {size}x{size}, "
-             f"{len(test.labels)} test images, Keras top-1 {100 * keras_top1:.1f} %)", "",
-             "| file | top-1 | drop (points) | agreement | LiteRT 1 thread | size |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for key, row in files.items():
-        lines.append(f"| {key} | {100 * row['top1']:.1f} % | {row['drop_points']:.1f} | "
-                     f"{100 * row['agreement']:.1f} % | {row['latency_ms_1_thread']:.2f} ms | "
-                     f"{row['size_bytes'] / 1e6:.2f} MB |")
-    with open(os.path.join(args.out, "torch_road_int8.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    json_path = os.path.join(args.out, "torch_road_int8.json")
+    results = {}
+    if os.path.exists(json_path):
+        with open(json_path) as f:
+            results = json.load(f)
+    results[name] = result
+    with open(json_path, "w") as f:
+        json.dump(results, f, indent=2)
+    lines = write_table(results, args.out)
     print("\n".join(lines))
     return 0
 

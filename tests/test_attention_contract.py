@@ -162,6 +162,20 @@ def test_separable_attention_forms_agree(pooling, normaliser, layout, rng):
     np.testing.assert_allclose(keras.ops.convert_to_numpy(got), want, atol=1e-5)
 
 
+def test_chosen_forms_are_told_apart_from_the_default_even_when_equal():
+    """An exporter with forms of its own (the PyTorch road's token sum) keeps the forms a
+    caller chose with `use_forms`, also when they are the default ones."""
+    from keras_mvit2.layers import export_forms
+
+    assert not export_forms.chosen() and export_forms.current() == export_forms.KERAS
+    with export_forms.use_forms(token_pooling="matmul") as forms:
+        assert forms == export_forms.KERAS and export_forms.chosen()
+        with export_forms.elementwise_token_pooling():
+            assert export_forms.current().token_pooling == "product_mean"
+        assert export_forms.current() == export_forms.KERAS and export_forms.chosen()
+    assert not export_forms.chosen()
+
+
 @pytest.mark.parametrize("form", ["space_to_depth", "depthwise_conv"])
 @pytest.mark.parametrize("layout", ["channels_last", "channels_first"])
 def test_unfold_forms_agree_and_fold_inverts(form, layout, rng):

@@ -52,6 +52,7 @@ __all__ = [
     "KERAS",
     "ExportForms",
     "block_call_override",
+    "chosen",
     "current",
     "elementwise_token_pooling",
     "export_call",
@@ -109,6 +110,12 @@ _EXPORT_CALL: contextvars.ContextVar[Callable | None] = contextvars.ContextVar(
 def current() -> ExportForms:
     """The forms the layers trace now (`KERAS` outside any context of this module)."""
     return _FORMS.get()
+
+
+def chosen() -> bool:
+    """Whether a context of this module (`use_forms`, ...) chose the current forms, even if
+    they equal `KERAS` (an exporter with forms of its own keeps the caller's)."""
+    return _FORMS.get(None) is not None
 
 
 @contextlib.contextmanager

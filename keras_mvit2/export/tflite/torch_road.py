@@ -11,11 +11,14 @@ from that float32 file by ai-edge-quantizer (`quantize_with_edge_quantizer`, the
 `TORCH_ROAD_RECIPES`), since litert-torch's own quantizer is configured for Keras through
 TensorFlow's ``tf.lite.Optimize`` constants.
 
-Forms: the same as the TensorFlow road's (`keras_mvit2.layers.export_forms.KERAS`): the
-separable attention's token sum is one matrix product per sample, the form full int8 keeps
-best (``docs/int8.md``); its 0/1 diagonal mask is a numpy constant, as PyTorch would trace
-``keras.ops.eye`` as an op that litert-torch lowers to ``STABLEHLO_IOTA``, which LiteRT's
-interpreter does not have.
+Forms: the separable attention's token sum is traced as a product and a mean
+(`keras_mvit2.layers.export_forms.elementwise_token_pooling`) unless the caller chose forms
+with `use_forms`. The TensorFlow road's matrix-product form also converts here (its 0/1
+diagonal mask is a numpy constant: ``keras.ops.eye`` traced as an op that litert-torch
+lowered to ``STABLEHLO_IOTA``, which LiteRT's interpreter does not have), but with
+ai-edge-quantizer's int8 it measured no better and slower (``benchmarks/torch_road_int8.py``,
+a fine-tuned MobileViTV2-0.5 at 256x256: agreement with Keras 65.9 % against 66.6 %, 2.81
+against 2.59 ms at 1 thread).
 
 litert-torch is called with ``enable_x64=True`` (see `_write_float32`).
 
@@ -27,6 +30,7 @@ converter (no per-tensor 99.99 % ranges, no `float_layers`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -145,6 +149,8 @@ def _write_float32(model: keras.Model, path: str, class_names: list[str] | None,
                    user: Mapping[str, Any] | None, converter: dict[str, str],
                    litert_torch: Any) -> None:
     """The float32 file: Keras' litert-torch export, then signature and metadata; run once."""
+    from keras_mvit2.layers import export_forms
+
     raw = path[:-len(".tflite")] + ".litert-torch.tflite"
     # Keras' export (keras/src/export/litert.py): eval mode, batch 1, torch.export, then
     # litert_torch.convert; its errors are a RuntimeError naming litert-torch's.
@@ -153,7 +159,9 @@ def _write_float32(model: keras.Model, path: str, class_names: list[str] | None,
     # they fold into int32 constants (the files have float32 and int32 tensors only). This
     # fixes MobileViTV2-0.5 at 32x32 with 3 classes, not with 10 (litert-torch 0.10); 64x64
     # and 256x256 convert either way.
-    model.export(raw, format="litert", verbose=False, enable_x64=True)
+    with (contextlib.nullcontext() if export_forms.chosen()  # the caller's use_forms
+          else export_forms.elementwise_token_pooling()):
+        model.export(raw, format="litert", verbose=False, enable_x64=True)
     with open(raw, "rb") as f:
         flatbuffer = f.read()
     summary = summarize_flatbuffer(flatbuffer)
