@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     name = os.path.basename(os.path.normpath(args.run))
     result = {"image_size": size, "test_images": len(test.labels),
               "calibration_images": len(calibration), "keras_top1": keras_top1,
-              "files": files, "versions": {"keras": keras.__version__}}
+              "timing_rounds": args.rounds, "files": files,
+              "versions": {"keras": keras.__version__}}
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, "torch_road_int8.json")
     results = {}
