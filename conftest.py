@@ -98,12 +98,32 @@ def _is_slow(item: pytest.Item) -> bool:
     return item.get_closest_marker(SLOW) is not None
 
 
+#: The modules that take longest with --run-slow (`.ci/run`'s --durations, 2 cores), in that
+#: order. They run first, so that pytest-xdist's processes, which take a module at a time
+#: (--dist loadfile), do not end with one of them alone on a long module.
+LONGEST_MODULES = (
+    "tests/test_tasks_train.py", "tests/test_quantization_ptq.py",
+    "tests/test_mediapipe_clients.py", "tests/test_optimize.py",
+    "tests/test_finetune_to_phone.py", "tests/test_training.py", "tests/test_coreml_layout.py",
+    "tests/test_coreml_package_weights.py", "tests/test_backends.py",
+    "notebooks/03_quantize_and_export.ipynb", "notebooks/02_train_fashion_mnist.ipynb",
+    "tests/test_demo.py", "notebooks/05_attention_zoo.ipynb",
+)
+
+
+def _longest_modules_first(items: list[pytest.Item]) -> None:
+    """Reorders `items` (stable): the `LONGEST_MODULES` first, in that order, each whole."""
+    rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.suffix == ".ipynb":  # nbmake: every notebook executes end to end
             item.add_marker(SLOW)
     markexpr = config.getoption("markexpr", "") or ""
     if config.getoption("--run-slow") or SLOW in markexpr:
+        _longest_modules_first(items)
         return
     fast = [item for item in items if not _is_slow(item)]
     if len(fast) < len(items):
