@@ -103,8 +103,8 @@ def _is_slow(item: pytest.Item) -> bool:
 #: (--dist loadfile), do not end with one of them alone on a long module.
 LONGEST_MODULES = (
     "tests/test_tasks_train.py", "tests/test_quantization_ptq.py",
-    "tests/test_mediapipe_clients.py", "tests/test_optimize.py",
-    "tests/test_finetune_to_phone.py", "tests/test_training.py", "tests/test_coreml_layout.py",
+    "tests/test_finetune_to_phone.py", "tests/test_mediapipe_clients.py",
+    "tests/test_optimize.py", "tests/test_training.py", "tests/test_coreml_layout.py",
     "tests/test_coreml_package_weights.py", "tests/test_backends.py",
     "notebooks/03_quantize_and_export.ipynb", "notebooks/02_train_fashion_mnist.ipynb",
     "tests/test_demo.py", "notebooks/05_attention_zoo.ipynb",

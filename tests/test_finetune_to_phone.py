@@ -22,6 +22,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -145,6 +146,13 @@ def test_data_checks_warn_on_small_or_imbalanced_classes_and_refuse_bad_folders(
     assert "fewer than 10 training images: Trouser (3)" in few
     assert "imbalanced" in imbalance and "Bag has 30" in imbalance and "Trouser 3" in imbalance
     assert "Trouser" in checked.lines()[2] and "3 training" in checked.lines()[2]
+    # PyTorch's input (numpy + PIL) reads the same files and split: the same counts.
+    from keras_mvit2.data.py_sources import py_image_folder
+    from keras_mvit2.ship.data_check import _label_counts
+
+    for split, counts in (("training", [30, 30, 3]), ("validation", [10, 10, 1])):
+        source = py_image_folder(photos, split=split, validation_fraction=0.25)
+        assert _label_counts(source, 3) == counts
 
     balanced = tmp_path / "balanced"
     _write_photos(balanced, classes=("Bag", "Sneaker"), per_class=12)
@@ -418,41 +426,79 @@ def test_finetune_from_a_file_and_from_an_hf_id_records_and_uses_those_weights(
                for _, path in hub["server"].requests)
 
 
+#: `mvit2 ARGV` in a child process; with `no_tensorflow` it fails if TensorFlow was imported.
+_MVIT2 = """import sys
+from keras_mvit2.cli.main import main
+status = main(sys.argv[2:])
+if sys.argv[1] == "no_tensorflow":
+    assert "tensorflow" not in sys.modules, "the command imported TensorFlow"
+sys.exit(status)
+"""
+
+
+def _mvit2_on(backend: str, argv: list[str], no_tensorflow: bool = False) -> str:
+    """Runs `mvit2 ARGV` with Keras on `backend`; returns its standard output (fails the
+    test, with the output's end, on a non-zero status)."""
+    env = {**os.environ, "KERAS_BACKEND": backend}
+    done = subprocess.run([sys.executable, "-c", _MVIT2,
+                           "no_tensorflow" if no_tensorflow else "-", *argv],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return done.stdout
+
+
 @pytest.mark.slow
 @needs_fashion
-def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end(tmp_path, capsys):
+def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end_on_pytorch_then_jax(tmp_path):
     """3 classes x 6 photos, as MediaPipe Model Maker users start: 15 training images
     against the recipe's batch of 32. The batch is lowered to fit (one line says so) and
-    the command runs to the phone files; a second run starts from the first one's `.keras`
-    model (frozen backbone: its values stay the donor's)."""
-    from keras_mvit2.export import get_target
+    the command runs to the int8 file. It runs on Keras' PyTorch backend: it trains
+    there, never imports TensorFlow, and writes the phone files through its TensorFlow
+    child process (`keras_mvit2.ship.export_step`); the int8 file it wrote validates here
+    (TensorFlow backend, LiteRT) to the figures the child recorded. A second run, on JAX,
+    starts from the first one's `.keras` model (frozen backbone: its values stay the
+    donor's, across the two backends)."""
+    from keras_mvit2.export import get_target, validate
+    from keras_mvit2.ship.export_step import _phone_data
 
     photos = tmp_path / "photos"
     _write_photos(photos, per_class=6)
     out = tmp_path / "tiny_run"
-    code = main(["finetune", str(photos), "--model", MODEL, "--weights", "none",
-                 "--epochs", "1", "--image-size", "64", "-o", str(out)])
-    stdout = capsys.readouterr().out
-    assert code == 0, stdout[-3000:]
+    stdout = _mvit2_on("torch", ["finetune", str(photos), "--model", MODEL, "--weights",
+                                 "none", "--epochs", "1", "--image-size", "64",
+                                 "--export", "tflite", "-o", str(out)], no_tensorflow=True)
     assert ("data.batch_size 32 is more than the 15 training images: training with "
             "data.batch_size 15, one step per epoch (--set data.batch_size=N picks another "
             "batch).") in stdout
     assert "Epoch 1/1 - 1/1 " in stdout  # one step of 15
-    assert load_config(str(out / "config.yaml")).data.batch_size == 15
+    assert "exporting on Keras' TensorFlow backend (a child process; Keras runs on " \
+           "'torch' here)" in stdout
+    config = load_config(str(out / "config.yaml"))
+    assert config.data.batch_size == 15
     facts = json.loads((out / "run.json").read_text())
+    assert facts["backend"] == "torch"
     assert facts["global_batch_size"] == 15 and facts["train_examples"] == 15
     assert facts["data"]["per_class"] == {n: {"train": 5, "validation": 1} for n in CLASSES}
     tflite = get_target("tflite")
     assert tflite.class_names(out / "phone/model_int8.tflite") == list(CLASSES)
-    assert (out / "phone/model.mlpackage").is_dir() and (out / "MODEL_CARD.md").exists()
+    assert (out / "MODEL_CARD.md").exists()  # (Core ML: the same child code, tested above)
     # The summary table off a terminal: each row whole on one line (no 80-column wrap).
-    row = next(line for line in stdout.splitlines() if "TFLite int8" in line)
+    row = next(line for line in stdout.splitlines() if line.startswith("│ TFLite int8"))
     assert "phone/model_int8.tflite" in row and "agrees with Keras" in row, row
+    record = next(r for r in facts["exports"] if r["target"] == "tflite")
+    # The child's figures, reproduced here from the run's files.
+    _, train_source, val_source = check_training_data(config)
+    data = _phone_data(config, train_source, val_source, 64, 200)
+    assert len(data.images) == 3 and len(data.calibration) == 15
+    checked = validate(out / "phone/model_int8.tflite",
+                       keras.saving.load_model(out / "model_ema.keras"), data.images,
+                       data.labels, class_names=list(CLASSES))
+    assert (checked.accuracy, checked.top1_agreement) == (record["top1"],
+                                                          record["top1_agreement"])
     # Quantization-aware training on the run's own training images is tried exactly when
     # the post-training int8 file loses more than a point, and ships when it keeps it.
     from keras_mvit2.ship.phone_files import drop_points
 
-    record = next(r for r in facts["exports"] if r["target"] == "tflite")
     qat = record.get("qat")
     card = (out / "MODEL_CARD.md").read_text()
     if qat is None:
@@ -471,10 +517,11 @@ def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end(tmp_path, capsys):
 
     again = tmp_path / "from_keras"
     donor = out / "model_ema.keras"
-    assert main(["finetune", str(photos), "--model", MODEL, "--weights", str(donor),
-                 "--epochs", "1", "--image-size", "64", "--freeze-backbone", "--val", "0",
-                 "--export", "none", "-o", str(again)]) == 0
-    assert json.loads((again / "run.json").read_text())["weights"]["kind"] == "file"
+    _mvit2_on("jax", ["finetune", str(photos), "--model", MODEL, "--weights", str(donor),
+                      "--epochs", "1", "--image-size", "64", "--freeze-backbone", "--val",
+                      "0", "--export", "none", "-o", str(again)])
+    facts = json.loads((again / "run.json").read_text())
+    assert facts["weights"]["kind"] == "file" and facts["backend"] == "jax"
     source, tuned = (keras.saving.load_model(p) for p in (donor, again / "model.keras"))
     for layer in ("stem_conv", "stem_bn"):
         for a, b in zip(source.get_layer(layer).get_weights(),

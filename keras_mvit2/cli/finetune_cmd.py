@@ -33,7 +33,7 @@ EXPORT_CHOICES = ("tflite", "coreml")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from keras_mvit2.export.optimizer.search import QAT_EPOCHS, QAT_LEARNING_RATE, QAT_MAX_STEPS
+    from keras_mvit2.utils.qat_settings import QAT_EPOCHS, QAT_LEARNING_RATE, QAT_MAX_STEPS
 
     p = sub.add_parser(
         "finetune",

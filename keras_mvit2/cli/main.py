@@ -34,9 +34,9 @@ _COMMANDS = (demo_cmd, predict_cmd, models_cmd, weights_cmd, visualize_cmd, benc
 #: The commands of the modules whose options come from TensorFlow-only parts (the export
 #: targets, the task models' data and MAC counts): off the TensorFlow backend their
 #: `register` raises, and each command is registered to say that it needs TensorFlow when
-#: it is run (`mvit2 train` and the other commands run on every backend).
+#: it is run (`mvit2 train`, `mvit2 finetune` and the other commands run on every backend).
 _TENSORFLOW_COMMANDS = {export_cmd: ("export", "validate"), optimize_cmd: ("optimize",),
-                        task_cmd: ("eval-task", "task-profile"), finetune_cmd: ("finetune",)}
+                        task_cmd: ("eval-task", "task-profile")}
 
 
 def _needs_tensorflow(error: TensorFlowBackendRequiredError, args: argparse.Namespace) -> int:

@@ -56,7 +56,11 @@ class DataCheck:
 
 
 def _label_counts(source, num_classes: int) -> list[int]:
-    """Images per class of an `ImageSource`, from its records (paths and labels only)."""
+    """Images per class of an `ImageSource` (from its records: paths and labels only) or of
+    a `keras_mvit2.data.py_sources.PySource` (PyTorch's input, from its labels)."""
+    if isinstance(getattr(source, "labels", None), np.ndarray):
+        found = source.labels.astype(np.int64)
+        return np.bincount(found, minlength=num_classes).astype(int).tolist()
     if source.make_records is not None:
         labels = source.make_records(False, None).map(lambda name, record, y: y)
     else:

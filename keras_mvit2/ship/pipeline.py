@@ -46,8 +46,6 @@ from keras_mvit2.demo import DemoStep
 from keras_mvit2.ship.data_check import DataCheck, check_training_data
 from keras_mvit2.ship.phone_files import (
     DEFAULT_TARGETS,
-    PhoneData,
-    _export_phone_files,
     export_warnings,
     file_kind,
 )
@@ -68,8 +66,6 @@ KNOWN_LIMITS = (
     "Latencies were measured on the machine that trained the model (host CPU, LiteRT), not "
     "on a phone.",
 )
-#: Held-out images used at most to validate the exports.
-MAX_VALIDATION_IMAGES = 2000
 
 
 @dataclasses.dataclass
@@ -123,21 +119,6 @@ def _recipe(config: Any, train: Any, freeze_backbone: bool) -> dict[str, Any]:
     }
 
 
-def _phone_data(config: Any, train_source: Any, val_source: Any, size: int,
-                num_calibration: int) -> PhoneData:
-    from keras_mvit2.export.calibration import load_labelled_images
-
-    crop = config.data.crop_ratio
-    calibration = load_labelled_images(train_source, image_size=(size, size),
-                                       limit=num_calibration, shuffle=True,
-                                       crop_ratio=crop).images
-    if val_source is None:
-        return PhoneData(calibration, None, None)
-    held = load_labelled_images(val_source, image_size=(size, size), shuffle=False,
-                                limit=MAX_VALIDATION_IMAGES, crop_ratio=crop)
-    return PhoneData(calibration, held.images, held.labels)
-
-
 def finetune_to_phone(
     config: Any,
     weights: Any = "imagenet",
@@ -189,18 +170,17 @@ def finetune_to_phone(
         A `ShipResult`; the run folder holds `model.keras` / `model_ema.keras`,
         `eval/`, `phone/`, `run.json` and `MODEL_CARD.md`.
     """
-    import keras
-
     from keras_mvit2 import training
     from keras_mvit2._version import __version__
-    from keras_mvit2.export.optimizer import (
+    from keras_mvit2.ship.export_step import ExportOptions, export_run_files
+    from keras_mvit2.ship.model_card import write_model_card
+    from keras_mvit2.training.records import update_run_json
+    from keras_mvit2.utils.qat_settings import (
         QAT_EPOCHS,
         QAT_LEARNING_RATE,
         QAT_MAX_STEPS,
         qat_settings,
     )
-    from keras_mvit2.ship.model_card import write_model_card
-    from keras_mvit2.training.records import update_run_json
     from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
 
     if io_dtype not in ("float32", "uint8"):
@@ -209,12 +189,14 @@ def finetune_to_phone(
     say = log or (lambda line: None)
     steps: list[DemoStep] = []
 
-    checked, train_source, val_source = check_training_data(config)
-    qat = qat_settings(  # checked before training, used by the export
-        train_source, steps=QAT_MAX_STEPS if qat_steps is None else qat_steps,
-        learning_rate=QAT_LEARNING_RATE if qat_learning_rate is None else qat_learning_rate,
-        epochs=QAT_EPOCHS if qat_epochs is None else qat_epochs,
-        crop_ratio=config.data.crop_ratio, verbose=log is not None)
+    checked, train_source, _ = check_training_data(config)
+    options = ExportOptions(
+        tuple(export), io_dtype, num_calibration_samples, bench_runs, max_drop,
+        QAT_MAX_STEPS if qat_steps is None else qat_steps,
+        QAT_LEARNING_RATE if qat_learning_rate is None else qat_learning_rate,
+        QAT_EPOCHS if qat_epochs is None else qat_epochs)
+    qat_settings(train_source, steps=options.qat_steps,  # checked before training
+                 learning_rate=options.qat_learning_rate, epochs=options.qat_epochs)
     say(f"{len(checked.class_names)} classes:")
     for line in checked.lines():
         say(line)
@@ -264,13 +246,7 @@ def finetune_to_phone(
     records: list[dict[str, Any]] = []
     if export:
         t = time.monotonic()
-        model = keras.saving.load_model(shipped, compile=False)
-        size = int(model.input_shape[1])
-        data = _phone_data(config, train_source, val_source, size, num_calibration_samples)
-        records = _export_phone_files(model, run_dir, data, class_names=checked.class_names,
-                                      targets=export, io_dtype=io_dtype,
-                                      bench_runs=bench_runs, max_drop=max_drop, qat=qat,
-                                      log=say)
+        records = export_run_files(config, shipped, run_dir, options, log=log)
         per_file = (time.monotonic() - t) / max(1, len(records))
         for record in records:
             if record["path"] is not None:

@@ -39,6 +39,14 @@ import numpy as np
 from keras_mvit2.export.candidate import Candidate, CandidateResult
 from keras_mvit2.export.optimizer.data import OptimizeData, load_optimize_data
 from keras_mvit2.utils.files import atomic_output, disk_size
+from keras_mvit2.utils.qat_settings import (
+    QAT_BATCH_SIZE,
+    QAT_EPOCHS,
+    QAT_LEARNING_RATE,
+    QAT_MAX_STEPS,
+    QATSettings,
+    qat_settings,
+)
 
 __all__ = [
     "DEFAULT_OBJECTIVE", "OBJECTIVES", "QAT_BATCH_SIZE", "QAT_CANDIDATE", "QAT_EPOCHS",
@@ -54,95 +62,6 @@ DEFAULT_OBJECTIVE = "size_fast"
 CANDIDATES_FOLDER = "candidates"
 #: The quantization-aware-trained candidate's name.
 QAT_CANDIDATE = "qat_int8"
-#: The short QAT of the `qat_int8` candidate: `QAT_EPOCHS` passes over the training images
-#: read (`QAT_MAX_STEPS * QAT_BATCH_SIZE` of them at most: at most `QAT_MAX_STEPS` steps a
-#: pass), at this Adam learning rate, this many images a step, towards the float model's
-#: own probabilities (distillation; `QATSettings.distill`).
-QAT_MAX_STEPS = 300
-QAT_EPOCHS = 3
-QAT_LEARNING_RATE = 1e-4
-QAT_BATCH_SIZE = 8
-
-
-@dataclasses.dataclass(frozen=True)
-class QATSettings:
-    """The training images and schedule of the ``qat_int8`` candidate.
-
-    Attributes:
-        train_data: labelled training images, never the held-out ones: a folder of class
-            sub-folders (the same classes, in the same order, as the model's), a
-            Fashion-MNIST split (``"fashion_mnist:train"``), a `keras_mvit2.data.ImageSource`
-            (a fine-tuning run's training split) or ``(images, labels)`` arrays (float32 in
-            [0, 1]).
-        max_steps: a pass over the images read is capped at this many steps (at most
-            ``max_steps * batch_size`` images are read).
-        epochs: passes over the images read.
-        learning_rate: Adam's learning rate (small: the model is already trained).
-        batch_size: images per step.
-        distill: train towards the float model's probabilities on the images (the int8
-            file learns to give the model's answers) instead of towards their labels.
-        crop_ratio: the centre crop of the images read (default: the reader's, 0.875 for
-            folders, 1.0 for Fashion-MNIST).
-        verbose: stream the QAT worker's progress lines.
-    """
-
-    train_data: Any
-    max_steps: int = QAT_MAX_STEPS
-    learning_rate: float = QAT_LEARNING_RATE
-    batch_size: int = QAT_BATCH_SIZE
-    crop_ratio: float | None = None
-    verbose: bool = False
-    epochs: int = QAT_EPOCHS
-    distill: bool = True
-
-    def __post_init__(self) -> None:
-        for name, option in (("max_steps", "--qat-steps"), ("epochs", "--qat-epochs"),
-                             ("batch_size", None)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                where = f" ({option}; 0 there: no quantization-aware training)" if option else ""
-                raise ValueError(f"QATSettings.{name}{where} must be a positive int. "
-                                 f"Received: {value!r}")
-        rate = self.learning_rate
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
-            raise ValueError("QATSettings.learning_rate (--qat-lr) must be a number above 0. "
-                             f"Received: {rate!r}")
-
-    def describe(self) -> dict[str, Any]:
-        """The settings as the report records them (the images by where they come from)."""
-        data = self.train_data
-        if isinstance(data, tuple | list):
-            source = f"{len(data[0])} images given as arrays"
-        elif isinstance(data, str | os.PathLike):
-            source = os.fspath(data)
-        else:
-            source = getattr(getattr(data, "skipped", None), "where", None) or type(data).__name__
-        return {"train_data": source, "max_steps": self.max_steps, "epochs": self.epochs,
-                "learning_rate": self.learning_rate, "batch_size": self.batch_size,
-                "distill": self.distill}
-
-    def images(self, image_size: tuple[int, int],
-               class_names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """`(images, labels)`: at most `max_steps * batch_size` training images (a seeded,
-        class-mixed subset), checked against the model's `class_names` where given."""
-        limit = self.max_steps * self.batch_size
-        data = self.train_data
-        if isinstance(data, tuple | list):
-            images, labels = np.asarray(data[0], np.float32), np.asarray(data[1], np.int64)
-            return images[:limit], labels[:limit]
-        from keras_mvit2.export.calibration import load_labelled_images
-
-        read = load_labelled_images(data, image_size=tuple(image_size), limit=limit,
-                                    split="train", shuffle=True, crop_ratio=self.crop_ratio)
-        if class_names is not None and list(read.class_names) != list(class_names):
-            raise ValueError(
-                f"The training images ({read.source}) hold the classes {read.class_names}, "
-                f"the held-out images {list(class_names)}; give training images of the same "
-                "class sub-folders (--train-data)."
-            )
-        return read.images, read.labels
-
-
 class OverBudgetError(RuntimeError):
     """No candidate keeps the accuracy within the budget (`result` has every measurement)."""
 
@@ -186,19 +105,6 @@ class OptimizeResult:
         out = dataclasses.asdict(self)
         out["best"] = None if self.best is None else self.best.name
         return out
-
-
-def qat_settings(train_data: Any, *, steps: int = QAT_MAX_STEPS,
-                 learning_rate: float = QAT_LEARNING_RATE, epochs: int = QAT_EPOCHS,
-                 crop_ratio: float | None = None,
-                 verbose: bool = False) -> QATSettings | None:
-    """The `QATSettings` of the command lines' ``--qat-steps`` / ``--qat-lr`` /
-    ``--qat-epochs`` for `train_data`, or None (no ``qat_int8``) for 0 steps or no training
-    images (None); an invalid value is a ValueError naming the option."""
-    if steps == 0 or train_data is None:
-        return None
-    return QATSettings(train_data, max_steps=steps, learning_rate=learning_rate,
-                       epochs=epochs, crop_ratio=crop_ratio, verbose=verbose)
 
 
 def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite",
