@@ -136,14 +136,51 @@ def _predict(folder: str) -> dict:
             "max_raw_ema_diff": float(np.abs(p_raw - p_ema).max())}
 
 
+def _multiscale_config(folder: str, strategy: str, weights: str | None = None) -> dict:
+    """`_config` trained on batches of 64x64 and 32x32 (the test's TensorFlow reference
+    multi-scale run uses it too): `multiscale_batch_pairs` gives (64, 16) and (32, 64)
+    (8 and 32 per device on 2 devices)."""
+    config = _config(folder, strategy, weights)
+    config["model"] = {**config["model"], "image_size": 64}
+    config["multiscale"] = {"enabled": True, "scales": [0.5, 1.0]}
+    return config
+
+
+class _Shapes(keras.callbacks.Callback):
+    """Keeps the trainer's batch shapes (a list of `[shape, steps]`) when training ends."""
+
+    def __init__(self, found: list):
+        super().__init__()
+        self.found = found
+
+    def on_train_end(self, logs=None):
+        self.found[:] = sorted([list(shape), n] for shape, n in
+                               self.model.batch_shapes.items())
+
+
+def _multiscale(folder: str, strategy: str, weights: str | None) -> dict:
+    """A multi-scale run here: its step losses and batch shapes."""
+    from keras_mvit2 import training
+
+    losses: list = []
+    shapes: list = []
+    training.train(_multiscale_config(os.path.join(folder, "multiscale"), strategy, weights),
+                   callbacks=[_Record(losses, os.path.join(folder, "multiscale_ema.npz")),
+                              _Shapes(shapes)])
+    return {"losses": losses, "batch_shapes": shapes}
+
+
 def _refusals(folder: str, strategy: str) -> dict:
-    """The messages of what this backend refuses: multi-scale training, TFRecords input."""
+    """The messages of what this backend refuses: multi-scale training (PyTorch),
+    TFRecords input."""
     from keras_mvit2 import training
 
     messages = {}
-    for name, change in (("multiscale", {"multiscale": {"enabled": True}}),
-                         ("tfrecords", {"data": {"source": "tfrecords",
-                                                 "train": os.path.join(folder, "*.tfrec")}})):
+    refused = [("tfrecords", {"data": {"source": "tfrecords",
+                                       "train": os.path.join(folder, "*.tfrec")}})]
+    if keras.backend.backend() != "jax":
+        refused.append(("multiscale", {"multiscale": {"enabled": True}}))
+    for name, change in refused:
         config = _config(os.path.join(folder, name), strategy)
         for section, values in change.items():
             config[section] = {**config.get(section, {}), **values}
@@ -206,6 +243,10 @@ def main(job_path: str, result_path: str) -> None:
     }
     seconds["compare"] = time.perf_counter() - t
     result["refused"] = _refusals(folder, strategy)
+    if keras.backend.backend() == "jax":
+        t = time.perf_counter()
+        result["multiscale"] = _multiscale(folder, strategy, weights)
+        seconds["multiscale"] = time.perf_counter() - t
     result["tf_loaded"] = "tensorflow" in sys.modules
     result["seconds"] = {**seconds, "total": time.perf_counter() - start}
     with open(result_path, "w") as f:

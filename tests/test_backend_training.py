@@ -14,6 +14,8 @@ epoch 1 and resumed). The tests check what the runs did:
   weight, BatchNorm statistics included;
 - PyTorch: TensorFlow is never loaded; multi-scale training and TFRecords input are
   refused with the backend and the fix named;
+- JAX trains multi-scale (batches of 64x64 and 32x32) with TensorFlow's batch shapes and
+  step losses (within 1e-5; measured 2.4e-7), PyTorch refuses it;
 - JAX computes TensorFlow's steps: every run starts from one `start.keras`, and a run of
   the same config here on TensorFlow (its own train step, one device) gives the JAX run's
   step losses within 1e-5 (measured 2.4e-7) and its raw and EMA weights within 1e-3
@@ -31,7 +33,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from backend_training_worker import _config, _Record
+from backend_training_worker import _config, _multiscale_config, _Record, _Shapes
 from test_backends import run_worker
 from tiny_model import tiny_mvit2
 
@@ -75,6 +77,18 @@ def tensorflow_run(tmp_path_factory) -> dict:
                             callbacks=[_Record(losses, str(folder / "ema_step.npz"))])
     return {"start": str(start), "losses": losses, "model_path": result.model_path,
             "ema_model_path": result.ema_model_path}
+
+
+@pytest.fixture(scope="module")
+def tensorflow_multiscale_run(tmp_path_factory, tensorflow_run) -> dict:
+    """The worker's multi-scale run (64x64 and 32x32 batches), here on TensorFlow
+    (`ClassifierTrainer`'s `tf.function` for every shape), from the same `start.keras`."""
+    folder = tmp_path_factory.mktemp("multiscale_tensorflow")
+    losses: list = []
+    shapes: list = []
+    training.train(_multiscale_config(str(folder / "run"), "default", tensorflow_run["start"]),
+                   callbacks=[_Record(losses, str(folder / "ema_step.npz")), _Shapes(shapes)])
+    return {"losses": losses, "batch_shapes": shapes}
 
 
 @pytest.fixture(scope="module", params=["torch", "jax"])
@@ -145,10 +159,11 @@ def test_ema_update_is_the_formula(run):
 def test_what_the_backend_refuses_names_the_fix(run):
     backend, _, result = run
     refused = result["refused"]
-    assert "multi-scale training runs on the TensorFlow backend only" in refused["multiscale"]
-    assert f"'{backend}'" in refused["multiscale"]
-    assert "multiscale.enabled=false" in refused["multiscale"]
     if backend == "torch":
+        assert ("multi-scale training runs on the TensorFlow and JAX backends only"
+                in refused["multiscale"])
+        assert "'torch'" in refused["multiscale"]
+        assert "multiscale.enabled=false" in refused["multiscale"]
         assert not result["tf_loaded"], "training on PyTorch imported TensorFlow"
         assert refused["tfrecords"].startswith("TensorFlowBackendRequiredError")
         assert "KERAS_BACKEND=jax" in refused["tfrecords"]
@@ -171,3 +186,19 @@ def test_jax_computes_tensorflows_steps(run, tensorflow_run):
             tensorflow_run[name])).get_weights()
         diff = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs, strict=True))
         assert diff < 1e-3, (name, diff)
+
+
+def test_jax_trains_multiscale_as_tensorflow(run, tensorflow_multiscale_run):
+    """Multi-scale training on JAX (tf.data's batches of two sizes, one classifier for any
+    size, one compiled step per shape, on 2 devices): every batch shape, the same number of
+    steps, and TensorFlow's step losses from the same start and batches."""
+    backend, _, result = run
+    if backend != "jax":
+        pytest.skip("PyTorch refuses multi-scale training (test above)")
+    ours = result["multiscale"]
+    shapes = ours["batch_shapes"]  # [shape, steps], sorted; global batches (8 / 32 a device)
+    assert shapes == tensorflow_multiscale_run["batch_shapes"]
+    assert [shape for shape, _ in shapes] == [[16, 64, 64, 3], [64, 32, 32, 3]]
+    assert sum(n for _, n in shapes) == 6
+    np.testing.assert_allclose(ours["losses"], tensorflow_multiscale_run["losses"], rtol=0,
+                               atol=1e-5)

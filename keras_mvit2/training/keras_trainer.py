@@ -18,7 +18,10 @@ numbers as the TensorFlow step on one device:
   the warm-up of the decay, and `fit` overwrites the model's weights with the average at
   the end of every `fit` call (one per epoch in `train`), which the recipe must not do.
 
-Multi-scale training stays TensorFlow's (`ClassifierTrainer`'s `tf.function`).
+Multi-scale training (`multiscale=True`) on JAX: tf.data's multi-scale batches, one
+classifier built for any size, and Keras' jit-compiled step, which JAX compiles once per
+batch shape (a few: `multiscale_batch_pairs`); the batches are counted per shape as on
+TensorFlow. PyTorch's numpy batches have one size: `build_trainer` refuses it there.
 """
 
 from __future__ import annotations
@@ -34,14 +37,16 @@ from keras_mvit2.training.ema import ExponentialMovingAverage, _Untracked
 
 class ClassifierTrainerBase(keras.Model):
     """What both trainers hold (`KerasClassifierTrainer` here, `train_step.ClassifierTrainer`
-    on TensorFlow): the classifier, its EMA, the clipping norm, an example batch to build
-    the metrics from, the batch shapes seen, and the call (float32 logits).
+    on TensorFlow): the classifier, whether it trains on batches of several shapes, its
+    EMA, the clipping norm, an example batch to build the metrics from, the batch shapes
+    seen, and the call (float32 logits).
     """
 
     def __init__(
         self,
         classifier: keras.Model,
         *,
+        multiscale: bool = False,
         ema: ExponentialMovingAverage | None = None,
         clip_global_norm: float | None = None,
         example_batch: tuple[np.ndarray, np.ndarray] | None = None,
@@ -49,11 +54,17 @@ class ClassifierTrainerBase(keras.Model):
     ):
         super().__init__(name=kwargs.pop("name", "trainer"), **kwargs)
         self.classifier = classifier
+        self._multiscale = multiscale
         self.ema = ema
         self.clip_global_norm = clip_global_norm
         self._example_batch = _Untracked(list(example_batch) if example_batch else [])
         self._batch_shapes = _Untracked([collections.Counter()])
         self.built = True
+
+    @property
+    def multiscale(self) -> bool:
+        """Batches of several shapes (multi-scale training)."""
+        return self._multiscale
 
     @property
     def batch_shapes(self) -> collections.Counter:
@@ -70,12 +81,13 @@ class KerasClassifierTrainer(ClassifierTrainerBase):
 
     The interface of `train_step.ClassifierTrainer` that `train` uses: `classifier`, `ema`
     (a tracked layer, so `save_weights` checkpoints hold the average), `clip_global_norm`
-    (applied by the optimizer's `global_clipnorm`), `multiscale` (always False),
+    (applied by the optimizer's `global_clipnorm`), `multiscale` (JAX only),
     `batch_shapes`, and `step_callbacks()`, the callbacks every `fit` needs (the EMA
     update).
 
     Args:
-        classifier: the (logits) classifier, built.
+        classifier: the (logits) classifier, built (for multi-scale, for any size).
+        multiscale: batches of several shapes (JAX: one compiled step per shape).
         ema: optional `ExponentialMovingAverage` tracking `classifier.weights`.
         clip_global_norm: the global norm the optimizer clips to (recorded; set the
             optimizer's `global_clipnorm` to it).
@@ -83,9 +95,20 @@ class KerasClassifierTrainer(ClassifierTrainerBase):
             the metrics without pulling a batch from the training data.
     """
 
-    @property
-    def multiscale(self) -> bool:
-        return False  # multi-scale training is TensorFlow's: `batch_shapes` stays empty
+    def make_train_function(self, force=False):
+        made = super().make_train_function(force)
+        function = self.train_function
+        if not self.multiscale or getattr(function, "_counts_shapes", False):
+            return made
+
+        def counted(state, iterator):  # JAX: an iterator of the execution's one batch
+            data = next(iterator)
+            self.batch_shapes[tuple(keras.tree.flatten(data)[0].shape)] += 1
+            return function(state, iter((data,)))
+
+        counted._counts_shapes = True
+        self.train_function = counted
+        return made
 
     def step_callbacks(self) -> list[keras.callbacks.Callback]:
         """The callbacks each `fit` of this trainer needs: the EMA update, if any."""

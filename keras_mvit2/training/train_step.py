@@ -58,17 +58,13 @@ class ClassifierTrainer(ClassifierTrainerBase):
         example_batch: tuple[np.ndarray, np.ndarray] | None = None,
         **kwargs,
     ):
-        super().__init__(classifier, ema=ema, clip_global_norm=clip_global_norm,
-                         example_batch=example_batch, **kwargs)
-        self._multiscale = multiscale
+        super().__init__(classifier, multiscale=multiscale, ema=ema,
+                         clip_global_norm=clip_global_norm, example_batch=example_batch,
+                         **kwargs)
 
     #: Multi-scale train function: True generalizes to one trace for every batch shape,
     #: False traces once per shape (measured no faster, see the class docstring).
     reduce_retracing = True
-
-    @property
-    def multiscale(self) -> bool:
-        return self._multiscale
 
     def _loss_scale(self):
         scale = getattr(self.optimizer, "dynamic_scale", None)

@@ -208,8 +208,8 @@ def build_trainer(
         optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision,
                                    global_clipnorm=config.optimizer.clip_global_norm)
         trainer = KerasClassifierTrainer(
-            classifier, ema=ema, clip_global_norm=config.optimizer.clip_global_norm,
-            example_batch=example)
+            classifier, multiscale=multiscale, ema=ema,
+            clip_global_norm=config.optimizer.clip_global_norm, example_batch=example)
         jit_compile = backend == "jax"
     trainer.compile(
         optimizer=optimizer,
@@ -225,11 +225,12 @@ def build_trainer(
 
 def _check_keras_backend_config(config: TrainConfig, backend: str, multiscale: bool) -> None:
     """Refuses what only the TensorFlow train step does, naming the backend and the fix."""
-    if multiscale or config.multiscale.enabled:
+    if (multiscale or config.multiscale.enabled) and backend != "jax":
         raise ValueError(
-            f"multiscale.enabled: multi-scale training runs on the TensorFlow backend only "
-            f"(its train step is a tf.function for every batch shape), and Keras runs on "
-            f"{backend!r} here. Train with KERAS_BACKEND=tensorflow, or at one size with "
+            f"multiscale.enabled: multi-scale training runs on the TensorFlow and JAX "
+            f"backends only (their input is tf.data's multi-scale batches; PyTorch's numpy "
+            f"batches have one size), and Keras runs on {backend!r} here. Train with "
+            "KERAS_BACKEND=tensorflow or jax, or at one size with "
             "--set multiscale.enabled=false.")
     if config.ema.enabled and config.training.steps_per_execution != 1:
         raise ValueError(
