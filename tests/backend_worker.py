@@ -31,8 +31,10 @@ JOB.json (every key optional):
   `keras_mvit2.tasks.DeepLabV3` `width` at `size` built and run on the images `x` of
   `npz`, and each name of `tensorflow_only` looked up in `keras_mvit2.tasks` (the error it
   raises);
-- `"keras_hub"`: true: the KerasHub ImageClassifier made from the first oracle model, run
-  last (keras_hub itself imports TensorFlow).
+- `"keras_hub"`: a folder: the KerasHub ImageClassifier made from the first oracle model,
+  run, saved there as a preset (`save_to_preset`) and loaded back through
+  `keras_hub.models.ImageClassifier.from_preset`, run again; last (keras_hub itself
+  imports TensorFlow).
 
 RESULT.json: the backend, `tf_after_import` / `tf_after_run` (was TensorFlow imported),
 and per case the max |difference| and the max |reference|.
@@ -172,7 +174,7 @@ def run_tasks(mv, job: dict) -> dict:
             "errors": errors}
 
 
-def run_keras_hub(mv, case: dict) -> list[dict]:
+def run_keras_hub(mv, case: dict, folder: str) -> list[dict]:
     import keras
     import numpy as np
 
@@ -187,8 +189,16 @@ def run_keras_hub(mv, case: dict) -> list[dict]:
     # The call, not `predict` (which runs the classifier's preprocessor on raw images).
     logits = keras.ops.convert_to_numpy(classifier(ref[f"x_{tag}"], training=False))
     expected = ref[f"logits_{tag}"]
+    classifier.save_to_preset(folder)
+    import keras_hub
+
+    loaded = keras_hub.models.ImageClassifier.from_preset(folder)
+    reloaded = keras.ops.convert_to_numpy(loaded(ref[f"x_{tag}"], training=False))
     return [{"model": f"{case['name']} (KerasHub ImageClassifier)", "input": f"static {tag}",
-             "max_abs_diff": _max_abs(logits, expected), "max_abs_ref": _max_abs(expected)}]
+             "max_abs_diff": _max_abs(logits, expected), "max_abs_ref": _max_abs(expected)},
+            {"model": f"{case['name']} (KerasHub preset saved and loaded here, "
+                      f"{type(loaded).__name__})", "input": f"static {tag}",
+             "max_abs_diff": _max_abs(reloaded, expected), "max_abs_ref": _max_abs(expected)}]
 
 
 def run_torch_road(mv, job: dict) -> dict:
@@ -258,7 +268,7 @@ def main(job_path: str, result_path: str) -> None:
     if job.get("keras_file"):  # loading: no TensorFlow; saving: Keras' own import (below)
         result["keras_file"] = run_keras_file(job["keras_file"])
     if job.get("keras_hub") and job.get("oracle"):
-        result["keras_hub"] = run_keras_hub(mv, job["oracle"][0])
+        result["keras_hub"] = run_keras_hub(mv, job["oracle"][0], job["keras_hub"])
     result["seconds"] = time.perf_counter() - start
     with open(result_path, "w") as f:
         json.dump(result, f, indent=2)

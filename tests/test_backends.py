@@ -16,8 +16,10 @@ imported TensorFlow, so the worker must not import it (and checks that nothing d
   (max |difference| <= 1e-5 of the largest logit) on each backend, built for 224x224 (the
   align-corners / half-pixel resizes run) and for `(None, None, 3)` (256x320 and the odd
   193x201; on JAX, its builds being slow, MobileViTV2-0.5 at 224x224 and 256x320 and
-  MobileViT v1 XXS at 224x224); on JAX, also
-  KerasHub's ImageClassifier; on PyTorch, also the rest of the zoo saved here as `.keras`
+  MobileViT v1 XXS at 224x224); on both, also KerasHub's ImageClassifier, run, saved
+  there as a preset and loaded back there and here (TensorFlow) through
+  `keras_hub.models.ImageClassifier.from_preset` (keras_hub imports TensorFlow: on PyTorch
+  this runs after the TensorFlow-free checks); on PyTorch, also the rest of the zoo saved here as `.keras`
   files (MobileViTV2-0.5 with each other attention, MobileViT v1 XXS, the task models
   DeepLabV3 and SSDLite): the same outputs.
 """
@@ -64,6 +66,23 @@ def run_worker(backend: str, job: dict, folder, timeout: int = 600, *, worker: s
                              env=env, capture_output=True, text=True, timeout=timeout)
     assert process.returncode == 0, process.stderr[-4000:]
     return json.loads(result_path.read_text())
+
+
+def _check_preset_here(preset: str, case: dict) -> None:
+    """A KerasHub preset saved on another backend, loaded here (TensorFlow) through
+    `keras_hub.models.ImageClassifier.from_preset`: timm's logits within `REL_TOL`."""
+    import keras_hub
+
+    import keras_mvit2.kerashub  # noqa: F401  (registers the classes with KerasHub)
+
+    with np.load(case["npz"]) as data:
+        ref = dict(data)
+    tag = case["static"][0]
+    loaded = keras_hub.models.ImageClassifier.from_preset(preset)
+    logits = keras.ops.convert_to_numpy(loaded(ref[f"x_{tag}"], training=False))
+    expected = ref[f"logits_{tag}"]
+    assert type(loaded).__name__ == "MobileViTV2ImageClassifier"
+    assert np.abs(logits - expected).max() <= REL_TOL * np.abs(expected).max()
 
 
 def _report(capsys, lines: list[str]) -> None:
@@ -240,7 +259,8 @@ def test_models_give_timms_logits(backend, oracle_job, tmp_path, capsys, request
                  for case in cases if case["name"] != "mobilevitv2_100"]
     # PyTorch also loads the rest of the zoo saved here (on JAX each load builds op by op)
     tf_zoo = request.getfixturevalue("tf_zoo") if backend == "torch" else []
-    job = dict(oracle_job, oracle=cases, keras_hub=backend == "jax" and _available("keras_hub"),
+    preset = str(tmp_path / f"preset_{backend}")
+    job = dict(oracle_job, oracle=cases, keras_hub=_available("keras_hub") and preset,
                zoo=tf_zoo)
     if backend == "jax":  # and the weights and files saved here (PyTorch: the fast tier)
         saved = request.getfixturevalue("tf_saved_weights")
@@ -258,6 +278,8 @@ def test_models_give_timms_logits(backend, oracle_job, tmp_path, capsys, request
     for r in rows:
         assert r["max_abs_ref"] > 0.5, r  # O(1) logits: the tolerance means something
         assert r["max_abs_diff"] <= REL_TOL * r["max_abs_ref"], r
+    if result.get("keras_hub"):  # the preset saved there loads here with its logits
+        _check_preset_here(preset, cases[0])
     if backend == "jax":
         _check_crossing("jax", result, saved, capsys)
     if backend == "torch":  # the rest of the zoo gives there the outputs it gives here
