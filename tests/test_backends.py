@@ -19,9 +19,9 @@ imported TensorFlow, so the worker must not import it (and checks that nothing d
   MobileViT v1 XXS at 224x224); on both, also KerasHub's ImageClassifier, run, saved
   there as a preset and loaded back there and here (TensorFlow) through
   `keras_hub.models.ImageClassifier.from_preset` (keras_hub imports TensorFlow: on PyTorch
-  this runs after the TensorFlow-free checks); on PyTorch, also the rest of the zoo saved here as `.keras`
-  files (MobileViTV2-0.5 with each other attention, MobileViT v1 XXS, the task models
-  DeepLabV3 and SSDLite): the same outputs.
+  this runs after the TensorFlow-free checks); on PyTorch, also the rest of the zoo saved
+  here as `.keras` files (MobileViTV2-0.5 with each other attention, MobileViT v1 XXS,
+  the task models DeepLabV3 and SSDLite): the same outputs.
 """
 
 import json
