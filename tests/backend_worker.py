@@ -33,8 +33,9 @@ JOB.json (every key optional):
   raises);
 - `"keras_hub"`: a folder: the KerasHub ImageClassifier made from the first oracle model,
   run, saved there as a preset (`save_to_preset`) and loaded back through
-  `keras_hub.models.ImageClassifier.from_preset`, run again; last (keras_hub itself
-  imports TensorFlow).
+  `keras_hub.models.ImageClassifier.from_preset`, run again, and its `predict` on
+  `raw_photos()` saved there as `predict_raw.npy`; last (keras_hub itself imports
+  TensorFlow).
 
 RESULT.json: the backend, `tf_after_import` / `tf_after_run` (was TensorFlow imported),
 and per case the max |difference| and the max |reference|.
@@ -174,6 +175,13 @@ def run_tasks(mv, job: dict) -> dict:
             "errors": errors}
 
 
+def raw_photos():
+    """Two uint8 "photos" of another size than the model's (the test makes the same)."""
+    import numpy as np
+
+    return np.random.default_rng(0).integers(0, 256, (2, 300, 260, 3), dtype=np.uint8)
+
+
 def run_keras_hub(mv, case: dict, folder: str) -> list[dict]:
     import keras
     import numpy as np
@@ -194,6 +202,9 @@ def run_keras_hub(mv, case: dict, folder: str) -> list[dict]:
 
     loaded = keras_hub.models.ImageClassifier.from_preset(folder)
     reloaded = keras.ops.convert_to_numpy(loaded(ref[f"x_{tag}"], training=False))
+    # `predict` on raw photos: keras-hub's preprocessor runs in tf.data on every backend.
+    np.save(os.path.join(folder, "predict_raw.npy"),
+            np.asarray(loaded.predict(raw_photos(), verbose=0)))
     return [{"model": f"{case['name']} (KerasHub ImageClassifier)", "input": f"static {tag}",
              "max_abs_diff": _max_abs(logits, expected), "max_abs_ref": _max_abs(expected)},
             {"model": f"{case['name']} (KerasHub preset saved and loaded here, "

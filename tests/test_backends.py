@@ -70,7 +70,8 @@ def run_worker(backend: str, job: dict, folder, timeout: int = 600, *, worker: s
 
 def _check_preset_here(preset: str, case: dict) -> None:
     """A KerasHub preset saved on another backend, loaded here (TensorFlow) through
-    `keras_hub.models.ImageClassifier.from_preset`: timm's logits within `REL_TOL`."""
+    `keras_hub.models.ImageClassifier.from_preset`: timm's logits within `REL_TOL`, and
+    the `predict` on raw photos made there."""
     import keras_hub
 
     import keras_mvit2.kerashub  # noqa: F401  (registers the classes with KerasHub)
@@ -83,6 +84,13 @@ def _check_preset_here(preset: str, case: dict) -> None:
     expected = ref[f"logits_{tag}"]
     assert type(loaded).__name__ == "MobileViTV2ImageClassifier"
     assert np.abs(logits - expected).max() <= REL_TOL * np.abs(expected).max()
+    # `predict` on raw photos there (keras-hub's preprocessor in tf.data) = here
+    from backend_worker import raw_photos
+
+    there = np.load(os.path.join(preset, "predict_raw.npy"))
+    here = loaded.predict(raw_photos(), verbose=0)
+    assert there.shape == here.shape == (2, expected.shape[-1])
+    np.testing.assert_allclose(there, here, rtol=0, atol=1e-5)
 
 
 def _report(capsys, lines: list[str]) -> None:

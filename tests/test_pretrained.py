@@ -313,6 +313,14 @@ def test_preprocess_images_matches_pil_on_the_cc0_photos(tmp_path):
                                mv.preprocess_images(photos["chelsea"])[0], atol=1e-5)
     with pytest.raises(ValueError, match="uint8"):
         mv.preprocess_images(photos["coffee"].astype("float32"))
+    # Inside tf.data (keras-hub's `predict`, on any backend) the layer's TensorFlow form
+    # with Keras' TensorFlow backend ops: here, the layer's own graph, bit for bit.
+    from keras_mvit2.layers import EvalResizeCrop
+
+    layer = EvalResizeCrop(256, crop_pct=0.888)
+    batch = np.stack([photos["coffee"]] * 2)  # 400x600
+    mapped = tf.data.Dataset.from_tensors(batch).map(layer.in_tf_data)
+    np.testing.assert_array_equal(next(iter(mapped)).numpy(), np.asarray(layer(batch)))
 
 
 # --------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import math
 import keras
 import keras_hub
 import numpy as np
+from keras_hub.src.utils.tensor_utils import in_tf_function
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.kerashub.mobilevitv2_backbone import MobileViTV2Backbone
@@ -105,21 +106,32 @@ class MobileViTV2ImageConverter(keras_hub.layers.ImageConverter):
         layer = EvalResizeCrop(int(self.image_size[0]), self.crop_pct,
                                interpolation=self.interpolation, antialias=self.antialias,
                                scale=False, dtype=self.dtype_policy)
+        # keras-hub's `predict` preprocesses in tf.data on every backend: there, off
+        # TensorFlow, the layer's TensorFlow form (a layer call would need the backend's
+        # tensors).
+        transform = layer.in_tf_data if self._in_tf_data() else layer
         if len(x.shape) == 3:
-            return layer(x[None])[0]
-        return layer(x)
+            return transform(x[None])[0]
+        return transform(x)
+
+    @staticmethod
+    def _in_tf_data() -> bool:
+        return keras.backend.backend() != "tensorflow" and in_tf_function()
 
     def _call_python(self, inputs):
         if isinstance(inputs, list | tuple):
             inputs = np.asarray(inputs)
-        x = keras.ops.convert_to_tensor(inputs)
+        tf_data = self._in_tf_data()
+        x = inputs if tf_data else keras.ops.convert_to_tensor(inputs)
         x = self._resize_crop(x)
+        cast = (lambda v, t: v.astype(t.dtype.name)) if tf_data else (
+            lambda v, t: keras.ops.cast(v, t.dtype))
         if self.scale is not None and self.offset is None and _is_one_over_255(self.scale):
             x = x / 255.0  # as EvalResizeCrop / preprocess_images: the same float32 bits
         elif self.scale is not None:
-            x = x * keras.ops.cast(self._expand_non_channel_dims(self.scale, x), x.dtype)
+            x = x * cast(self._expand_non_channel_dims(self.scale, x), x)
         if self.offset is not None:
-            x = x + keras.ops.cast(self._expand_non_channel_dims(self.offset, x), x.dtype)
+            x = x + cast(self._expand_non_channel_dims(self.offset, x), x)
         return x
 
     def get_config(self) -> dict:

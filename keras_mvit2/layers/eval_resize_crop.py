@@ -1,6 +1,7 @@
 """The checkpoints' evaluation transform as a Keras layer: resize the shorter side,
 center-crop a square, scale to [0, 1]."""
 
+import functools
 import math
 
 import keras
@@ -59,20 +60,36 @@ class EvalResizeCrop(keras.layers.Layer):
         self.resize_size = math.floor(size / self.crop_pct)
 
     def call(self, images):
-        x = ops.cast(images, "float32")
-        shape = ops.shape(x)
+        return self._transform(images, ops, backend_forms.resize_shorter_side)
+
+    def in_tf_data(self, images):
+        """The transform on `tf.Tensor`s inside a tf.data pipeline, whatever Keras' backend
+        (keras-hub's preprocessors run there): the TensorFlow form, computed with Keras'
+        TensorFlow backend ops (a layer call would convert the inputs to the backend's
+        tensors, which a tf.data graph cannot). On TensorFlow: the layer's own graph."""
+        from keras.src.backend import tensorflow as tensorflow_backend
+
+        from keras_mvit2.layers import tf_forms
+
+        xp = _Ops(tensorflow_backend.core, tensorflow_backend.numpy)
+        return self._transform(images, xp, functools.partial(tf_forms.resize_shorter_side,
+                                                             xp=xp))
+
+    def _transform(self, images, xp, resize_shorter_side):
+        x = xp.cast(images, "float32")
+        shape = xp.shape(x)
         # torchvision: the shorter side -> resize_size, the longer -> int(resize * long / short)
         # (TensorFlow: sizes computed in the graph, `tf.image.resize`; JAX / PyTorch: ints,
         # `keras.ops.image.resize`).
-        x, new_h, new_w = backend_forms.resize_shorter_side(
+        x, new_h, new_w = resize_shorter_side(
             x, shape, float(self.resize_size), self.interpolation, self.antialias)
-        top = ops.cast(ops.round(ops.cast(new_h - self.size, "float32") / 2.0), "int32")
-        left = ops.cast(ops.round(ops.cast(new_w - self.size, "float32") / 2.0), "int32")
-        x = ops.slice(x, (0, top, left, 0), (shape[0], self.size, self.size, shape[3]))
-        x = ops.clip(x, 0.0, 255.0)
+        top = xp.cast(xp.round(xp.cast(new_h - self.size, "float32") / 2.0), "int32")
+        left = xp.cast(xp.round(xp.cast(new_w - self.size, "float32") / 2.0), "int32")
+        x = xp.slice(x, (0, top, left, 0), (shape[0], self.size, self.size, shape[3]))
+        x = xp.clip(x, 0.0, 255.0)
         if self.scale:
             x = x / 255.0
-        return ops.reshape(x, (-1, self.size, self.size, images.shape[-1] or shape[3]))
+        return xp.reshape(x, (-1, self.size, self.size, images.shape[-1] or shape[3]))
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.size, self.size, input_shape[-1])
@@ -82,3 +99,17 @@ class EvalResizeCrop(keras.layers.Layer):
         config.update(size=self.size, crop_pct=self.crop_pct, interpolation=self.interpolation,
                       antialias=self.antialias, scale=self.scale)
         return config
+
+
+class _Ops:
+    """The `keras.ops` names `EvalResizeCrop` uses, taken from the given backend modules (in
+    order): Keras' TensorFlow backend in `EvalResizeCrop.in_tf_data`."""
+
+    def __init__(self, *modules):
+        self._modules = modules
+
+    def __getattr__(self, name: str):
+        for module in self._modules:
+            if hasattr(module, name):
+                return getattr(module, name)
+        raise AttributeError(name)

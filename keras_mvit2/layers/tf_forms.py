@@ -117,20 +117,22 @@ def argsort_stable(x: tf.Tensor, axis: int = -1, descending: bool = False) -> tf
 
 
 def resize_shorter_side(x: tf.Tensor, shape, target: float, interpolation: str,
-                        antialias: bool) -> tuple:
+                        antialias: bool, xp=ops) -> tuple:
     """Resize `(B, H, W, C)` so its shorter side is `target`, as torchvision's `Resize(int)`.
 
     `shape` is `keras.ops.shape(x)`. The longer side becomes `floor(target * long / short)`
     (float32). Returns `(resized, new_height, new_width)`, the sizes as int32 tensors.
+    `xp`: the ops of the size arithmetic (`keras.ops`; Keras' TensorFlow backend inside
+    tf.data on another backend: `EvalResizeCrop.in_tf_data`).
     """
-    height = ops.cast(shape[1], "float32")
-    width = ops.cast(shape[2], "float32")
-    short = ops.minimum(height, width)
+    height = xp.cast(shape[1], "float32")
+    width = xp.cast(shape[2], "float32")
+    short = xp.minimum(height, width)
     # torchvision: the shorter side -> target, the longer -> int(target * long / short)
-    new_h = ops.where(height <= width, target, ops.floor(target * height / short))
-    new_w = ops.where(height <= width, ops.floor(target * width / short), target)
-    new_h = ops.cast(new_h, "int32")
-    new_w = ops.cast(new_w, "int32")
+    new_h = xp.where(height <= width, target, xp.floor(target * height / short))
+    new_w = xp.where(height <= width, xp.floor(target * width / short), target)
+    new_h = xp.cast(new_h, "int32")
+    new_w = xp.cast(new_w, "int32")
     # tf.image.resize, as keras.ops.image.resize on the TF backend, but it takes a
     # size tensor inside tf.function / tf.data / TFLite tracing (keras' checks
     # `size[0] <= 0` in Python, which a symbolic size cannot answer).
