@@ -230,6 +230,13 @@ def run_torch_road(mv, job: dict) -> dict:
                                                     class_names=job["class_names"])
     seconds = time.perf_counter() - start
     result = {"seconds": seconds, "op_histogram": report.op_histogram}
+    if job.get("out_int8"):  # calibrated on images read here without TensorFlow
+        start = time.perf_counter()
+        mv.export.get_target("tflite").convert(
+            model, job["out_int8"], quantization="int8", class_names=job["class_names"],
+            calibration_data=job["calibration_data"], num_calibration_samples=64)
+        result["int8"] = {"seconds": time.perf_counter() - start,
+                          "tf_after_int8": "tensorflow" in sys.modules}
     if job.get("out_coreml"):
         start = time.perf_counter()
         package = mv.export.get_target("coreml").convert(

@@ -14,6 +14,7 @@ import importlib.util
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from keras_mvit2.cli.main import main
@@ -81,7 +82,7 @@ def test_export_torch_road_reruns_itself_on_torch(monkeypatch, capsys):
 @pytest.mark.parametrize("flags,message", [
     (["--io-dtype", "uint8"], "--io-dtype: options of the TensorFlow road"),
     (["--no-fuse-pointwise"], "--no-fuse-pointwise: options of the TensorFlow road"),
-    (["--quantization", "int8", "--calibration-data", "fashion_mnist"], "--calibration-data"),
+    (["--quantization", "int8"], "needs --calibration-data DIR"),
 ])
 def test_export_torch_road_refuses_tensorflow_road_flags(flags, message):
     from keras_mvit2.cli.main import build_parser
@@ -93,10 +94,13 @@ def test_export_torch_road_refuses_tensorflow_road_flags(flags, message):
 
     with pytest.raises(ValueError, match=message):
         _torch_road_cli_arguments(args, args.quantization or "float32")
+    # int8 calibrates on the images of --calibration-data (read there without TensorFlow)
     args = build_parser().parse_args(["export", "m.keras", "-o", "x.tflite", "--quantization",
-                                      "int8"])
-    with pytest.raises(ValueError, match="--road tensorflow"):
-        _torch_road_cli_arguments(args, "int8")
+                                      "int8", "--calibration-data", "photos",
+                                      "--num-calibration-samples", "64"])
+    assert _torch_road_cli_arguments(args, "int8") == {
+        "road": "torch", "quantization": "int8", "sidecar": False,
+        "calibration_data": "photos", "num_calibration_samples": 64}
     args = build_parser().parse_args(["export", "m.keras", "-o", "x.tflite", "--sidecar"])
     assert _torch_road_cli_arguments(args, "float16") == {
         "road": "torch", "quantization": "float16", "sidecar": True}
@@ -132,3 +136,26 @@ def test_coreai_has_the_torch_road_only(tmp_path, capsys):
     assert not (tmp_path / "x.aimodel").exists()
     if not target.can_run():
         assert "macOS" in target.host_note()
+
+
+def test_torch_road_reads_calibration_folders_without_tensorflow(tmp_path):
+    """The PyTorch road's calibration reader (numpy + PIL): a seeded subset of a folder at
+    the model's size, RGB in [0, 1], whatever the photos' sizes; a missing folder names the
+    fix."""
+    from PIL import Image
+
+    from keras_mvit2.export.tflite.torch_road import _read_images
+
+    for name, shade in (("dark", 40), ("light", 220)):
+        (tmp_path / name).mkdir()
+        for i in range(4):  # photos of two sizes, one color per class
+            size = (30 + 10 * i, 20 + 5 * i)
+            image = np.full((*size, 3), shade, np.uint8)
+            Image.fromarray(image).save(tmp_path / name / f"{i}.png")
+    images = _read_images(str(tmp_path), (16, 16), 6, seed=0)
+    assert images.shape == (6, 16, 16, 3) and images.dtype == np.float32
+    means = sorted(round(float(m) * 255) for m in images.mean(axis=(1, 2, 3)))
+    assert set(means) == {40, 220}  # both classes in the subset, values kept
+    np.testing.assert_array_equal(images, _read_images(str(tmp_path), (16, 16), 6, seed=0))
+    with pytest.raises(FileNotFoundError, match="one sub-folder of images per class"):
+        _read_images(str(tmp_path / "nowhere"), (16, 16), 6, seed=0)

@@ -43,8 +43,8 @@ def register(sub) -> None:
                         "(TensorFlow's TFLite converter / coremltools from the TensorFlow "
                         "graph, on Keras' TensorFlow backend) or torch (litert-torch / "
                         "torch.export + coremltools / coreai-torch, on Keras' PyTorch "
-                        "backend: float formats and dynamic_int8 for .tflite; needs the torch "
-                        "extra, and litert-torch or coreai for those files; Core AI's only "
+                        "backend: every .tflite format, int8 by ai-edge-quantizer; needs the "
+                        "torch extra, and litert-torch or coreai for those files; Core AI's only "
                         "road). Default: the road of this process's Keras backend. Another "
                         "road re-runs this command with KERAS_BACKEND set for it, unless "
                         "KERAS_BACKEND is set to another backend (then it says what to run)")

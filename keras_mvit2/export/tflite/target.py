@@ -33,8 +33,7 @@ def _batch_size(value: str) -> int | None:
 
 
 #: The TensorFlow road's `mvit2 export` flags, each with its value when not given.
-_TENSORFLOW_ROAD_FLAGS = {"--calibration-data": ("calibration_data", None),
-                          "--io-dtype": ("io_dtype", "float32"),
+_TENSORFLOW_ROAD_FLAGS = {"--io-dtype": ("io_dtype", "float32"),
                           "--batch-size": ("batch_size", "1"),
                           "--allow-float-ops": ("allow_float_ops", False),
                           "--float-layers": ("float_layers", None),
@@ -43,23 +42,36 @@ _TENSORFLOW_ROAD_FLAGS = {"--calibration-data": ("calibration_data", None),
 
 
 def _torch_road_cli_arguments(args: Any, quantization: str) -> dict[str, Any]:
-    """`mvit2 export --road torch` to `.tflite`: the options `to_tflite_via_torch` takes; a
-    ValueError naming the TensorFlow road's flags given, or a calibrated format (the CLI
-    reads calibration images with the TensorFlow road's pipeline)."""
+    """`mvit2 export --road torch` to `.tflite`: the options `to_tflite_via_torch` takes (a
+    calibrated format reads `--calibration-data` without TensorFlow); a ValueError naming
+    the TensorFlow road's flags given."""
     given = [flag for flag, (name, unset) in _TENSORFLOW_ROAD_FLAGS.items()
              if getattr(args, name, unset) != unset]
     if given:
         raise ValueError(f"{', '.join(given)}: options of the TensorFlow road (to_tflite), "
                          "which --road torch does not take; drop them or pass --road "
                          "tensorflow.")
-    if quantization in CALIBRATED:
+    _check_calibration_flags(args, quantization)
+    calibration = ({"calibration_data": args.calibration_data,
+                    "num_calibration_samples": args.num_calibration_samples}
+                   if quantization in CALIBRATED else {})
+    return {"road": "torch", "quantization": quantization, "sidecar": args.sidecar,
+            **calibration}
+
+
+def _check_calibration_flags(args: Any, quantization: str) -> None:
+    """`--calibration-data` given exactly when the format calibrates (both roads)."""
+    if args.calibration_data and quantization not in CALIBRATED:
         raise ValueError(
-            f"--quantization {quantization} calibrates on images, which `mvit2 export` reads "
-            "with the TensorFlow road's pipeline: pass --road tensorflow, or call "
-            "get_target('tflite').convert(model, path, road='torch', quantization="
-            f"'{quantization}', calibration_data=images) in Python (images: an array "
-            "(N, H, W, 3) in [0, 1]).")
-    return {"road": "torch", "quantization": quantization, "sidecar": args.sidecar}
+            "--calibration-data is only used by --quantization int8/int16x8. Received: "
+            f"--quantization {quantization}"
+        )
+    if quantization in CALIBRATED and not args.calibration_data:
+        raise ValueError(
+            f"--quantization {quantization} needs --calibration-data DIR|fashion_mnist: a "
+            "few hundred real images to calibrate the activation ranges (or use "
+            "--quantization dynamic_int8, which needs no data)."
+        )
 
 
 class TFLiteTarget(ExportTarget):
@@ -136,17 +148,7 @@ class TFLiteTarget(ExportTarget):
         road = getattr(args, "road", None)
         if road is not None and check_road(road, self.name) == "torch":
             return _torch_road_cli_arguments(args, quantization)
-        if args.calibration_data and quantization not in CALIBRATED:
-            raise ValueError(
-                "--calibration-data is only used by --quantization int8/int16x8. Received: "
-                f"--quantization {quantization}"
-            )
-        if quantization in CALIBRATED and not args.calibration_data:
-            raise ValueError(
-                f"--quantization {quantization} needs --calibration-data DIR|fashion_mnist: a "
-                "few hundred real images to calibrate the activation ranges (or use "
-                "--quantization dynamic_int8, which needs no data)."
-            )
+        _check_calibration_flags(args, quantization)
         float_layers = [n.strip() for n in (args.float_layers or "").split(",") if n.strip()]
         if float_layers and quantization != "int8":
             raise ValueError(

@@ -188,10 +188,29 @@ def _calibration(data: Any, quantization: str, shape: tuple, limit: int,
         raise ValueError(f"quantization={quantization!r} calibrates activation ranges: pass "
                          "calibration_data, images (N, H, W, 3) in [0, 1] or uint8 pixels.")
     if isinstance(data, str | os.PathLike):
-        raise ValueError("The torch road takes calibration_data as an array (N, H, W, 3); "
-                         "a folder or 'fashion_mnist' is read by the TensorFlow road's "
-                         "pipeline (keras_mvit2.export.calibration_images).")
+        data = _read_images(os.fspath(data), tuple(shape[1:3]), limit, seed)
     from keras_mvit2.export.calibration import calibration_images  # TensorFlow-free for arrays
 
     return calibration_images(np.asarray(data), image_size=tuple(shape[1:3]),
                               channels=int(shape[3]), num_samples=limit, seed=seed)
+
+
+def _read_images(spec: str, size: tuple, limit: int, seed: int) -> np.ndarray:
+    """Up to `limit` images of a folder of class sub-folders or ``"fashion_mnist"`` (its
+    training split; ``"fashion_mnist:test"``), a seeded class-mixed subset, read without
+    TensorFlow (numpy + PIL, `keras_mvit2.data.py_sources`) with the evaluation transform
+    at `size` (center crop 0.875 for folders, none for Fashion-MNIST, as the TensorFlow
+    road's `calibration_images`): float32 ``(n, H, W, 3)`` in [0, 1]."""
+    from keras_mvit2.data.py_augment import eval_transform
+    from keras_mvit2.data.py_sources import py_fashion_mnist, py_image_folder
+
+    name, _, split = spec.partition(":")
+    if name == "fashion_mnist":
+        source, crop_ratio = py_fashion_mnist(split or "train"), 1.0
+    elif os.path.isdir(spec):
+        source, crop_ratio = py_image_folder(spec), 0.875
+    else:
+        raise FileNotFoundError(f"Calibration images not found: {spec!r}. Pass a folder with "
+                                "one sub-folder of images per class, or 'fashion_mnist'.")
+    chosen = np.random.default_rng(seed).permutation(source.num_examples)[:limit]
+    return np.stack([eval_transform(source.read(int(i)), size, crop_ratio) for i in chosen])
