@@ -66,7 +66,10 @@ def main() -> None:
     reference = np.asarray(model.predict(test.images, batch_size=32, verbose=0))
     keras_top1 = float(np.mean(reference.argmax(1) == test.labels))
     exports = {e["target"]: e for e in run["exports"]}
-    rows = {"keras": {"top1": keras_top1}}
+    ranked = np.sort(reference, axis=1)
+    rows = {"keras": {"top1": keras_top1,  # how confident the float model is
+                      "median_top1_probability": float(np.median(ranked[:, -1])),
+                      "median_margin": float(np.median(ranked[:, -1] - ranked[:, -2]))}}
     phone = os.path.join(args.run, "phone")
     for name in sorted(os.listdir(phone)):
         if not name.endswith(".tflite"):
@@ -103,7 +106,10 @@ def main() -> None:
     for run_name, entry in record.items():
         for name, row in entry["test"].items():
             if name == "keras":
-                lines.append(f"| {run_name} | Keras | {entry['test_images']} | "
+                confidence = (f" (median top-1 probability {row['median_top1_probability']:.2f}"
+                              f", margin {row['median_margin']:.2f})"
+                              if "median_margin" in row else "")
+                lines.append(f"| {run_name} | Keras{confidence} | {entry['test_images']} | "
                              f"{100 * row['top1']:.1f} % | | | |")
                 continue
             lines.append(f"| {run_name} | {name} | {entry['test_images']} | "
