@@ -465,7 +465,7 @@ def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end_on_pytorch_then_jax(t
     _write_photos(photos, per_class=6)
     out = tmp_path / "tiny_run"
     stdout = _mvit2_on("torch", ["finetune", str(photos), "--model", MODEL, "--weights",
-                                 "none", "--epochs", "1", "--image-size", "64",
+                                 "none", "--epochs", "1", "--image-size", str(SIZE),
                                  "--export", "tflite", "-o", str(out)], no_tensorflow=True)
     assert ("data.batch_size 32 is more than the 15 training images: training with "
             "data.batch_size 15, one step per epoch (--set data.batch_size=N picks another "
@@ -488,7 +488,7 @@ def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end_on_pytorch_then_jax(t
     record = next(r for r in facts["exports"] if r["target"] == "tflite")
     # The child's figures, reproduced here from the run's files.
     _, train_source, val_source = check_training_data(config)
-    data = _phone_data(config, train_source, val_source, 64, 200)
+    data = _phone_data(config, train_source, val_source, SIZE, 200)
     assert len(data.images) == 3 and len(data.calibration) == 15
     checked = validate(out / "phone/model_int8.tflite",
                        keras.saving.load_model(out / "model_ema.keras"), data.images,
@@ -518,7 +518,7 @@ def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end_on_pytorch_then_jax(t
     again = tmp_path / "from_keras"
     donor = out / "model_ema.keras"
     _mvit2_on("jax", ["finetune", str(photos), "--model", MODEL, "--weights", str(donor),
-                      "--epochs", "1", "--image-size", "64", "--freeze-backbone", "--val",
+                      "--epochs", "1", "--image-size", str(SIZE), "--freeze-backbone", "--val",
                       "0", "--export", "none", "-o", str(again)])
     facts = json.loads((again / "run.json").read_text())
     assert facts["weights"]["kind"] == "file" and facts["backend"] == "jax"
