@@ -449,15 +449,16 @@ def _mvit2_on(backend: str, argv: list[str], no_tensorflow: bool = False) -> str
 
 @pytest.mark.slow
 @needs_fashion
-def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end_on_pytorch_then_jax(tmp_path):
+def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end_on_pytorch(tmp_path):
     """3 classes x 6 photos, as MediaPipe Model Maker users start: 15 training images
     against the recipe's batch of 32. The batch is lowered to fit (one line says so) and
     the command runs to the int8 file. It runs on Keras' PyTorch backend: it trains
     there, never imports TensorFlow, and writes the phone files through its TensorFlow
     child process (`keras_mvit2.ship.export_step`); the int8 file it wrote validates here
-    (TensorFlow backend, LiteRT) to the figures the child recorded. A second run, on JAX,
-    starts from the first one's `.keras` model (frozen backbone: its values stay the
-    donor's, across the two backends)."""
+    (TensorFlow backend, LiteRT) to the figures the child recorded. A second run, here on
+    TensorFlow, starts from the first one's `.keras` model (frozen backbone: its values stay
+    the donor's, across the two backends). On JAX the command trains with Keras' JAX step
+    (`tests/test_backend_training.py`) and exports through the same child."""
     from keras_mvit2.export import get_target, validate
     from keras_mvit2.ship.export_step import _phone_data
 
@@ -517,11 +518,11 @@ def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end_on_pytorch_then_jax(t
 
     again = tmp_path / "from_keras"
     donor = out / "model_ema.keras"
-    _mvit2_on("jax", ["finetune", str(photos), "--model", MODEL, "--weights", str(donor),
-                      "--epochs", "1", "--image-size", str(SIZE), "--freeze-backbone", "--val",
-                      "0", "--export", "none", "-o", str(again)])
+    assert main(["finetune", str(photos), "--model", MODEL, "--weights", str(donor),
+                 "--epochs", "1", "--image-size", str(SIZE), "--freeze-backbone", "--val", "0",
+                 "--export", "none", "-o", str(again)]) == 0
     facts = json.loads((again / "run.json").read_text())
-    assert facts["weights"]["kind"] == "file" and facts["backend"] == "jax"
+    assert facts["weights"]["kind"] == "file" and facts["backend"] == "tensorflow"
     source, tuned = (keras.saving.load_model(p) for p in (donor, again / "model.keras"))
     for layer in ("stem_conv", "stem_bn"):
         for a, b in zip(source.get_layer(layer).get_weights(),
