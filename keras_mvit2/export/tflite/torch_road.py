@@ -203,12 +203,13 @@ def _read_images(spec: str, size: tuple, limit: int, seed: int) -> np.ndarray:
     road's `calibration_images`): float32 ``(n, H, W, 3)`` in [0, 1]."""
     from keras_mvit2.data.py_augment import eval_transform
     from keras_mvit2.data.py_sources import py_fashion_mnist, py_image_folder
+    from keras_mvit2.export.calibration import DEFAULT_FOLDER_CROP_RATIO, _parse_fashion_mnist
 
-    name, _, split = spec.partition(":")
-    if name == "fashion_mnist":
-        source, crop_ratio = py_fashion_mnist(split or "train"), 1.0
+    split = _parse_fashion_mnist(spec, "train")
+    if split is not None:
+        source, crop_ratio = py_fashion_mnist(split), 1.0
     elif os.path.isdir(spec):
-        source, crop_ratio = py_image_folder(spec), 0.875
+        source, crop_ratio = py_image_folder(spec), DEFAULT_FOLDER_CROP_RATIO
     else:
         raise FileNotFoundError(f"Calibration images not found: {spec!r}. Pass a folder with "
                                 "one sub-folder of images per class, or 'fashion_mnist'.")
