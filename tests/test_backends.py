@@ -4,8 +4,12 @@ Each backend runs in a process of its own (`tests/backend_worker.py`): Keras fix
 when imported, and on this stack a PyTorch convolution segfaults in a process that has
 imported TensorFlow, so the worker must not import it (and checks that nothing did).
 
-- Fast (PyTorch; JAX in the slow tier, its build alone takes ~10 s): `import keras_mvit2`
-  and a MobileViTV2 on the backend load no TensorFlow; a `.weights.h5` saved here
+- Fast, on both backends: every layer of `keras_mvit2.layers` (`model_utils.layer_zoo`:
+  each attention of the zoo, the MobileViT v1 and ViT blocks) in one small model saved here
+  as `.keras` gives there the outputs it gives here, and saved there loads here with them
+  bit for bit (JAX's workers compile with XLA's quickest CPU settings, `JAX_QUICK_COMPILE`).
+- Fast (PyTorch; JAX in the slow tier, its whole-model builds take ~7 s each): `import
+  keras_mvit2` and a MobileViTV2 on the backend load no TensorFlow; a `.weights.h5` saved here
   (TensorFlow) loads there, static and `(None, None, 3)`, with the same outputs; the file
   saved back there loads here with bit-identical weights and outputs; a whole-model `.keras`
   file crosses both ways with the same outputs; a task model (DeepLabV3) builds and runs
@@ -32,7 +36,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from model_utils import TORCH_READY, perturb_norms, run_timm_oracle
+from model_utils import TORCH_READY, layer_zoo, perturb_norms, run_timm_oracle
 
 import keras_mvit2 as mv
 
@@ -44,6 +48,11 @@ WEIGHTS_SIZE, WEIGHTS_CLASSES = 64, 5
 ORACLE_V2 = ("mobilevitv2_050", "mobilevitv2_100")  # of shared_fixtures.ORACLE_MODELS
 STATIC = ("224x224",)                                # 7x7 last map: the resize runs
 DYNAMIC = ("256x320", "193x201")                     # one (None, None, 3) model, odd sides
+# XLA's CPU compiler at its quickest for the JAX workers: eager JAX compiles every op of a
+# new shape (each variable's initializer), and `predict` compiles the whole graph, ~60 ms
+# and ~8 s at the defaults. These halve both (a MobileViTV2-0.5 at 32x32: build 6.3 -> 2.5
+# s, first predict 7.9 -> 4.1 s); the outputs stay within float32 rounding of TensorFlow's.
+JAX_QUICK_COMPILE = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
 
 def _available(backend: str) -> bool:
@@ -55,13 +64,15 @@ def _available(backend: str) -> bool:
 def run_worker(backend: str, job: dict, folder, timeout: int = 600, *, worker: str = WORKER,
                env: dict[str, str] | None = None) -> dict:
     """`worker` (default `tests/backend_worker.py`) under `KERAS_BACKEND=backend`, with
-    `env` added to the environment; returns its result."""
+    `env` added to the environment (JAX: and `JAX_QUICK_COMPILE`); returns its result."""
     if not _available(backend):
         pytest.skip(f"the {backend} backend is not installed (pip install -e '.[{backend}]')")
     job_path, result_path = folder / f"{backend}_job.json", folder / f"{backend}_result.json"
     job_path.write_text(json.dumps(job))
     env = dict(os.environ, KERAS_BACKEND=backend, **(env or {}))
     env.pop("TF_USE_LEGACY_KERAS", None)
+    if backend == "jax":
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {JAX_QUICK_COMPILE}".strip()
     process = subprocess.run([sys.executable, worker, str(job_path), str(result_path)],
                              env=env, capture_output=True, text=True, timeout=timeout)
     assert process.returncode == 0, process.stderr[-4000:]
@@ -216,6 +227,45 @@ def test_no_tensorflow_and_weights_cross_backends_on_pytorch(tf_saved_weights, c
     result = run_worker("torch", _crossing_job("torch", tf_saved_weights),
                         tf_saved_weights["folder"])
     _check_crossing("torch", result, tf_saved_weights, capsys)
+
+
+@pytest.fixture(scope="module")
+def tf_layer_zoo(tmp_path_factory) -> dict:
+    """`model_utils.layer_zoo()` (every layer, each attention) with perturbed norms, saved
+    here (TensorFlow) as a `.keras` file, with its inputs and outputs."""
+    folder = tmp_path_factory.mktemp("backends_layers")
+    keras.utils.set_random_seed(3)
+    model = layer_zoo()
+    perturb_norms(model, seed=3)
+    x = np.random.default_rng(3).random((2, *model.inputs[0].shape[1:])).astype("float32")
+    y = np.asarray(model(x, training=False))
+    model.save(folder / "layers.keras")
+    np.savez(folder / "layers.npz", x=x, y=y)
+    return {"folder": folder, "x": x, "y": y}
+
+
+# The fast tier's backend matrix: every layer on JAX and PyTorch (the whole models there:
+# PyTorch above, both in the slow tier's timm-oracle test below).
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_layer_gives_tensorflows_outputs_on_each_backend(backend, tf_layer_zoo,
+                                                               capsys):
+    folder = tf_layer_zoo["folder"]
+    job = {"keras_file": {"path": str(folder / "layers.keras"),
+                          "npz": str(folder / "layers.npz"),
+                          "save_to": str(folder / f"layers_{backend}.keras")}}
+    result = run_worker(backend, job, folder)
+    loaded = result["keras_file"]
+    assert result["backend"] == backend
+    assert not result["tf_after_import"] and not loaded["tf_after_load"]
+    _report(capsys, [f"[{backend}] every layer (TF-saved .keras): max|d out| = "
+                     f"{loaded['max_abs_diff']:.1e} (|out| <= {loaded['max_abs_ref']:.2f})"])
+    assert (loaded["class"], loaded["name"]) == ("Functional", "layer_zoo")
+    assert loaded["max_abs_ref"] > 0.5, loaded  # O(1) outputs: the tolerance means something
+    assert loaded["max_abs_diff"] <= REL_TOL * loaded["max_abs_ref"], loaded
+    # the file saved there loads here with the outputs it had here, bit for bit
+    model = keras.saving.load_model(folder / f"layers_{backend}.keras")
+    np.testing.assert_array_equal(np.asarray(model(tf_layer_zoo["x"], training=False)),
+                                  tf_layer_zoo["y"])
 
 
 def test_tensorflow_only_features_name_the_backend_and_the_fix(tmp_path):
