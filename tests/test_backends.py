@@ -7,7 +7,7 @@ imported TensorFlow, so the worker must not import it (and checks that nothing d
 - Fast, on both backends: every layer of `keras_mvit2.layers` (`model_utils.layer_zoo`:
   each attention of the zoo, the MobileViT v1 and ViT blocks) in one small model saved here
   as `.keras` gives there the outputs it gives here, and saved there loads here with them
-  bit for bit (JAX's workers compile with XLA's quickest CPU settings, `JAX_QUICK_COMPILE`).
+  bit for bit (JAX's workers compile with XLA's quickest CPU settings, `jax_quick_compile`).
 - Fast (PyTorch; JAX in the slow tier, its whole-model builds take ~7 s each): `import
   keras_mvit2` and a MobileViTV2 on the backend load no TensorFlow; a `.weights.h5` saved here
   (TensorFlow) loads there, static and `(None, None, 3)`, with the same outputs; the file
@@ -36,7 +36,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from model_utils import TORCH_READY, layer_zoo, perturb_norms, run_timm_oracle
+from model_utils import TORCH_READY, jax_quick_compile, layer_zoo, perturb_norms, run_timm_oracle
 
 import keras_mvit2 as mv
 
@@ -48,11 +48,6 @@ WEIGHTS_SIZE, WEIGHTS_CLASSES = 64, 5
 ORACLE_V2 = ("mobilevitv2_050", "mobilevitv2_100")  # of shared_fixtures.ORACLE_MODELS
 STATIC = ("224x224",)                                # 7x7 last map: the resize runs
 DYNAMIC = ("256x320", "193x201")                     # one (None, None, 3) model, odd sides
-# XLA's CPU compiler at its quickest for the JAX workers: eager JAX compiles every op of a
-# new shape (each variable's initializer), and `predict` compiles the whole graph, ~60 ms
-# and ~8 s at the defaults. These halve both (a MobileViTV2-0.5 at 32x32: build 6.3 -> 2.5
-# s, first predict 7.9 -> 4.1 s); the outputs stay within float32 rounding of TensorFlow's.
-JAX_QUICK_COMPILE = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
 
 def _available(backend: str) -> bool:
@@ -64,7 +59,7 @@ def _available(backend: str) -> bool:
 def run_worker(backend: str, job: dict, folder, timeout: int = 600, *, worker: str = WORKER,
                env: dict[str, str] | None = None) -> dict:
     """`worker` (default `tests/backend_worker.py`) under `KERAS_BACKEND=backend`, with
-    `env` added to the environment (JAX: and `JAX_QUICK_COMPILE`); returns its result."""
+    `env` added to the environment (JAX: `model_utils.jax_quick_compile`); returns its result."""
     if not _available(backend):
         pytest.skip(f"the {backend} backend is not installed (pip install -e '.[{backend}]')")
     job_path, result_path = folder / f"{backend}_job.json", folder / f"{backend}_result.json"
@@ -72,7 +67,7 @@ def run_worker(backend: str, job: dict, folder, timeout: int = 600, *, worker: s
     env = dict(os.environ, KERAS_BACKEND=backend, **(env or {}))
     env.pop("TF_USE_LEGACY_KERAS", None)
     if backend == "jax":
-        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {JAX_QUICK_COMPILE}".strip()
+        env = jax_quick_compile(env)
     process = subprocess.run([sys.executable, worker, str(job_path), str(result_path)],
                              env=env, capture_output=True, text=True, timeout=timeout)
     assert process.returncode == 0, process.stderr[-4000:]

@@ -28,6 +28,7 @@ import keras
 import numpy as np
 import pytest
 from hub_standin import HubStandIn, free_port
+from model_utils import jax_quick_compile
 from PIL import Image
 
 from keras_mvit2.cli.main import main
@@ -440,6 +441,7 @@ def _mvit2_on(backend: str, argv: list[str], no_tensorflow: bool = False) -> str
     """Runs `mvit2 ARGV` with Keras on `backend`; returns its standard output (fails the
     test, with the output's end, on a non-zero status)."""
     env = {**os.environ, "KERAS_BACKEND": backend}
+    env = jax_quick_compile(env) if backend == "jax" else env
     done = subprocess.run([sys.executable, "-c", _MVIT2,
                            "no_tensorflow" if no_tensorflow else "-", *argv],
                           capture_output=True, text=True, env=env, timeout=600)
@@ -455,10 +457,9 @@ def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end_on_pytorch(tmp_path):
     the command runs to the int8 file. It runs on Keras' PyTorch backend: it trains
     there, never imports TensorFlow, and writes the phone files through its TensorFlow
     child process (`keras_mvit2.ship.export_step`); the int8 file it wrote validates here
-    (TensorFlow backend, LiteRT) to the figures the child recorded. A second run, here on
-    TensorFlow, starts from the first one's `.keras` model (frozen backbone: its values stay
-    the donor's, across the two backends). On JAX the command trains with Keras' JAX step
-    (`tests/test_backend_training.py`) and exports through the same child."""
+    (TensorFlow backend, LiteRT) to the figures the child recorded. A second run, on JAX,
+    starts from the first one's `.keras` model (frozen backbone: its values stay the
+    donor's, across the three backends: its file is read here on TensorFlow)."""
     from keras_mvit2.export import get_target, validate
     from keras_mvit2.ship.export_step import _phone_data
 
@@ -516,15 +517,21 @@ def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end_on_pytorch(tmp_path):
         assert record["top1"] == (qat["top1"] if qat["shipped"]
                                   else qat["post_training"]["top1"])
 
+    # The second run trains on JAX (tf.data input, Keras' JAX step), from PyTorch's file.
     again = tmp_path / "from_keras"
     donor = out / "model_ema.keras"
-    assert main(["finetune", str(photos), "--model", MODEL, "--weights", str(donor),
-                 "--epochs", "1", "--image-size", str(SIZE), "--freeze-backbone", "--val", "0",
-                 "--export", "none", "-o", str(again)]) == 0
+    stdout = _mvit2_on("jax", ["finetune", str(photos), "--model", MODEL, "--weights",
+                               str(donor), "--epochs", "1", "--image-size", str(SIZE),
+                               "--freeze-backbone", "--val", "0", "--export", "none",
+                               "-o", str(again)])
+    assert "Epoch 1/1 - 1/1 " in stdout  # 18 photos, no validation: one step of 18
     facts = json.loads((again / "run.json").read_text())
-    assert facts["weights"]["kind"] == "file" and facts["backend"] == "tensorflow"
+    assert facts["weights"]["kind"] == "file" and facts["backend"] == "jax"
     source, tuned = (keras.saving.load_model(p) for p in (donor, again / "model.keras"))
     for layer in ("stem_conv", "stem_bn"):
         for a, b in zip(source.get_layer(layer).get_weights(),
                         tuned.get_layer(layer).get_weights(), strict=True):
             np.testing.assert_array_equal(a, b)
+    # ... and the head trained there
+    assert not np.array_equal(source.get_layer("predictions").get_weights()[0],
+                              tuned.get_layer("predictions").get_weights()[0])
