@@ -49,30 +49,38 @@ def perturb_norms(model: keras.Model, seed: int = 0) -> None:
             w.assign(rng.normal(0.0, 0.2, n).astype("float32"))
 
 
-def layer_zoo(size: int = 16, channels: int = 16) -> keras.Model:
-    """Every layer of `keras_mvit2.layers` that a model is made of, in one small model:
-    an InvertedResidual, a MobileViTV2Block with each attention of `ATTENTION_CONFIGS`
-    (GroupNorm1, TransformerLayer, the token mixers; StochasticDepth through `drop_path`),
-    a MobileViT v1 block, and a ViT path (PatchEmbedding, ClassTokenPositionEmbedding,
-    ViTBlock, TokenPooling). Input `(batch, size, size, 3)`; output `(batch, 7 * channels)`,
-    the pooled features of each path."""
+#: The two halves of `layer_zoo` (two small models: each compiles in half the time on JAX).
+LAYER_ZOO_PARTS = {"separable_mha_linformer_mobile": ("separable", "mha", "linformer",
+                                                      "mobile_attention"),
+                   "rfa_v1_vit": ("rfa",)}
+
+
+def layer_zoo(part: str, size: int = 16, channels: int = 16) -> keras.Model:
+    """Every layer of `keras_mvit2.layers` that a model is made of, in two small models
+    (`part`, a key of `LAYER_ZOO_PARTS`): each has an InvertedResidual and a
+    MobileViTV2Block (GroupNorm1, TransformerLayer, the token mixer; StochasticDepth through
+    `drop_path`) per attention of its part; the second also a MobileViT v1 block and a ViT
+    path (PatchEmbedding, ClassTokenPositionEmbedding, ViTBlock, TokenPooling). Input
+    `(batch, size, size, 3)`; output `(batch, paths * channels)`, the pooled features of
+    each path."""
     from keras_mvit2 import layers
 
     x = keras.Input((size, size, 3))
     h = layers.InvertedResidual(channels, expansion=2.0, name="inverted_residual")(x)
     outputs = []
-    for name, attention in ATTENTION_CONFIGS.items():
-        block = layers.MobileViTV2Block(channels, 1, attention=attention, drop_path=0.1,
-                                        name=f"mobilevitv2_block_{name}")
+    for name in LAYER_ZOO_PARTS[part]:
+        block = layers.MobileViTV2Block(channels, 1, attention=ATTENTION_CONFIGS[name],
+                                        drop_path=0.1, name=f"mobilevitv2_block_{name}")
         outputs.append(keras.layers.GlobalAveragePooling2D()(block(h)))
-    v1 = layers.MobileViTBlock(channels, 1, num_heads=2, filters=channels,
-                               name="mobilevit_block")(h)
-    outputs.append(keras.layers.GlobalAveragePooling2D()(v1))
-    tokens = layers.PatchEmbedding(4, channels, name="patch_embedding")(x)
-    tokens = layers.ClassTokenPositionEmbedding(name="class_token_position")(tokens)
-    tokens = layers.ViTBlock(num_heads=2, name="vit_block")(tokens)
-    outputs.append(layers.TokenPooling(name="token_pooling")(tokens))
-    return keras.Model(x, keras.layers.Concatenate()(outputs), name="layer_zoo")
+    if part.endswith("_v1_vit"):
+        v1 = layers.MobileViTBlock(channels, 1, num_heads=2, filters=channels,
+                                   name="mobilevit_block")(h)
+        outputs.append(keras.layers.GlobalAveragePooling2D()(v1))
+        tokens = layers.PatchEmbedding(4, channels, name="patch_embedding")(x)
+        tokens = layers.ClassTokenPositionEmbedding(name="class_token_position")(tokens)
+        tokens = layers.ViTBlock(num_heads=2, name="vit_block")(tokens)
+        outputs.append(layers.TokenPooling(name="token_pooling")(tokens))
+    return keras.Model(x, keras.layers.Concatenate()(outputs), name=f"layer_zoo_{part}")
 
 
 def mobilevitv2_fused_macs(model: keras.Model) -> int:

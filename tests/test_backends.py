@@ -4,10 +4,11 @@ Each backend runs in a process of its own (`tests/backend_worker.py`): Keras fix
 when imported, and on this stack a PyTorch convolution segfaults in a process that has
 imported TensorFlow, so the worker must not import it (and checks that nothing did).
 
-- Fast, on both backends: every layer of `keras_mvit2.layers` (`model_utils.layer_zoo`:
-  each attention of the zoo, the MobileViT v1 and ViT blocks) in one small model saved here
-  as `.keras` gives there the outputs it gives here, and saved there loads here with them
-  bit for bit (JAX's workers compile with XLA's quickest CPU settings, `jax_quick_compile`).
+- Fast, on both backends: every layer of `keras_mvit2.layers` (`model_utils.layer_zoo`,
+  two small models: each attention of the zoo, the MobileViT v1 and ViT blocks) saved here
+  as `.keras` gives there the outputs it gives here, and its weights saved there
+  (`.weights.h5`) load here with them bit for bit (JAX's workers compile with XLA's
+  quickest CPU settings, `model_utils.jax_quick_compile`).
 - Fast (PyTorch; JAX in the slow tier, its whole-model builds take ~7 s each): `import
   keras_mvit2` and a MobileViTV2 on the backend load no TensorFlow; a `.weights.h5` saved here
   (TensorFlow) loads there, static and `(None, None, 3)`, with the same outputs; the file
@@ -36,7 +37,14 @@ import sys
 import keras
 import numpy as np
 import pytest
-from model_utils import TORCH_READY, jax_quick_compile, layer_zoo, perturb_norms, run_timm_oracle
+from model_utils import (
+    LAYER_ZOO_PARTS,
+    TORCH_READY,
+    jax_quick_compile,
+    layer_zoo,
+    perturb_norms,
+    run_timm_oracle,
+)
 
 import keras_mvit2 as mv
 
@@ -226,41 +234,51 @@ def test_no_tensorflow_and_weights_cross_backends_on_pytorch(tf_saved_weights, c
 
 @pytest.fixture(scope="module")
 def tf_layer_zoo(tmp_path_factory) -> dict:
-    """`model_utils.layer_zoo()` (every layer, each attention) with perturbed norms, saved
-    here (TensorFlow) as a `.keras` file, with its inputs and outputs."""
+    """Both parts of `model_utils.layer_zoo` (every layer, each attention) with perturbed
+    norms, saved here (TensorFlow) as `.keras` files, with their inputs and outputs."""
     folder = tmp_path_factory.mktemp("backends_layers")
-    keras.utils.set_random_seed(3)
-    model = layer_zoo()
-    perturb_norms(model, seed=3)
-    x = np.random.default_rng(3).random((2, *model.inputs[0].shape[1:])).astype("float32")
-    y = np.asarray(model(x, training=False))
-    model.save(folder / "layers.keras")
-    np.savez(folder / "layers.npz", x=x, y=y)
-    return {"folder": folder, "x": x, "y": y}
+    saved = {"folder": folder}
+    for i, part in enumerate(LAYER_ZOO_PARTS):
+        keras.utils.set_random_seed(3 + i)
+        model = layer_zoo(part)
+        perturb_norms(model, seed=3 + i)
+        x = np.random.default_rng(3 + i).random((2, *model.inputs[0].shape[1:]))
+        x = x.astype("float32")
+        y = np.asarray(model(x, training=False))
+        model.save(folder / f"{part}.keras")
+        np.savez(folder / f"{part}.npz", x=x, y=y)
+        saved[part] = {"x": x, "y": y}
+    return saved
 
 
 # The fast tier's backend matrix: every layer on JAX and PyTorch (the whole models there:
-# PyTorch above, both in the slow tier's timm-oracle test below).
+# PyTorch above, both in the slow tier's timm-oracle test below). Two parts, so that each
+# JAX worker compiles in a few seconds.
+@pytest.mark.parametrize("part", LAYER_ZOO_PARTS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_every_layer_gives_tensorflows_outputs_on_each_backend(backend, tf_layer_zoo,
+def test_every_layer_gives_tensorflows_outputs_on_each_backend(backend, part, tf_layer_zoo,
                                                                capsys):
     folder = tf_layer_zoo["folder"]
-    job = {"keras_file": {"path": str(folder / "layers.keras"),
-                          "npz": str(folder / "layers.npz"),
-                          "save_to": str(folder / f"layers_{backend}.keras")}}
+    job = {"keras_file": {"path": str(folder / f"{part}.keras"),
+                          "npz": str(folder / f"{part}.npz"),
+                          "save_to": str(folder / f"{part}_{backend}.weights.h5")}}
     result = run_worker(backend, job, folder)
     loaded = result["keras_file"]
     assert result["backend"] == backend
     assert not result["tf_after_import"] and not loaded["tf_after_load"]
-    _report(capsys, [f"[{backend}] every layer (TF-saved .keras): max|d out| = "
+    assert not loaded["tf_after_save"]
+    _report(capsys, [f"[{backend}] layers {part} (TF-saved .keras): max|d out| = "
                      f"{loaded['max_abs_diff']:.1e} (|out| <= {loaded['max_abs_ref']:.2f})"])
-    assert (loaded["class"], loaded["name"]) == ("Functional", "layer_zoo")
+    assert (loaded["class"], loaded["name"]) == ("Functional", f"layer_zoo_{part}")
     assert loaded["max_abs_ref"] > 0.5, loaded  # O(1) outputs: the tolerance means something
     assert loaded["max_abs_diff"] <= REL_TOL * loaded["max_abs_ref"], loaded
-    # the file saved there loads here with the outputs it had here, bit for bit
-    model = keras.saving.load_model(folder / f"layers_{backend}.keras")
-    np.testing.assert_array_equal(np.asarray(model(tf_layer_zoo["x"], training=False)),
-                                  tf_layer_zoo["y"])
+    # the weights saved there load here with the outputs they had here, bit for bit
+    model = keras.saving.load_model(folder / f"{part}.keras")
+    for variable in model.weights:
+        variable.assign(np.zeros(variable.shape, variable.dtype))
+    model.load_weights(folder / f"{part}_{backend}.weights.h5")
+    np.testing.assert_array_equal(np.asarray(model(tf_layer_zoo[part]["x"], training=False)),
+                                  tf_layer_zoo[part]["y"])
 
 
 def test_tensorflow_only_features_name_the_backend_and_the_fix(tmp_path):
