@@ -25,6 +25,9 @@ by default; the calibration and test images are that benchmark's). Sections of
   centred variance form, the ``exp_mean`` normaliser kept float, the token sum's other
   forms, the 1x1 fusion before calibration off, and how many ops `float_layers` keeps
   float for one GroupNorm and one attention against the ops those layers have.
+* ``noise_budget``: how many tensors each int8 file rounds, and how finely: ours against
+  the MobileNetV2 control of `benchmarks/int8_fidelity.py`, at 256x256 and 64x64, every
+  seed whose files that benchmark wrote (``--only noise``: this section alone).
 """
 
 from __future__ import annotations
@@ -220,6 +223,69 @@ def channel_spreads(float_file: str, images) -> list[dict]:
                      "largest_over_median": float(per_channel.max() / max(median, 1e-12)),
                      "median_over_tensor": float(median / max(v.max() - v.min(), 1e-12))})
     return rows
+
+
+#: Ops that move int8 values without requantizing them (same scale in and out).
+MOVING_OPS = frozenset({"RESHAPE", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE", "PAD", "CONCATENATION",
+                        "SPLIT", "STRIDED_SLICE", "TRANSPOSE", "QUANTIZE", "MAX_POOL_2D"})
+NOISE_BUDGET_FILES = {"mobilevitv2_050 int8 default": "mobilevitv2_050_int8_p99.99.tflite",
+                      "mobilenetv2_050 plain converter": "mobilenetv2_050_int8_float32.tflite"}
+
+
+def rounding_census(int8_file: str, images) -> dict:
+    """The int8 tensors a file requantizes and their RMS in steps, on `images`.
+
+    A requantized tensor is an int8 output of an op that computes (not of a reshape,
+    pad, ...); a feature map is one with more than one position (not a per-sample
+    statistic such as a GroupNorm mean). Each adds its own rounding noise, about
+    ``step / sqrt(12)``, relative to a signal of ``RMS`` (here counted in steps).
+    """
+    import numpy as np
+
+    interpreter = _keep_all_interpreter(int8_file)
+    details = {d["index"]: d for d in interpreter.get_tensor_details()}
+    source = interpreter.get_input_details()[0]
+    computed = [(op["op_name"], i) for op in interpreter._get_ops_details()
+                for i in op["outputs"]
+                if details[i]["dtype"] == np.int8 and op["op_name"] not in MOVING_OPS]
+    squares = collections.defaultdict(list)
+    for image in images:
+        interpreter.set_tensor(source["index"], image[None].astype(source["dtype"]))
+        interpreter.invoke()
+        for _, i in computed:
+            q = interpreter.get_tensor(i).astype(np.float64) - details[i]["quantization"][1]
+            squares[i].append(float(np.mean(q ** 2)))
+    maps = [(op, i) for op, i in computed
+            if len(details[i]["shape"]) == 4 and np.prod(details[i]["shape"][1:3]) > 1]
+    rms = {i: float(np.sqrt(np.mean(squares[i]))) for _, i in computed}
+    return {"ops": len(interpreter._get_ops_details()), "requantized": len(computed),
+            "feature_maps": len(maps),
+            "feature_maps_by_op": dict(collections.Counter(op for op, _ in maps)),
+            "feature_map_rms_in_steps": float(np.median([rms[i] for _, i in maps])),
+            "conv_rms_in_steps": float(np.median([
+                rms[i] for op, i in maps if op in ("CONV_2D", "DEPTHWISE_CONV_2D")]))}
+
+
+def noise_budget(work: str, test_images: int = 16) -> dict:
+    """`rounding_census` of ours and the control, per size, medians over the seeds."""
+    import numpy as np
+
+    x, _ = fidelity.fashion_mnist("test", test_images)
+    table: dict = {}
+    for size in (256, 64):
+        images = np.asarray(fidelity.as_model_input(x, size))
+        for label, name in NOISE_BUDGET_FILES.items():
+            paths = sorted(os.path.join(work, d, name) for d in os.listdir(work)
+                           if d.startswith(f"{size}_seed")
+                           and os.path.exists(os.path.join(work, d, name)))
+            if not paths:
+                continue
+            census = [rounding_census(p, images) for p in paths]
+            row = {k: (float(np.median([c[k] for c in census])) if k != "feature_maps_by_op"
+                       else census[0][k]) for k in census[0]}
+            table[f"{size} {label}"] = {"seeds": len(paths), **row}
+            print(size, label, table[f"{size} {label}"], flush=True)
+    return table
 
 
 def convert_variant(model, path: str, calibration, *, forms=None, float_ops=None,
@@ -436,9 +502,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-images", type=int, default=300)
     parser.add_argument("--train-images", type=int, default=3000)
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    parser.add_argument("--only", choices=("bias",),
-                        help="only the convolution-bias, bias-correction and range-share "
-                             "sections, merged into an existing int8_root_cause.json")
+    parser.add_argument("--only", choices=("bias", "noise"),
+                        help="only these sections, merged into an existing "
+                             "int8_root_cause.json: bias: the convolution-bias, "
+                             "bias-correction and range-share sections; noise: the noise "
+                             "budget")
     args = parser.parse_args(argv)
     model = keras.saving.load_model(args.model, compile=False)
     size = int(model.inputs[0].shape[1])
@@ -454,6 +522,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.only and os.path.exists(json_path):
         with open(json_path) as f:
             record = json.load(f)
+    if args.only in (None, "noise"):
+        record["noise_budget"] = noise_budget(os.path.dirname(os.path.abspath(args.model)))
+    if args.only == "noise":
+        _write(record, args.out)
+        return 0
     with tempfile.TemporaryDirectory() as folder:
         f32 = os.path.join(folder, "float32.tflite")
         int8 = os.path.join(folder, "int8.tflite")
@@ -580,6 +653,17 @@ def markdown(record: dict) -> str:
             lines.append(f"| {row['tensor']} | {row['tensors']} | "
                          f"{100 * row['kept_share_median']:.0f} % | "
                          f"{100 * row.get('p99_99_kept_share_median', float('nan')):.0f} % |")
+    if record.get("noise_budget"):
+        lines += ["", "## Noise budget: what each int8 file rounds", "",
+                  "| size | file | seeds | ops | requantized tensors | feature maps | "
+                  "feature-map RMS in steps | convolution outputs' RMS in steps |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|"]
+        for key, row in record["noise_budget"].items():
+            size, label = key.split(" ", 1)
+            lines.append(f"| {size} | {label} | {row['seeds']} | {row['ops']:.0f} | "
+                         f"{row['requantized']:.0f} | {row['feature_maps']:.0f} | "
+                         f"{row['feature_map_rms_in_steps']:.1f} | "
+                         f"{row['conv_rms_in_steps']:.1f} |")
     lines += ["", "## float_layers by Keras name", "", "```",
               json.dumps(record["float_layers"], indent=1), "```"]
     return "\n".join(lines) + "\n"
