@@ -27,7 +27,12 @@ by default; the calibration and test images are that benchmark's). Sections of
   float for one GroupNorm and one attention against the ops those layers have.
 * ``noise_budget``: how many tensors each int8 file rounds, and how finely: ours against
   the MobileNetV2 control of `benchmarks/int8_fidelity.py`, at 256x256 and 64x64, every
-  seed whose files that benchmark wrote (``--only noise``: this section alone).
+  seed whose files that benchmark wrote (``--only noise``: this section with the next two).
+* ``one_rounding``: in the float model, uniform noise of one step added to the stem's
+  output alone (conv + BN, the file's first int8 tensor), white or smooth (drawn at a
+  fraction of the resolution and upsampled, same power): how much one rounding costs.
+* ``float_islands``: the default int8 file with its first layers kept float
+  (`to_tflite(float_layers=...)`).
 """
 
 from __future__ import annotations
@@ -288,6 +293,69 @@ def noise_budget(work: str, test_images: int = 16) -> dict:
     return table
 
 
+#: The layer whose output takes the noise of `one_rounding`, and the steps per RMS tried.
+STEM_OUTPUT = "stem_bn"
+STEPS_PER_RMS = (51, 26, 17)
+FLOAT_ISLANDS = {"stem": ["stem_conv", "stem_bn", "stem_act"],
+                 "stem and stage 0": ["stem_conv", "stem_bn", "stem_act", "stage0_block0"]}
+
+
+def _default_int8(model, folder: str, calibration) -> str:
+    import keras_mvit2 as mv
+
+    path = os.path.join(folder, "default.tflite")
+    mv.export.to_tflite(model, path, quantization="int8", representative_data=calibration)
+    return path
+
+
+def one_rounding(model, images, reference) -> list[dict]:
+    """Agreement / logit error with one int8 step of uniform noise on `STEM_OUTPUT` alone."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    stem = keras.Model(model.inputs, model.get_layer(STEM_OUTPUT).output)
+    rest = keras.Model(model.get_layer(STEM_OUTPUT).output, model.outputs)
+    h = np.asarray(stem.predict(images, batch_size=32, verbose=0))
+    rms = float(np.sqrt(np.mean(h ** 2)))
+    rng = np.random.default_rng(0)
+    rows = []
+
+    def measure(delta, **row):
+        out = np.asarray(rest.predict(h + delta, batch_size=32, verbose=0))
+        rows.append({**row, **fidelity_figures(out, reference)})
+        print(rows[-1], flush=True)
+
+    for steps in STEPS_PER_RMS:
+        step = rms / steps
+        white = rng.uniform(-step / 2, step / 2, h.shape).astype(np.float32)
+        measure(white, noise="white", steps_per_rms=steps)
+        if steps != 26:
+            continue
+        for factor in (2, 4, 8):
+            coarse = rng.uniform(-1, 1, (h.shape[0], h.shape[1] // factor,
+                                         h.shape[2] // factor, h.shape[3])).astype(np.float32)
+            smooth = np.array(tf.image.resize(coarse, h.shape[1:3], method="bilinear"))
+            measure(smooth * (white.std() / smooth.std()), noise=f"smooth (1/{factor})",
+                    steps_per_rms=steps)
+    return rows
+
+
+def float_islands(model, folder: str, calibration, images, reference) -> dict:
+    """The default int8 file with each `FLOAT_ISLANDS` entry kept float."""
+    import keras_mvit2 as mv
+    from keras_mvit2.export.tflite.run import run_tflite
+
+    rows = {}
+    for name, layers in FLOAT_ISLANDS.items():
+        path = os.path.join(folder, "island.tflite")
+        mv.export.to_tflite(model, path, quantization="int8", representative_data=calibration,
+                            float_layers=layers)
+        rows[name] = fidelity_figures(run_tflite(path, images), reference)
+        print(name, rows[name], flush=True)
+    return rows
+
+
 def convert_variant(model, path: str, calibration, *, forms=None, float_ops=None,
                     fuse_pointwise=True) -> None:
     """The default int8 file with one thing changed (`SUSPECTS`)."""
@@ -524,6 +592,13 @@ def main(argv: list[str] | None = None) -> int:
             record = json.load(f)
     if args.only in (None, "noise"):
         record["noise_budget"] = noise_budget(os.path.dirname(os.path.abspath(args.model)))
+        record["noise_test_images"] = len(images)
+        record["one_rounding"] = one_rounding(model, images, reference)
+        with tempfile.TemporaryDirectory() as folder:
+            record["float_islands"] = {
+                "default": fidelity_figures(run_tflite(_default_int8(
+                    model, folder, calibration), images), reference),
+                **float_islands(model, folder, calibration, images, reference)}
     if args.only == "noise":
         _write(record, args.out)
         return 0
@@ -664,6 +739,20 @@ def markdown(record: dict) -> str:
                          f"{row['requantized']:.0f} | {row['feature_maps']:.0f} | "
                          f"{row['feature_map_rms_in_steps']:.1f} | "
                          f"{row['conv_rms_in_steps']:.1f} |")
+    if record.get("one_rounding"):
+        lines += ["", f"## One rounding: uniform noise on `{STEM_OUTPUT}` alone, float model",
+                  "", f"({record['noise_test_images']} test images; so are the float islands)", "",
+                  "| noise | steps per RMS | agreement | logit error |",
+                  "|---|---:|---:|---:|"]
+        for row in record["one_rounding"]:
+            lines.append(f"| {row['noise']} | {row['steps_per_rms']} | "
+                         f"{100 * row['agreement']:.1f} % | {row['logit_rel_error']:.3f} |")
+    if record.get("float_islands"):
+        lines += ["", "## Float islands in the default int8 file", "",
+                  "| kept float | agreement | logit error |", "|---|---:|---:|"]
+        for name, row in record["float_islands"].items():
+            lines.append(f"| {name} | {100 * row['agreement']:.1f} % | "
+                         f"{row['logit_rel_error']:.3f} |")
     lines += ["", "## float_layers by Keras name", "", "```",
               json.dumps(record["float_layers"], indent=1), "```"]
     return "\n".join(lines) + "\n"
