@@ -293,9 +293,11 @@ def noise_budget(work: str, test_images: int = 16) -> dict:
     return table
 
 
-#: The layer whose output takes the noise of `one_rounding`, and the steps per RMS tried.
+#: The layer whose output takes the noise of `one_rounding`, the steps per RMS tried (the
+#: file's step there, the control's typical step, ours), and the one smooth noise is tried at.
 STEM_OUTPUT = "stem_bn"
 STEPS_PER_RMS = (51, 26, 17)
+SMOOTH_AT_STEPS = 26
 FLOAT_ISLANDS = {"stem": ["stem_conv", "stem_bn", "stem_act"],
                  "stem and stage 0": ["stem_conv", "stem_bn", "stem_act", "stage0_block0"]}
 
@@ -330,7 +332,7 @@ def one_rounding(model, images, reference) -> list[dict]:
         step = rms / steps
         white = rng.uniform(-step / 2, step / 2, h.shape).astype(np.float32)
         measure(white, noise="white", steps_per_rms=steps)
-        if steps != 26:
+        if steps != SMOOTH_AT_STEPS:
             continue
         for factor in (2, 4, 8):
             coarse = rng.uniform(-1, 1, (h.shape[0], h.shape[1] // factor,
