@@ -113,7 +113,7 @@ def _to_first(tokens):
     return np.transpose(tokens, (0, 3, 2, 1))
 
 
-@pytest.mark.parametrize("variance", ["one_pass", "centred"])
+@pytest.mark.parametrize("variance", ["one_pass", "one_pass_matmul", "centred"])
 @pytest.mark.parametrize("layout", ["channels_last", "channels_first"])
 def test_group_norm_forms_agree(variance, layout, rng):
     x = rng.normal(0.3, 2.0, (2, 16, 4, 8)).astype("float32")

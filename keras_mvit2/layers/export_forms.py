@@ -13,6 +13,7 @@ passing a preset (`COREML_CHANNELS_FIRST`). The Keras layers read `current()`.
 | normaliser `"exp_mean"`   | default                      | no TRANSPOSE; int16, int8 safe (3) |
 | normaliser `"softmax"`    | Core ML blocks (2)           | one `softmax` op, last axis        |
 | variance `"one_pass"`     | default                      | 2 full-tensor ops, not 5 (4)       |
+| variance `"one_pass_matmul"` | opt-in (`use_forms`)      | int8: `E[x^2]` summed in int32 (5) |
 | variance `"centred"`      | Core ML blocks (2)           | no cancellation in fp16            |
 | unfold `"space_to_depth"` | default                      | no TRANSPOSE channels-last         |
 | unfold `"depthwise_conv"` | Core ML blocks (2)           | no transpose channels-first        |
@@ -26,7 +27,10 @@ tokens divided once by `mean_N(N * e)`: TFLite's SOFTMAX is last-axis only, Lite
 SUM is wrong (MEAN is not), and int8 divides by a value >= 1 instead of rounding `1 / N`
 scores per token. (4) The affine folded into one scale and shift; `x * x`, not SQUARE (SQUARE stays
 float in int8 TFLite). The centred form's `E[(x - E[x])^2]` has no `E[x^2] - E[x]^2`
-cancellation, which matters in Core ML's fp16.
+cancellation, which matters in Core ML's fp16. (5) `E[x^2]` as one BATCH_MATMUL per sample
+(the flattened tensor times itself), not MEAN of `x * x`: in full int8 `x * x` is rounded to
+8 bits per element, and with heavy tails most squares round to zero (docs/int8.md, "The
+GroupNorm's squares").
 
 Presets: `KERAS` (the default, everything the first row), `COREML_CHANNELS_LAST`
 (`KERAS` with `"product_mean"` pooling) and `COREML_CHANNELS_FIRST` (the Core ML block trace
@@ -61,7 +65,7 @@ __all__ = [
 
 TokenPooling = Literal["matmul", "product_mean", "product_sum"]
 TokenNormaliser = Literal["exp_mean", "softmax"]
-Variance = Literal["one_pass", "centred"]
+Variance = Literal["one_pass", "one_pass_matmul", "centred"]
 UnfoldForm = Literal["space_to_depth", "depthwise_conv"]
 
 
@@ -78,7 +82,7 @@ class ExportForms:
         allowed = {
             "token_pooling": ("matmul", "product_mean", "product_sum"),
             "token_normaliser": ("exp_mean", "softmax"),
-            "variance": ("one_pass", "centred"),
+            "variance": ("one_pass", "one_pass_matmul", "centred"),
             "unfold": ("space_to_depth", "depthwise_conv"),
         }
         for field, values in allowed.items():
