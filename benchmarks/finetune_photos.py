@@ -64,6 +64,44 @@ def write_photos(folder: str, count: int, split: str = "train") -> dict[str, int
     return written
 
 
+def run_on_test_photos(run: str, photos: str, test_images: int, work: str):
+    """A run folder's Keras model (`model_ema.keras`) on `test_images` Fashion-MNIST *test*
+    images written as photos under `work` (read back as the run reads its photos), and its
+    training `photos` read the same way.
+
+    Returns `(model, test, train, reference, keras_top1)`: `test` / `train` are
+    `load_labelled_images` results (the photos shuffled, seed 0), `reference` the model's
+    outputs on the test images and `keras_top1` its top-1 there.
+    """
+    import keras
+    import numpy as np
+
+    from keras_mvit2.export.calibration import load_labelled_images
+
+    folder = os.path.join(work, f"test_{test_images}")
+    if not os.path.isdir(folder):
+        write_photos(folder, test_images, split="test")
+    with open(os.path.join(run, "run.json")) as f:
+        size = int(json.load(f)["recipe"]["image_size"])
+    model = keras.saving.load_model(os.path.join(run, "model_ema.keras"))
+    test = load_labelled_images(folder, image_size=(size, size), shuffle=False)
+    train = load_labelled_images(photos, image_size=(size, size), shuffle=True, seed=0)
+    reference = np.asarray(model.predict(test.images, batch_size=32, verbose=0))
+    return model, test, train, reference, float(np.mean(reference.argmax(1) == test.labels))
+
+
+def file_figures(out, reference, labels, keras_top1: float) -> dict:
+    """An exported file's outputs `out` against Keras' `reference` on images with `labels`:
+    top-1, drop in points, argmax agreement and the output's relative error."""
+    import numpy as np
+
+    top1 = float(np.mean(out.argmax(1) == labels))
+    return {"top1": top1, "drop_points": round(100 * (keras_top1 - top1), 1),
+            "agreement": float(np.mean(out.argmax(1) == reference.argmax(1))),
+            "output_relative_error": float(np.sqrt(((out - reference) ** 2).mean()
+                                                   / (reference ** 2).mean()))}
+
+
 def standin_checkpoint(work: str) -> bytes:
     """A timm `model.safetensors` of MODEL with random weights (tests/torch_oracle.py)."""
     subprocess.run([sys.executable, os.path.join(TESTS, "torch_oracle.py"), "--out-dir", work,

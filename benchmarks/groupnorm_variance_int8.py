@@ -20,8 +20,7 @@ import argparse
 import json
 import os
 
-import numpy as np
-from finetune_photos import write_photos
+from finetune_photos import file_figures, run_on_test_photos
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -35,22 +34,12 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/groupnorm_variance_int8")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args()
-    import keras
-
     from keras_mvit2.export import to_tflite
-    from keras_mvit2.export.calibration import load_labelled_images
     from keras_mvit2.export.tflite.run import run_tflite
     from keras_mvit2.layers.export_forms import use_forms
 
-    folder = os.path.join(args.work, f"test_{args.test_images}")
-    if not os.path.isdir(folder):
-        write_photos(folder, args.test_images, split="test")
-    size = int(json.load(open(os.path.join(args.run, "run.json")))["recipe"]["image_size"])
-    model = keras.saving.load_model(os.path.join(args.run, "model_ema.keras"))
-    test = load_labelled_images(folder, image_size=(size, size), shuffle=False)
-    train = load_labelled_images(args.photos, image_size=(size, size), shuffle=True, seed=0)
-    reference = np.asarray(model.predict(test.images, batch_size=32, verbose=0))
-    keras_top1 = float(np.mean(reference.argmax(1) == test.labels))
+    model, test, train, reference, keras_top1 = run_on_test_photos(
+        args.run, args.photos, args.test_images, args.work)
 
     results_path = os.path.join(args.out, "groupnorm_variance_int8.json")
     results = json.load(open(results_path)) if os.path.exists(results_path) else {}
@@ -62,12 +51,8 @@ def main() -> None:
             report = to_tflite(model, path, quantization="int8",
                                representative_data=train.images[:200])
         out = run_tflite(path, test.images)
-        top1 = float(np.mean(out.argmax(1) == test.labels))
         entry[form] = {
-            "top1": top1, "drop_points": round(100 * (keras_top1 - top1), 1),
-            "agreement": float(np.mean(out.argmax(1) == reference.argmax(1))),
-            "output_relative_error": float(np.sqrt(((out - reference) ** 2).mean()
-                                                   / (reference ** 2).mean())),
+            **file_figures(out, reference, test.labels, keras_top1),
             "ops": sum(report.op_histogram.values()),
             "batch_matmul_ops": report.op_histogram.get("BATCH_MATMUL", 0),
         }

@@ -25,8 +25,7 @@ import json
 import os
 import time
 
-import numpy as np
-from finetune_photos import write_photos
+from finetune_photos import file_figures, run_on_test_photos
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = {
@@ -47,9 +46,6 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/qat_variants")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args()
-    import keras
-
-    from keras_mvit2.export.calibration import load_labelled_images
     from keras_mvit2.export.tflite.run import run_tflite
     from keras_mvit2.quantize.qat import qat
 
@@ -57,16 +53,9 @@ def main() -> None:
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
-    folder = os.path.join(args.work, f"test_{args.test_images}")
-    if not os.path.isdir(folder):
-        write_photos(folder, args.test_images, split="test")
-    size = int(json.load(open(os.path.join(args.run, "run.json")))["recipe"]["image_size"])
-    model = keras.saving.load_model(os.path.join(args.run, "model_ema.keras"))
-    test = load_labelled_images(folder, image_size=(size, size), shuffle=False)
-    train = load_labelled_images(args.photos, image_size=(size, size), shuffle=True, seed=0)
+    model, test, train, reference, keras_top1 = run_on_test_photos(
+        args.run, args.photos, args.test_images, args.work)
     x, y = train.images[:TRAIN_IMAGES], train.labels[:TRAIN_IMAGES]
-    reference = np.asarray(model.predict(test.images, batch_size=32, verbose=0))
-    keras_top1 = float(np.mean(reference.argmax(1) == test.labels))
 
     results_path = os.path.join(args.out, "qat_variants.json")
     results = json.load(open(results_path)) if os.path.exists(results_path) else {}
@@ -80,13 +69,8 @@ def main() -> None:
                      io_dtype="float32", batch_size=8, num_calibration_samples=200,
                      verbose=False, **settings)
         out = run_tflite(path, test.images)
-        top1 = float(np.mean(out.argmax(1) == test.labels))
         entry[name] = {
-            "settings": settings, "top1": top1,
-            "drop_points": round(100 * (keras_top1 - top1), 1),
-            "agreement": float(np.mean(out.argmax(1) == reference.argmax(1))),
-            "output_relative_error": float(np.sqrt(((out - reference) ** 2).mean()
-                                                   / (reference ** 2).mean())),
+            "settings": settings, **file_figures(out, reference, test.labels, keras_top1),
             "train_agreement_per_pass": [round(h["accuracy"], 3) for h in result.history],
             "seconds": round(time.monotonic() - start),
         }
