@@ -30,8 +30,20 @@ faster, or mark it `@pytest.mark.slow`.
 
 import gc
 import os
+import platform
 
 import pytest
+
+# TensorFlow's oneDNN kernels in every test process (and the subprocesses the tests start),
+# set before anything imports TensorFlow. TensorFlow turns them on by itself only on x86
+# CPUs with AVX-512 VNNI / BF16 or AMX; without them (an AVX2-only EPYC, as CI hosts can
+# be) its CPU Conv2D runs only NHWC, and the Core ML channels-first traces
+# (`keras_mvit2.export.coreml.layout`: NCHW 1x1 convolutions, which coremltools converts
+# and never runs) could not be checked against Keras there. With oneDNN every x86 host runs
+# them, and the suite sees the same kernels on every host. A value in the environment wins
+# (`TF_ENABLE_ONEDNN_OPTS=0 python -m pytest`: Eigen's kernels; the NCHW tests then fail).
+if platform.machine() in ("x86_64", "AMD64"):
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 SLOW = "slow"
 DEFAULT_FAST_LIMIT_S = 15.0

@@ -52,17 +52,17 @@ def perturb_norms(model: keras.Model, seed: int = 0) -> None:
 #: The two halves of `layer_zoo` (two small models: each compiles in half the time on JAX):
 #: the attentions of each part's MobileViTV2Blocks, and whether it has the v1 and ViT paths.
 LAYER_ZOO_PARTS = {
-    "separable_mha_linformer_mobile": (("separable", "mha", "linformer", "mobile_attention"),
-                                       False),
+    "separable_mha": (("separable", "mha"), False),
+    "linformer_mobile": (("linformer", "mobile_attention"), False),
     "rfa_v1_vit": (("rfa",), True),
 }
 
 
 def layer_zoo(part: str, size: int = 16, channels: int = 16) -> keras.Model:
-    """Every layer of `keras_mvit2.layers` that a model is made of, in two small models
+    """Every layer of `keras_mvit2.layers` that a model is made of, in three small models
     (`part`, a key of `LAYER_ZOO_PARTS`): each has an InvertedResidual and a
     MobileViTV2Block (GroupNorm1, TransformerLayer, the token mixer; StochasticDepth through
-    `drop_path`) per attention of its part; the second also a MobileViT v1 block and a ViT
+    `drop_path`) per attention of its part; the last also a MobileViT v1 block and a ViT
     path (PatchEmbedding, ClassTokenPositionEmbedding, ViTBlock, TokenPooling). Input
     `(batch, size, size, 3)`; output `(batch, paths * channels)`, the pooled features of
     each path."""

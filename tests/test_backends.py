@@ -226,6 +226,8 @@ def _check_crossing(backend: str, result: dict, saved: dict, capsys) -> None:
 
 
 # JAX's crossing rides on its timm-oracle worker (slow tier, below): one JAX process.
+# PyTorch's is a worker of its own (a whole model each way: ~20 s on an AVX2-only CPU).
+@pytest.mark.slow
 def test_no_tensorflow_and_weights_cross_backends_on_pytorch(tf_saved_weights, capsys):
     result = run_worker("torch", _crossing_job("torch", tf_saved_weights),
                         tf_saved_weights["folder"])
@@ -251,9 +253,9 @@ def tf_layer_zoo(tmp_path_factory) -> dict:
     return saved
 
 
-# The fast tier's backend matrix: every layer on JAX and PyTorch (the whole models there:
-# PyTorch above, both in the slow tier's timm-oracle test below). Two parts, so that each
-# JAX worker compiles in a few seconds.
+# The fast tier's backend matrix: every layer on JAX and PyTorch (the whole models: the
+# slow tier's crossing above and timm-oracle test below). Three parts, so that each JAX
+# worker compiles in a few seconds (two attentions in one took 11-18 s on an AVX2-only CPU).
 @pytest.mark.parametrize("part", LAYER_ZOO_PARTS)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_layer_gives_tensorflows_outputs_on_each_backend(backend, part, tf_layer_zoo,

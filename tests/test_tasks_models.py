@@ -141,7 +141,7 @@ def _timm_state_dict(model: keras.Model) -> dict:
     return state
 
 
-def test_task_models_load_classifier_checkpoints(classifier_file, tmp_path):
+def test_task_models_load_classifier_checkpoints(classifier_file):
     classifier, path = classifier_file
     reference = {w.path: w.numpy() for w in classifier.weights}
     state = _timm_state_dict(classifier)
@@ -159,9 +159,14 @@ def test_task_models_load_classifier_checkpoints(classifier_file, tmp_path):
                 np.testing.assert_array_equal(w.numpy(), reference[w.path], err_msg=w.path)
                 checked += 1
         assert checked == len(classifier.weights) - 2  # all but the Dense head
+
+
+def test_task_models_pass_their_backbone_on(classifier_file, tmp_path):
     # A task model passes its backbone on (a trained segmenter starts a detector), and
     # only the backbone: the detector's own head keeps its initialization.
-    seg = built[0]
+    classifier, path = classifier_file
+    seg = DeepLabV3(0.5, input_shape=(64, 64, 3), classes=5, output_stride=8,
+                    aspp_channels=32, backbone_weights=path)
     perturb_norms(seg, seed=4)
     keras.utils.set_random_seed(7)
     det = SSDLite(0.5, input_shape=(64, 64, 3), classes=5, backbone_weights=seg,
@@ -184,6 +189,10 @@ def test_task_models_load_classifier_checkpoints(classifier_file, tmp_path):
     for w in psp.weights:
         if w.path.startswith(("stem_", "stage")):
             np.testing.assert_array_equal(w.numpy(), seg_weights[w.path], err_msg=w.path)
+
+
+def test_task_models_refuse_a_backbone_that_does_not_fit(classifier_file, tmp_path):
+    classifier, path = classifier_file
     (tmp_path / "broken.keras").write_bytes(b"not a zip archive")
     with pytest.raises(ValueError, match="Cannot load the Keras model"):
         PSPNet(0.5, input_shape=(64, 64, 3), classes=5, psp_channels=32,
@@ -192,9 +201,9 @@ def test_task_models_load_classifier_checkpoints(classifier_file, tmp_path):
     with pytest.raises(ValueError, match="shape"):
         DeepLabV3(0.75, input_shape=(64, 64, 3), classes=5, aspp_channels=32,
                   backbone_weights=path, name="other_width")
-    with pytest.raises(ValueError, match=r"shape .* in model 'from_segmenter'"):
+    with pytest.raises(ValueError, match=rf"shape .* in model '{classifier.name}'"):
         PSPNet(0.75, input_shape=(64, 64, 3), classes=5, psp_channels=32,
-               backbone_weights=det, name="other_width_from_model")
+               backbone_weights=classifier, name="other_width_from_model")
     with pytest.raises(ValueError, match="has no layer 'stem_conv': not a MobileViTv2"):
         SSDLite(0.5, input_shape=(64, 64, 3), classes=5, name="from_a_stranger",
                 backbone_weights=keras.Sequential([keras.layers.Dense(2)], name="stranger"))
