@@ -46,6 +46,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BATCH = 32
+#: Ours and the control.
+NETWORKS = ("mobilevitv2_050", "mobilenetv2_050")
 LEARNING_RATE = 2e-3
 WEIGHT_DECAY = 0.05
 LABEL_SMOOTHING = 0.1
@@ -135,6 +137,10 @@ def train(arch: str, size: int, seed: int, *, train_images: int, epochs: int, pa
 
 #: The activation range methods measured (the first is the export before this benchmark).
 RANGE_METHODS = ("minmax", "p99.99", "mse")
+#: The GroupNorm variance forms measured with the default range method: row name -> form
+#: (`keras_mvit2.layers.export_forms.ExportForms.variance`; docs/int8.md section 6).
+VARIANCE_ROWS = {"int8 default gn E[x^2] mean": "one_pass",
+                 "int8 default gn E[x^2] matmul": "one_pass_matmul"}
 CALIBRATION_IMAGES = 200
 TIMING_RUNS = 60
 
@@ -203,6 +209,7 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
     import numpy as np
 
     import keras_mvit2 as mv
+    from keras_mvit2.layers import export_forms
 
     key = f"{size}/seed{seed}"
     done = results.setdefault(key, {})
@@ -213,8 +220,14 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
     x, y = fashion_mnist("test", args.test_images)
     images = np.asarray(as_model_input(x, size))
     files: dict[str, str] = {}
-    for arch in ("mobilevitv2_050", "mobilenetv2_050"):
+    for arch in args.networks:
         path = os.path.join(args.work, f"{arch}_{size}_seed{seed}.keras")
+        if not os.path.exists(path):  # a new training: the rows and files of the last go
+            for row_key in [k for k in done if k.startswith(f"{arch} ")]:
+                del done[row_key]
+            for name in os.listdir(folder):
+                if name.startswith(f"{arch}_") and name.endswith(".tflite"):
+                    os.remove(os.path.join(folder, name))
         model = train(arch, size, seed, train_images=args.train_images, epochs=args.epochs,
                       path=path)
         reference = np.asarray(model.predict(images, batch_size=32, verbose=0))
@@ -229,11 +242,15 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
             for method in RANGE_METHODS:
                 rows[f"int8 {method}"] = dict(activation_ranges=method)
             rows["int8 default uint8"] = dict(activation_ranges=default, io_dtype="uint8")
+            for name, variance in VARIANCE_ROWS.items():
+                rows[name] = dict(activation_ranges=default, variance=variance)
             for name, options in rows.items():
                 out = os.path.join(folder, f"{arch}_{name.replace(' ', '_')}.tflite")
                 if not os.path.exists(out):
-                    mv.export.to_tflite(model, out, quantization="int8",
-                                        representative_data=calibration, **options)
+                    with export_forms.use_forms(
+                            variance=options.pop("variance", export_forms.current().variance)):
+                        mv.export.to_tflite(model, out, quantization="int8",
+                                            representative_data=calibration, **options)
                 rows[name] = out
             out = os.path.join(folder, f"{arch}_int8_equalized.tflite")
             if not os.path.exists(out):
@@ -320,13 +337,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-images", type=int, default=1000)
     parser.add_argument("--work", default=os.path.join(ROOT, "runs", "int8_fidelity"))
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--networks", nargs="+", choices=NETWORKS, default=list(NETWORKS),
+                        help="the networks to train (or load) and measure; the rows of the "
+                             "others stay as recorded")
     parser.add_argument("--train-only", action="store_true",
                         help="train (or load) the models and stop")
     args = parser.parse_args(argv)
     if args.train_only:
         for size in args.sizes:
             for seed in args.seeds:
-                for arch in ("mobilevitv2_050", "mobilenetv2_050"):
+                for arch in args.networks:
                     train(arch, size, seed, train_images=args.train_images, epochs=args.epochs,
                           path=os.path.join(args.work, f"{arch}_{size}_seed{seed}.keras"))
         return 0

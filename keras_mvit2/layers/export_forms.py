@@ -13,7 +13,7 @@ passing a preset (`COREML_CHANNELS_FIRST`). The Keras layers read `current()`.
 | normaliser `"exp_mean"`   | default                      | no TRANSPOSE; int16, int8 safe (3) |
 | normaliser `"softmax"`    | Core ML blocks (2)           | one `softmax` op, last axis        |
 | variance `"one_pass"`     | default                      | 2 full-tensor ops, not 5 (4)       |
-| variance `"one_pass_matmul"` | opt-in (`use_forms`)      | int8: `E[x^2]` summed in int32 (5) |
+| variance `"one_pass_matmul"` | full int8, QAT twin (6)   | int8: `E[x^2]` summed in int32 (5) |
 | variance `"centred"`      | Core ML blocks (2)           | no cancellation in fp16            |
 | unfold `"space_to_depth"` | default                      | no TRANSPOSE channels-last         |
 | unfold `"depthwise_conv"` | Core ML blocks (2)           | no transpose channels-first        |
@@ -30,9 +30,11 @@ float in int8 TFLite). The centred form's `E[(x - E[x])^2]` has no `E[x^2] - E[x
 cancellation, which matters in Core ML's fp16. (5) `E[x^2]` as one BATCH_MATMUL per sample
 (the flattened tensor times itself), not MEAN of `x * x`: in full int8 `x * x` is rounded to
 8 bits per element, and with heavy tails most squares round to zero (docs/int8.md, "The
-GroupNorm's squares").
+GroupNorm's squares"). (6) `int8_forms`: `to_tflite(quantization="int8")` and the QAT
+twin's worker; float graphs keep `"one_pass"` (the same function, 42 ops fewer).
 
-Presets: `KERAS` (the default, everything the first row), `COREML_CHANNELS_LAST`
+Presets: `KERAS` (the default, everything the first row), `INT8` (`KERAS` with the
+`"one_pass_matmul"` variance), `COREML_CHANNELS_LAST`
 (`KERAS` with `"product_mean"` pooling) and `COREML_CHANNELS_FIRST` (the Core ML block trace
 with `keras_mvit2.layers.functional.CHANNELS_FIRST`).
 
@@ -53,6 +55,7 @@ from typing import Any, Literal
 __all__ = [
     "COREML_CHANNELS_FIRST",
     "COREML_CHANNELS_LAST",
+    "INT8",
     "KERAS",
     "ExportForms",
     "block_call_override",
@@ -60,6 +63,7 @@ __all__ = [
     "current",
     "elementwise_token_pooling",
     "export_call",
+    "int8_forms",
     "use_forms",
 ]
 
@@ -95,6 +99,9 @@ class ExportForms:
 
 #: Keras training and inference, every TFLite format, the QAT twin.
 KERAS = ExportForms()
+#: Full-int8 TFLite and the QAT twin (`int8_forms`): `KERAS` with the GroupNorm's `E[x^2]`
+#: as a matrix product, summed in int32 (5).
+INT8 = dataclasses.replace(KERAS, variance="one_pass_matmul")
 #: Core ML, layers traced as they are (channels-last): a float runtime, no matrix product.
 COREML_CHANNELS_LAST = dataclasses.replace(KERAS, token_pooling="product_mean")
 #: Core ML, the `MobileViTV2Block` transformer traced channels-first (`coreml_layout`).
@@ -143,6 +150,20 @@ def elementwise_token_pooling() -> Iterator[None]:
     """
     with use_forms(token_pooling="product_mean"):
         yield
+
+
+@contextlib.contextmanager
+def int8_forms() -> Iterator[ExportForms]:
+    """Trace the forms of a full-int8 graph (`INT8`'s variance), unless the caller chose forms.
+
+    Full-int8 TFLite (`to_tflite(quantization="int8")`) and the QAT twin enter it; within
+    a caller's `use_forms` it changes nothing (a benchmark's ablation keeps its forms).
+    """
+    if chosen():
+        yield current()
+        return
+    with use_forms(variance=INT8.variance) as forms:
+        yield forms
 
 
 @contextlib.contextmanager

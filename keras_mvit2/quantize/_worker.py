@@ -284,7 +284,11 @@ def main(argv: list[str]) -> int:
         _install_shim()
         ctx = WorkerContext(job)
         ctx.log(f"task {job['task']!r}: TensorFlow + tf_keras + TFMOT worker started")
-        result = _tasks()[job["task"]](ctx)
+        from keras_mvit2.layers import export_forms
+
+        # The forms the parent's export traces (`export_forms.int8_forms` for QAT).
+        with export_forms.use_forms(export_forms.ExportForms(**job.get("forms", {}))):
+            result = _tasks()[job["task"]](ctx)
         result = {"ok": True, **result, "worker_seconds": time.monotonic() - ctx.start}
         code = 0
     except BaseException as err:

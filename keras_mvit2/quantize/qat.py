@@ -312,6 +312,7 @@ def qat(
             fake_quantize_functions=bool(fake_quantize_functions),
             activation_ranges=activation_ranges,
             tflite_path=os.path.join(workdir, "qat_model.tflite"),
+            forms=_int8_forms(),
         )
         result = _worker_client.run_worker("qat", job, workdir, verbose=verbose, timeout=timeout)
         with open(result["tflite_path"], "rb") as f:
@@ -324,6 +325,15 @@ def qat(
         steps=steps, calibration_steps=calibration_steps, start=start, verbose=verbose,
         class_names=class_names, activation_ranges=activation_ranges,
     )
+
+
+def _int8_forms() -> dict[str, str]:
+    """The forms the twin traces in the worker (`export_forms.int8_forms`: the caller's
+    `use_forms`, else `export_forms.INT8`), as the job's JSON carries them."""
+    from keras_mvit2.layers import export_forms
+
+    with export_forms.int8_forms() as forms:
+        return dataclasses.asdict(forms)
 
 
 def qat_installed() -> bool:

@@ -35,6 +35,7 @@ Notes (measured with Keras 3.15, TF 2.21 and LiteRT 2.3):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -72,6 +73,7 @@ from keras_mvit2.export.tflite.pointwise_fusion import (
     fuse_pointwise_convolutions,
 )
 from keras_mvit2.export.tflite.run import _check_runs, _sanity_check
+from keras_mvit2.layers import export_forms
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
 
@@ -232,10 +234,13 @@ def to_tflite(
         calibration_info = {**(calibration_info or {}), "activation_ranges": activation_ranges}
     if float_layers:
         calibration_info = {**(calibration_info or {}), "float_layers": list(float_layers)}
-    flatbuffer, fusions = _convert_model(
-        model, input_shape, quantization, io_dtype, calibration, fuse_pointwise,
-        float_layers=float_layers, activation_ranges=activation_ranges,
-    )
+    # Full int8 traces the forms int8 represents best (export_forms.int8_forms: the
+    # GroupNorm's E[x^2] as a matrix product), unless the caller chose forms.
+    with (export_forms.int8_forms() if quantization == "int8" else contextlib.nullcontext()):
+        flatbuffer, fusions = _convert_model(
+            model, input_shape, quantization, io_dtype, calibration, fuse_pointwise,
+            float_layers=float_layers, activation_ranges=activation_ranges,
+        )
     flatbuffer = _with_postprocess_and_metadata(
         flatbuffer,
         model,
