@@ -170,7 +170,8 @@ def group_norm1(x, gamma, beta, epsilon: float, *, layout: TokenLayout = CHANNEL
         normalized = centred * ops.rsqrt(var + epsilon)
         y = normalized * layout.per_channel(gamma, x.dtype) + layout.per_channel(beta, x.dtype)
     else:
-        raise ValueError(f"variance must be 'one_pass' or 'centred'. Received: {variance!r}")
+        raise ValueError("variance must be 'one_pass', 'one_pass_matmul' or 'centred'. "
+                         f"Received: {variance!r}")
     return y if compute_dtype is None else ops.cast(y, compute_dtype)
 
 
