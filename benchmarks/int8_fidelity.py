@@ -37,6 +37,7 @@ to `--out`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -247,8 +248,9 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
             for name, options in rows.items():
                 out = os.path.join(folder, f"{arch}_{name.replace(' ', '_')}.tflite")
                 if not os.path.exists(out):
-                    with export_forms.use_forms(
-                            variance=options.pop("variance", export_forms.current().variance)):
+                    variance = options.pop("variance", None)  # None: the default int8 forms
+                    with (export_forms.use_forms(variance=variance) if variance
+                          else contextlib.nullcontext()):
                         mv.export.to_tflite(model, out, quantization="int8",
                                             representative_data=calibration, **options)
                 rows[name] = out

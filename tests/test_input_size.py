@@ -161,6 +161,10 @@ def test_cli_exports_a_dynamic_keras_file_at_the_size_asked(tmp_path):
     assert inspect_tflite(tmp_path / "a.tflite").inputs[0].shape == (1, 96, 128, 3)
 
 
+# Slow tier: three task models built at two sizes and traced (12-14 s each on an AVX2-only
+# CPU alone, over 30 s beside other work); the fast tier has the classifier's
+# (test_dynamic_model_equals_the_model_built_for_each_size).
+@pytest.mark.slow
 @pytest.mark.parametrize("builder", ["DeepLabV3", "PSPNet", "SSDLite"])
 def test_task_models_built_for_any_size(builder, rng):
     from keras_mvit2 import tasks

@@ -31,7 +31,8 @@ cancellation, which matters in Core ML's fp16. (5) `E[x^2]` as one BATCH_MATMUL 
 (the flattened tensor times itself), not MEAN of `x * x`: in full int8 `x * x` is rounded to
 8 bits per element, and with heavy tails most squares round to zero (docs/int8.md, "The
 GroupNorm's squares"). (6) `int8_forms`: `to_tflite(quantization="int8")` and the QAT
-twin's worker; float graphs keep `"one_pass"` (the same function, 42 ops fewer).
+twin's worker; float graphs keep `"one_pass"` (one MEAN where the matrix product takes a
+BATCH_MATMUL and two RESHAPEs).
 
 Presets: `KERAS` (the default, everything the first row), `INT8` (`KERAS` with the
 `"one_pass_matmul"` variance), `COREML_CHANNELS_LAST`
