@@ -23,8 +23,13 @@ every file run in LiteRT (XNNPACK, as apps run it):
   converter's global min / max, the export before this benchmark), ``p99.99`` and ``mse``,
   float I/O, and the default method with uint8 I/O; ``equalized``: the default method on the
   model with the attention output equalized (`keras_mvit2.export.equalize_attention`, a
-  float-exact rewrite);
+  float-exact rewrite); ``default gn E[x^2] mean`` / ``... matmul``: the default method with
+  each GroupNorm variance form (`VARIANCE_ROWS`; the matrix product is the int8 default);
 * ``mobilenetv2_050``: the control, float and uint8 I/O.
+
+`--networks` trains and measures only some networks (the others' rows stay as recorded); a
+network trained anew (its `.keras` absent under `--work`) has its rows and files of the
+size and seed made again.
 
 Columns: float Keras top-1, int8 top-1, drop in points, argmax agreement with Keras, the
 float model's median top-1 margin (softmax probability of the top class minus the second),
