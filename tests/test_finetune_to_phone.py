@@ -468,7 +468,8 @@ def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end_on_pytorch(tmp_path):
     out = tmp_path / "tiny_run"
     stdout = _mvit2_on("torch", ["finetune", str(photos), "--model", MODEL, "--weights",
                                  "none", "--epochs", "1", "--image-size", str(SIZE),
-                                 "--export", "tflite", "-o", str(out)], no_tensorflow=True)
+                                 "--export", "tflite", "--qat-steps", "0", "-o", str(out)],
+                       no_tensorflow=True)
     assert ("data.batch_size 32 is more than the 15 training images: training with "
             "data.batch_size 15, one step per epoch (--set data.batch_size=N picks another "
             "batch).") in stdout
@@ -497,25 +498,16 @@ def test_a_tiny_folder_fits_its_batch_and_ships_end_to_end_on_pytorch(tmp_path):
                        data.labels, class_names=list(CLASSES))
     assert (checked.accuracy, checked.top1_agreement) == (record["top1"],
                                                           record["top1_agreement"])
-    # Quantization-aware training on the run's own training images is tried exactly when
-    # the post-training int8 file loses more than a point, and ships when it keeps it.
+    # --qat-steps 0: no quantization-aware training, whatever the post-training file loses
+    # (3 held-out images: any disagreement is 33 points). The QAT the command tries past a
+    # point is tested on TensorFlow (tests/test_optimize.py, the same export child).
     from keras_mvit2.ship.phone_files import drop_points
 
-    qat = record.get("qat")
-    card = (out / "MODEL_CARD.md").read_text()
-    if qat is None:
-        assert drop_points(record) <= 1.0
-        assert "quantization-aware" not in stdout + card
-    else:
-        assert qat["post_training"]["drop_points"] > 1.0 and "error" not in qat, qat
-        # 15 images, batch 8: 2 steps a pass, 3 passes
-        assert qat["training_images"] == 15 and qat["steps"] == 6 and qat["distill"]
-        assert "quantization-aware training on the run's training images" in stdout
-        assert qat["shipped"] == (qat["drop_points"] < qat["post_training"]["drop_points"])
-        assert ("is quantization-aware trained" in card) == qat["shipped"]
-        assert ("did not fix it" in card) == (qat["drop_points"] > 1.0)
-        assert record["top1"] == (qat["top1"] if qat["shipped"]
-                                  else qat["post_training"]["top1"])
+    drop = drop_points(record)
+    assert "qat" not in record
+    assert "quantization-aware" not in stdout + (out / "MODEL_CARD.md").read_text()
+    warned = f"the TFLite int8 file (phone/model_int8.tflite) scores {drop:.1f} top-1 points"
+    assert (warned in stdout) == (drop > 1.0), stdout[-2000:]
 
     # The second run trains on JAX (tf.data input, Keras' JAX step), from PyTorch's file.
     again = tmp_path / "from_keras"
