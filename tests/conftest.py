@@ -12,6 +12,18 @@ def rng() -> np.random.Generator:
 
 
 @pytest.fixture(scope="session")
+def ct():
+    """coremltools, imported when a test asks for it; the test is skipped without it.
+
+    Test modules take it through ``pytestmark = pytest.mark.usefixtures("ct")`` rather than
+    a module-level ``pytest.importorskip``: every pytest-xdist worker collects every module,
+    and importing coremltools imports torch and torchao (~6 s per worker, in the fast tier
+    too, where no Core ML test may run in that worker).
+    """
+    return pytest.importorskip("coremltools")
+
+
+@pytest.fixture(scope="session")
 def trained_classifier_path(tmp_path_factory) -> str:
     """`.keras` file of the run's one trained Fashion-MNIST classifier (see
     shared_fixtures.py: MobileViTV2-0.5, logits, 32x32, 80-82 % test accuracy)."""

@@ -8,13 +8,13 @@ import pytest
 from model_utils import perturb_norms
 
 import keras_mvit2 as mv
-
-ct = pytest.importorskip("coremltools")
-from keras_mvit2.export.coreml import (  # noqa: E402
+from keras_mvit2.export.coreml import (
     coreml_predictions_available,
     inspect_coreml,
     to_coreml,
 )
+
+pytestmark = pytest.mark.usefixtures("ct")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_ml_program_structure(fp16_package, capsys):
 
 
 @pytest.mark.slow
-def test_classifier_labels_and_float32(tmp_path):
+def test_classifier_labels_and_float32(ct, tmp_path):
     model = mv.MobileViTV2(0.5, input_shape=(64, 64, 3), classes=3, classifier_activation=None)
     report = to_coreml(model, tmp_path / "c.mlpackage", precision="float32",
                        class_labels=["cat", "dog", "fox"])
@@ -73,7 +73,7 @@ def test_classifier_labels_and_float32(tmp_path):
         f"exported by keras_mvit2 {mv.__version__}")
 
 
-def test_small_model_converts_with_image_input_and_labels(tmp_path):
+def test_small_model_converts_with_image_input_and_labels(ct, tmp_path):
     """The fast tier's Core ML conversion: one MobileViTv2 block (unfold, attention, fold)
     between a stem and a classifier, at 32x32, in seconds."""
     from keras_mvit2.layers import MobileViTV2Block

@@ -19,12 +19,12 @@ import tensorflow as tf
 from model_utils import TORCH_READY, perturb_norms
 
 import keras_mvit2 as mv
+from keras_mvit2.export.coreml import to_coreml
 from keras_mvit2.export.coreml.layout import coreml_layout
 from keras_mvit2.tasks.detection import AnchorConfig, SSDLite
 from keras_mvit2.tasks.segmentation import DeepLabV3
 
-ct = pytest.importorskip("coremltools")
-from keras_mvit2.export.coreml import to_coreml  # noqa: E402
+pytestmark = pytest.mark.usefixtures("ct")
 
 WIDTHS = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0)
 #: Op counts do not depend on the input size (checked: 0.5 with perturbed norms gives the
@@ -132,7 +132,7 @@ def reference() -> dict:
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("width", WIDTHS)
-def test_leaner_than_apples_export_path(width, reference, tmp_path, capsys):
+def test_leaner_than_apples_export_path(width, reference, ct, tmp_path, capsys):
     report = to_coreml(_classifier(width), tmp_path / "m.mlpackage")
     ours, theirs = report.op_histogram, reference[_timm_name(width)]["ops"]
     with capsys.disabled():
@@ -157,6 +157,8 @@ def test_leaner_than_apples_export_path(width, reference, tmp_path, capsys):
 
 def _transposes_by_owner(path) -> dict[str, int]:
     """Transpose ops of a saved program, split by whether a backbone stage wrote them."""
+    import coremltools as ct
+
     spec = ct.models.MLModel(str(path), skip_model_load=True).get_spec()
     found = {"backbone": 0, "head": 0}
     for function in spec.mlProgram.functions.values():

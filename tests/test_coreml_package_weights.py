@@ -15,6 +15,8 @@ import pytest
 from keras_mvit2.export.coreml.compress import check_compression
 from keras_mvit2.export.coreml.recipes import COMPRESSION_RECIPES
 
+pytestmark = pytest.mark.usefixtures("ct")
+
 NUM_IMAGES = 500  # Fashion-MNIST test images for the top-1 agreement
 
 
@@ -65,8 +67,6 @@ def test_grouped_palettization_needs_ios18():
 
 # --------------------------------------------------------------------------------------
 # slow: real packages
-
-ct = pytest.importorskip("coremltools")
 
 
 def _package_bytes(path) -> int:
@@ -261,7 +261,7 @@ def test_w8a8_is_calibrated_here_and_labelled_not_measurable(small_cnn, tmp_path
 
 
 @pytest.mark.slow
-def test_interpreter_convolutions_against_numpy(tmp_path, rng):
+def test_interpreter_convolutions_against_numpy(ct, tmp_path, rng):
     """MIL conv padding modes and a depthwise multiplier against numpy loops, and an op the
     interpreter lacks is an error naming it (never skipped)."""
     from coremltools.converters.mil import Builder as mb  # noqa: N813

@@ -13,14 +13,26 @@ from model_utils import mobilevitv2_fused_macs
 
 import keras_mvit2 as mv
 
-ct = pytest.importorskip("coremltools")
-from coremltools.converters.mil import Builder as mb  # noqa: E402, N813
-from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY  # noqa: E402
-
-from keras_mvit2.export.coreml import to_coreml  # noqa: E402
-from keras_mvit2.export.coreml.pointwise_fusion import PASS_NAME, collect_fusions  # noqa: E402
-
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def mil():
+    """coremltools' MIL builder, the fusion pass and its log, imported when a test runs:
+    collecting this module (every pytest worker collects it, in the fast tier too) must not
+    import coremltools, which imports torch (~6 s)."""
+    pytest.importorskip("coremltools")
+    from coremltools.converters.mil import Builder
+    from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY
+
+    from keras_mvit2.export.coreml.pointwise_fusion import PASS_NAME, collect_fusions
+
+    def run_pass(program):
+        with collect_fusions() as fusions:
+            PASS_REGISTRY[PASS_NAME](program)
+        return fusions
+
+    return Builder, run_pass
 
 
 def _pointwise(x, weight, bias):
@@ -28,7 +40,7 @@ def _pointwise(x, weight, bias):
     return np.einsum("oc,bchw->bohw", weight[:, :, 0, 0], x) + bias[None, :, None, None]
 
 
-def _program(rng, channels, *, kernel=1, stride=1, second_reader=False):
+def _program(mb, rng, channels, *, kernel=1, stride=1, second_reader=False):
     cin, mid, cout = channels
     wa = rng.normal(size=(mid, cin, 1, 1)).astype(np.float32)
     ba = rng.normal(size=mid).astype(np.float32)
@@ -49,10 +61,10 @@ def _convs(program):
     return [op for op in program.functions["main"].operations if op.op_type == "conv"]
 
 
-def test_fuses_a_pair_into_the_same_function(rng):
-    program, (wa, ba, wb, bb) = _program(rng, (8, 12, 6))
-    with collect_fusions() as fusions:
-        PASS_REGISTRY[PASS_NAME](program)
+def test_fuses_a_pair_into_the_same_function(mil, rng):
+    builder, run_pass = mil
+    program, (wa, ba, wb, bb) = _program(builder, rng, (8, 12, 6))
+    fusions = run_pass(program)
     (fused,) = _convs(program)
     x = rng.normal(size=(2, 8, 6, 5))
     want = _pointwise(_pointwise(x, wa, ba), wb, bb)
@@ -70,14 +82,16 @@ def test_fuses_a_pair_into_the_same_function(rng):
     dict(channels=(8, 12, 6), kernel=3),              # the second is 3x3
     dict(channels=(8, 12, 6), stride=2),              # the first is strided
 ])
-def test_leaves_pairs_it_cannot_fuse(case, rng):
-    program, _ = _program(rng, **case)
-    with collect_fusions() as fusions:
-        PASS_REGISTRY[PASS_NAME](program)
+def test_leaves_pairs_it_cannot_fuse(mil, case, rng):
+    builder, run_pass = mil
+    program, _ = _program(builder, rng, **case)
+    fusions = run_pass(program)
     assert len(_convs(program)) == 2 and fusions == []
 
 
-def test_to_coreml_fuses_mobilevitv2s_three_pairs(tmp_path):
+def test_to_coreml_fuses_mobilevitv2s_three_pairs(mil, tmp_path):
+    from keras_mvit2.export.coreml import to_coreml
+
     model = mv.MobileViTV2(0.5, input_shape=(64, 64, 3), classes=10)
     fused = to_coreml(model, tmp_path / "fused.mlpackage")
     plain = to_coreml(model, tmp_path / "plain.mlpackage", fuse_pointwise=False)

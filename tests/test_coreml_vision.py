@@ -8,17 +8,17 @@ import keras
 import numpy as np
 import pytest
 
-ct = pytest.importorskip("coremltools")
+from keras_mvit2.export import to_coreml
+from keras_mvit2.export.coreml.detection import _decoding_model, to_coreml_detector
+from keras_mvit2.tasks import DeepLabV3, SSDLite
+from keras_mvit2.tasks.detection import decode_boxes
 
-from keras_mvit2.export import to_coreml  # noqa: E402
-from keras_mvit2.export.coreml.detection import _decoding_model, to_coreml_detector  # noqa: E402
-from keras_mvit2.tasks import DeepLabV3, SSDLite  # noqa: E402
-from keras_mvit2.tasks.detection import decode_boxes  # noqa: E402
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ct")]
 
 
 def _image_input(spec, size):
+    import coremltools as ct
+
     (feature,) = spec.description.input
     assert feature.type.WhichOneof("Type") == "imageType"
     image = feature.type.imageType
@@ -26,7 +26,7 @@ def _image_input(spec, size):
     assert image.colorSpace == ct.proto.FeatureTypes_pb2.ImageFeatureType.RGB
 
 
-def test_segmenter_package_is_vision_ready(tmp_path):
+def test_segmenter_package_is_vision_ready(ct, tmp_path):
     keras.utils.set_random_seed(0)
     model = DeepLabV3(0.5, input_shape=(32, 32, 3), classes=5, aspp_channels=16)
     to_coreml(model, tmp_path / "seg.mlpackage")
@@ -37,7 +37,7 @@ def test_segmenter_package_is_vision_ready(tmp_path):
     assert list(output.type.multiArrayType.shape) == [1, 32, 32, 5]  # scores per pixel
 
 
-def test_detector_pipeline_ends_in_non_maximum_suppression(tmp_path):
+def test_detector_pipeline_ends_in_non_maximum_suppression(ct, tmp_path):
     keras.utils.set_random_seed(0)
     model = SSDLite(0.5, input_shape=(64, 64, 3), classes=4)
     names = ["Trouser", "Sneaker", "Bag"]
