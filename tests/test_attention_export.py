@@ -73,9 +73,10 @@ def _tflite_tensor_shapes(path):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ct")
 @pytest.mark.parametrize("host", ["mobilevitv2_050", "deit_tiny"])
 @pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
-def test_coreml_ml_program(name, host, ct, tmp_path):
+def test_coreml_ml_program(name, host, tmp_path):
     from keras_mvit2.export import to_coreml
 
     build = _mobilevitv2 if host == "mobilevitv2_050" else _deit_tiny
@@ -90,8 +91,9 @@ def test_coreml_ml_program(name, host, ct, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ct")
 @pytest.mark.parametrize("name", ["mobilevit_xxs", "mobilevit_xs", "mobilevit_s"])
-def test_mobilevit_v1_converts_to_tflite_and_coreml(name, ct, tmp_path, rng):
+def test_mobilevit_v1_converts_to_tflite_and_coreml(name, tmp_path, rng):
     """The v1 baselines (MHA, fusion block) export like the rest of the zoo."""
     from keras_mvit2.export import to_coreml
 

@@ -17,11 +17,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def mil():
-    """coremltools' MIL builder, the fusion pass and its log, imported when a test runs:
-    collecting this module (every pytest worker collects it, in the fast tier too) must not
-    import coremltools, which imports torch (~6 s)."""
-    pytest.importorskip("coremltools")
+def mil(ct):
+    """coremltools' MIL builder, and the fusion pass run with its log, imported when a test
+    runs (see the `ct` fixture in conftest.py)."""
     from coremltools.converters.mil import Builder
     from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY
 
