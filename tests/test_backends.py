@@ -4,19 +4,22 @@ Each backend runs in a process of its own (`tests/backend_worker.py`): Keras fix
 when imported, and on this stack a PyTorch convolution segfaults in a process that has
 imported TensorFlow, so the worker must not import it (and checks that nothing did).
 
-- Fast, on both backends: every layer of `keras_mvit2.layers` (`model_utils.layer_zoo`,
-  two small models: each attention of the zoo, the MobileViT v1 and ViT blocks) saved here
-  as `.keras` gives there the outputs it gives here, and its weights saved there
+Every test here starts a worker process (slow tier, as `.ci/run` runs it):
+
+- On both backends: every layer of `keras_mvit2.layers` (`model_utils.layer_zoo`, three
+  small models: each attention of the zoo, the MobileViT v1 and ViT blocks) saved here as
+  `.keras` gives there the outputs it gives here, and its weights saved there
   (`.weights.h5`) load here with them bit for bit (JAX's workers compile with XLA's
   quickest CPU settings, `model_utils.jax_quick_compile`).
-- Fast (PyTorch; JAX in the slow tier, its whole-model builds take ~7 s each): `import
-  keras_mvit2` and a MobileViTV2 on the backend load no TensorFlow; a `.weights.h5` saved here
-  (TensorFlow) loads there, static and `(None, None, 3)`, with the same outputs; the file
-  saved back there loads here with bit-identical weights and outputs; a whole-model `.keras`
-  file crosses both ways with the same outputs; a task model (DeepLabV3) builds and runs
-  there, and the TensorFlow-only `keras_mvit2.tasks.data` / `.train` name the backend and
-  the fix. A TF-only feature used on JAX names the backend and the fix.
-- Slow (the run's timm oracle, `tests/torch_oracle.py`, and `tests/timm_oracle_v1_vit.py`):
+- PyTorch (JAX rides on its timm-oracle worker below, its whole-model builds taking ~7 s
+  each): `import keras_mvit2` and a MobileViTV2 on the backend load no TensorFlow; a
+  `.weights.h5` saved here (TensorFlow) loads there, static and `(None, None, 3)`, with the
+  same outputs; the file saved back there loads here with bit-identical weights and outputs;
+  a whole-model `.keras` file crosses both ways with the same outputs; a task model
+  (DeepLabV3) builds and runs there, and the TensorFlow-only `keras_mvit2.tasks.data` /
+  `.train` name the backend and the fix. A TF-only feature used on JAX names the backend
+  and the fix.
+- The run's timm oracle (`tests/torch_oracle.py`, and `tests/timm_oracle_v1_vit.py`):
   MobileViTV2 0.5 and 1.0 and MobileViT v1 XXS with ported timm weights give timm's logits
   (max |difference| <= 1e-5 of the largest logit) on each backend, built for 224x224 (the
   align-corners / half-pixel resizes run) and for `(None, None, 3)` (256x320 and the odd
@@ -253,9 +256,11 @@ def tf_layer_zoo(tmp_path_factory) -> dict:
     return saved
 
 
-# The fast tier's backend matrix: every layer on JAX and PyTorch (the whole models: the
-# slow tier's crossing above and timm-oracle test below). Three parts, so that each JAX
-# worker compiles in a few seconds (two attentions in one took 11-18 s on an AVX2-only CPU).
+# The backend matrix: every layer on JAX and PyTorch (the whole models: the crossing above
+# and the timm-oracle test below). Three parts, so that each JAX worker compiles in a few
+# seconds. Slow tier: a worker process each, 9-13 s on an idle AVX2-only 2-core host and
+# 18-19 s on CI's (over the fast tier's 15 s limit), ~70 s of the fast tier in all.
+@pytest.mark.slow
 @pytest.mark.parametrize("part", LAYER_ZOO_PARTS)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_layer_gives_tensorflows_outputs_on_each_backend(backend, part, tf_layer_zoo,
@@ -283,6 +288,7 @@ def test_every_layer_gives_tensorflows_outputs_on_each_backend(backend, part, tf
                                   tf_layer_zoo[part]["y"])
 
 
+@pytest.mark.slow
 def test_tensorflow_only_features_name_the_backend_and_the_fix(tmp_path):
     if not _available("jax"):
         pytest.skip("the jax backend is not installed")
