@@ -140,13 +140,18 @@ def test_save_to_preset_round_trips_through_keras_hubs_own_from_preset(classifie
     assert type(loaded.preprocessor.image_converter) is mvhub.MobileViTV2ImageConverter
     np.testing.assert_array_equal(loaded.predict(raw, verbose=0), expected)
 
+
+def test_preset_loads_through_the_backbone_the_subclass_and_the_preprocessor(classifier,
+                                                                             preset_dir):
     backbone = keras_hub.models.Backbone.from_preset(preset_dir)
     assert type(backbone) is mvhub.MobileViTV2Backbone
     x = np.random.default_rng(4).random((2, SIZE, SIZE, 3)).astype("float32")
     np.testing.assert_array_equal(np.asarray(backbone(x)), np.asarray(classifier.backbone(x)))
 
+    raw = _raw_images(seed=3)
     same = mvhub.MobileViTV2ImageClassifier.from_preset(preset_dir)
-    np.testing.assert_array_equal(same.predict(raw, verbose=0), expected)
+    np.testing.assert_array_equal(same.predict(raw, verbose=0),
+                                  classifier.predict(raw, verbose=0))
     preprocessor = keras_hub.models.ImageClassifierPreprocessor.from_preset(preset_dir)
     assert type(preprocessor) is mvhub.MobileViTV2ImageClassifierPreprocessor
 
