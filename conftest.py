@@ -25,12 +25,15 @@ reference cycle among them would outlive its module.
 A fast test whose setup + call take longer than `--fast-limit` seconds (default 15,
 `MVIT2_FAST_LIMIT` in the environment; scaled up by the machine's load when it is busier than
 its cores) fails and is named, so the fast tier stays fast as the project grows: make it
-faster, or mark it `@pytest.mark.slow`.
+faster, or mark it `@pytest.mark.slow`. The setup of session-scoped fixtures (the run-wide
+ones, and `ct`'s import of coremltools) is not counted: it is paid once per process by
+whichever test asks first, and is shared by every later one.
 """
 
 import gc
 import os
 import platform
+import time
 
 import pytest
 
@@ -50,6 +53,9 @@ DEFAULT_FAST_LIMIT_S = 15.0
 #: The most pytest-xdist workers `mvit2_workers = auto` starts (each imports TensorFlow).
 MAX_AUTO_WORKERS = 4
 _SETUP_SECONDS = pytest.StashKey[float]()
+#: Seconds spent setting up session-scoped fixtures during the current test's setup.
+_SESSION_SETUP_SECONDS = pytest.StashKey[float]()
+_SESSION_SETUP_DEPTH = pytest.StashKey[int]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -170,11 +176,34 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _freeze_survivors()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.config.stash[_SESSION_SETUP_SECONDS] = 0.0
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
+    """Times the outermost session-scoped fixture setups (`_SESSION_SETUP_SECONDS`)."""
+    stash = request.config.stash
+    depth = stash.get(_SESSION_SETUP_DEPTH, 0)
+    if fixturedef.scope != "session" or depth:
+        return (yield)
+    stash[_SESSION_SETUP_DEPTH] = 1
+    start = time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        stash[_SESSION_SETUP_DEPTH] = 0
+        stash[_SESSION_SETUP_SECONDS] = (stash.get(_SESSION_SETUP_SECONDS, 0.0)
+                                         + time.perf_counter() - start)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     if report.when == "setup":
-        item.stash[_SETUP_SECONDS] = report.duration
+        shared = item.config.stash.get(_SESSION_SETUP_SECONDS, 0.0)
+        item.stash[_SETUP_SECONDS] = max(0.0, report.duration - shared)
     limit = item.config.getoption("--fast-limit")
     if report.when != "call" or not report.passed or not limit or _is_slow(item):
         return report
@@ -183,7 +212,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if setup + report.duration > limit * load:
         report.outcome = "failed"
         report.longrepr = (
-            f"{item.nodeid} took {setup + report.duration:.1f} s (setup {setup:.1f} s, call "
+            f"{item.nodeid} took {setup + report.duration:.1f} s (setup {setup:.1f} s without "
+            f"session fixtures, call "
             f"{report.duration:.1f} s), over the fast tier's limit of {limit:g} s"
             + (f" x {load:.1f} (the machine's load)" if load > 1 else "")
             + ": make it faster, share an expensive fixture, or mark it @pytest.mark.slow"

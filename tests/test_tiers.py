@@ -57,6 +57,36 @@ def test_a_fast_test_over_the_limit_fails_and_is_named(suite):
         passed=2, deselected=1)
 
 
+SHARED = """
+import time
+import pytest
+
+@pytest.fixture(scope="session")
+def shared():
+    time.sleep(1.0)
+
+@pytest.fixture(scope="module")
+def per_module():
+    time.sleep(1.0)
+
+def test_asks_for_the_session_fixture(shared):
+    pass
+
+def test_asks_for_the_module_fixture(per_module):
+    pass
+"""
+
+
+def test_the_limit_counts_module_fixtures_not_session_ones(pytester):
+    with open(ROOT_CONFTEST) as f:
+        pytester.makeconftest(f.read())
+    pytester.makepyfile(test_shared=SHARED)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--fast-limit", "0.5")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*test_asks_for_the_module_fixture took 1.0 s (setup 1.0 s*over the fast tier's*"])
+
+
 WHERE = """
 import os
 
