@@ -55,7 +55,7 @@ MAX_AUTO_WORKERS = 4
 _SETUP_SECONDS = pytest.StashKey[float]()
 #: Seconds spent setting up session-scoped fixtures during the current test's setup.
 _SESSION_SETUP_SECONDS = pytest.StashKey[float]()
-_SESSION_SETUP_DEPTH = pytest.StashKey[int]()
+_IN_SESSION_SETUP = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -185,15 +185,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
     """Times the outermost session-scoped fixture setups (`_SESSION_SETUP_SECONDS`)."""
     stash = request.config.stash
-    depth = stash.get(_SESSION_SETUP_DEPTH, 0)
-    if fixturedef.scope != "session" or depth:
+    if fixturedef.scope != "session" or stash.get(_IN_SESSION_SETUP, False):
         return (yield)
-    stash[_SESSION_SETUP_DEPTH] = 1
+    stash[_IN_SESSION_SETUP] = True
     start = time.perf_counter()
     try:
         return (yield)
     finally:
-        stash[_SESSION_SETUP_DEPTH] = 0
+        stash[_IN_SESSION_SETUP] = False
         stash[_SESSION_SETUP_SECONDS] = (stash.get(_SESSION_SETUP_SECONDS, 0.0)
                                          + time.perf_counter() - start)
 
@@ -213,8 +212,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.outcome = "failed"
         report.longrepr = (
             f"{item.nodeid} took {setup + report.duration:.1f} s (setup {setup:.1f} s without "
-            f"session fixtures, call "
-            f"{report.duration:.1f} s), over the fast tier's limit of {limit:g} s"
+            f"session fixtures, call {report.duration:.1f} s), over the fast tier's limit of "
+            f"{limit:g} s"
             + (f" x {load:.1f} (the machine's load)" if load > 1 else "")
             + ": make it faster, share an expensive fixture, or mark it @pytest.mark.slow"
         )

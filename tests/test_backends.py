@@ -60,6 +60,8 @@ ORACLE_V2 = ("mobilevitv2_050", "mobilevitv2_100")  # of shared_fixtures.ORACLE_
 STATIC = ("224x224",)                                # 7x7 last map: the resize runs
 DYNAMIC = ("256x320", "193x201")                     # one (None, None, 3) model, odd sides
 
+pytestmark = pytest.mark.slow  # every test starts a worker process
+
 
 def _available(backend: str) -> bool:
     import importlib.util
@@ -230,7 +232,6 @@ def _check_crossing(backend: str, result: dict, saved: dict, capsys) -> None:
 
 # JAX's crossing rides on its timm-oracle worker (slow tier, below): one JAX process.
 # PyTorch's is a worker of its own (a whole model each way: ~20 s on an AVX2-only CPU).
-@pytest.mark.slow
 def test_no_tensorflow_and_weights_cross_backends_on_pytorch(tf_saved_weights, capsys):
     result = run_worker("torch", _crossing_job("torch", tf_saved_weights),
                         tf_saved_weights["folder"])
@@ -260,7 +261,6 @@ def tf_layer_zoo(tmp_path_factory) -> dict:
 # and the timm-oracle test below). Three parts, so that each JAX worker compiles in a few
 # seconds. Slow tier: a worker process each, 9-13 s on an idle AVX2-only 2-core host and
 # 18-19 s on CI's (over the fast tier's 15 s limit), ~70 s of the fast tier in all.
-@pytest.mark.slow
 @pytest.mark.parametrize("part", LAYER_ZOO_PARTS)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_layer_gives_tensorflows_outputs_on_each_backend(backend, part, tf_layer_zoo,
@@ -288,7 +288,6 @@ def test_every_layer_gives_tensorflows_outputs_on_each_backend(backend, part, tf
                                   tf_layer_zoo[part]["y"])
 
 
-@pytest.mark.slow
 def test_tensorflow_only_features_name_the_backend_and_the_fix(tmp_path):
     if not _available("jax"):
         pytest.skip("the jax backend is not installed")
@@ -330,7 +329,6 @@ def oracle_job(timm_oracle_dir, tmp_path_factory) -> dict:
     return {"oracle": cases}
 
 
-@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_models_give_timms_logits(backend, oracle_job, tmp_path, capsys, request):
