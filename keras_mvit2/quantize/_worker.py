@@ -214,16 +214,14 @@ def _task_twin(ctx: WorkerContext) -> dict[str, Any]:
 
 
 def _tasks() -> dict[str, Callable[[WorkerContext], dict[str, Any]]]:
-    import importlib
+    from keras_mvit2.quantize.qat_worker import worker_qat
+    from keras_mvit2.quantize.sparsity import worker_cluster, worker_prune
 
-    # (importlib: the package's `qat` attribute is the function, not the module)
-    qat_module = importlib.import_module("keras_mvit2.quantize.qat")
-    sparsity_module = importlib.import_module("keras_mvit2.quantize.sparsity")
     return {
         "twin": _task_twin,
-        "qat": qat_module.worker_qat,
-        "prune": sparsity_module.worker_prune,
-        "cluster": sparsity_module.worker_cluster,
+        "qat": worker_qat,
+        "prune": worker_prune,
+        "cluster": worker_cluster,
     }
 
 
