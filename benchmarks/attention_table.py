@@ -119,7 +119,7 @@ def train_one(mechanism: str, args: argparse.Namespace) -> dict[str, Any]:
     """Trains (or resumes) one mechanism; its record (diverged runs included)."""
     from keras_mvit2 import training
     from keras_mvit2.training.divergence import TrainingDivergedError
-    from keras_mvit2.training.trainer import STATE_FILE
+    from keras_mvit2.training.run_folder import STATE_FILE
 
     config = recipe(mechanism, args)
     start = time.perf_counter()
@@ -374,12 +374,12 @@ def main(argv: list[str] | None = None) -> int:
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     import keras
 
-    from keras_mvit2 import attention
     from keras_mvit2.latency.attention_sweep import machine_label
     from keras_mvit2.latency.host import host_device, litert_runtime
+    from keras_mvit2.layers import attention_registry
     from keras_mvit2.utils.files import atomic_output, write_json
 
-    mechanisms = [attention.canonical_name(m) for m in args.mechanisms]
+    mechanisms = [attention_registry.canonical_name(m) for m in args.mechanisms]
     records = []
     for mechanism in mechanisms:
         print(f"== {mechanism}: training ...", flush=True)

@@ -118,7 +118,7 @@ def _coreml(model, path: str, **options) -> dict:
 
 def _vision(model, path: str, object_names: list[str]) -> dict:
     # The old path of to_coreml_detector (kept working by the export redesign).
-    from keras_mvit2.export.coreml_detection import to_coreml_detector
+    from keras_mvit2.export.coreml.detection import to_coreml_detector
 
     to_coreml_detector(model, path, object_names)
     return {"sha256": _sha(path), "ops": _pipeline_ops(path)}
@@ -127,12 +127,12 @@ def _vision(model, path: str, object_names: list[str]) -> dict:
 def _models():
     """name -> (model factory, kind). Weights are seeded per model."""
     import keras_mvit2 as mv
-    from keras_mvit2 import attention
+    from keras_mvit2.layers import attention_registry
     from keras_mvit2.tasks import DeepLabV3, SSDLite
 
     shape = (SIZE, SIZE, 3)
     cases = {}
-    for name in attention.available():
+    for name in attention_registry.available():
         # RFA draws its random features from `seed` (None: a new draw every build).
         layer = {"name": name, "seed": 0} if name == "rfa" else name
         cases[f"mobilevitv2_050_{name}"] = (
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     import keras
 
     from keras_mvit2 import export
-    from keras_mvit2.export.detection_postprocess import with_detection_postprocess
+    from keras_mvit2.export.tflite.detection_postprocess import with_detection_postprocess
 
     coreml = not args.no_coreml
     records: dict[str, dict] = {}
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 twins.append((name, model, x))
             print(f"{name}: done", flush=True)
         if twins:
-            from keras_mvit2.quantize.tf_keras_twin import twin_outputs
+            from keras_mvit2.quantize.twin_transfer import twin_outputs
 
             got = twin_outputs([m for _, m, _ in twins], twins[0][2])
             for (name, model, x), y in zip(twins, got, strict=True):

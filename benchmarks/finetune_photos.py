@@ -49,7 +49,7 @@ def write_photos(folder: str, count: int, split: str = "train") -> dict[str, int
     import numpy as np
     from PIL import Image
 
-    from keras_mvit2.data.sources import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
+    from keras_mvit2.data.files import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
 
     x, y = load_fashion_mnist_arrays(split)
     per_class = count // len(FASHION_MNIST_CLASSES)

@@ -61,7 +61,7 @@ LABEL_SMOOTHING = 0.1
 
 def fashion_mnist(split: str, count: int, offset: int = 0):
     """`count` Fashion-MNIST images (uint8 28x28) and labels from `offset` of `split`."""
-    from keras_mvit2.data.sources import load_fashion_mnist_arrays
+    from keras_mvit2.data.files import load_fashion_mnist_arrays
 
     x, y = load_fashion_mnist_arrays(split)
     return x[offset:offset + count], y[offset:offset + count].astype("int64")

@@ -3,7 +3,7 @@
     python benchmarks/optimize_budget.py MODEL.keras [MODEL.keras ...] [--data fashion_mnist]
         [--targets tflite coreml] [--budgets 0.5 0.1] [--num-held-out 500] [--out DIR]
 
-For each model and target it runs `keras_mvit2.export.optimize` once (every candidate
+For each model and target it runs `keras_mvit2.optimizer.optimize` once (every candidate
 built and measured on the same held-out images: LiteRT for TFLite, Keras with the
 package's own decompressed weights for Core ML), then applies each budget to those
 measurements with the optimizer's own rule (`best_within`). Writes
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     import keras
 
     import keras_mvit2  # noqa: F401  (registers the layers)
-    from keras_mvit2.export.optimizer import OverBudgetError, best_within, optimize
-    from keras_mvit2.export.optimizer.report import speed_text
+    from keras_mvit2.optimizer import OverBudgetError, best_within, optimize
+    from keras_mvit2.optimizer.report import speed_text
 
     os.makedirs(args.out, exist_ok=True)
     runs = []

@@ -4,13 +4,15 @@
 # start-up INFO lines.
 from keras_mvit2 import (
     _startup,
-    attention,
     layers,
     models,
     tasks,
     visualize,
 )
 from keras_mvit2._version import __version__
+
+# `mv.attention`: the attention registry (`get`, `available`, `register`, ...).
+from keras_mvit2.layers import attention_registry as attention
 from keras_mvit2.models import (
     MobileViT,
     MobileViTV2,
@@ -71,6 +73,7 @@ __all__ = [
     "mobilevitv2_175",
     "mobilevitv2_200",
     "models",
+    "optimizer",
     "preprocess_images",
     "preprocess_input",
     "preprocessing_model",
@@ -85,9 +88,11 @@ if not _startup.TENSORFLOW_BACKEND:  # `from keras_mvit2 import *` loads no Tens
     __all__ = [name for name in __all__ if name not in _TENSORFLOW_ONLY]
 
 
-# `keras_mvit2.kerashub` needs the `hub` extra (keras-hub): imported on first use only.
+# `keras_mvit2.kerashub` needs the `hub` extra (keras-hub), and the budget optimizer
+# (`mv.optimizer.optimize`) imports export, quantization and latency: both on first use only.
 __getattr__ = lazy_attributes(
-    __name__, {**_TENSORFLOW_ONLY, "hub": ("keras_mvit2.kerashub", None)})
+    __name__, {**_TENSORFLOW_ONLY, "kerashub": ("keras_mvit2.kerashub", None),
+               "optimizer": ("keras_mvit2.optimizer", None)})
 
 
 # Last: registers keras_mvit2.kerashub with KerasHub once keras_hub is imported (not before).

@@ -251,6 +251,7 @@ def run_demo(
     from keras_mvit2 import training, visualize
     from keras_mvit2.export import get_target, load_labelled_images, save_reports, validate
     from keras_mvit2.export.validate import reference_outputs
+    from keras_mvit2.latency.host import bench_tflite
     from keras_mvit2.latency.schema import save_results
     from keras_mvit2.utils.files import write_json
 
@@ -349,8 +350,8 @@ def run_demo(
 
     # 6. benchmark --------------------------------------------------------------------
     t = step(6, "benchmarking the int8 TFLite file on this host")
-    bench = tflite_target.bench(tflite.path, threads=threads, runs=s.bench_runs,
-                                warmup=s.bench_warmup)
+    bench = bench_tflite(tflite.path, threads=threads, runs=s.bench_runs,
+                         warmup=s.bench_warmup)
     save_results([bench], paths["bench"])
     latency = bench.latency_ms
     memory = "" if bench.peak_memory_mb is None else f", {bench.peak_memory_mb:.1f} MB peak"

@@ -24,8 +24,7 @@ import tensorflow as tf
 from model_utils import ATTENTION_CONFIGS, float_ops_from_interpreter, perturb_norms
 
 import keras_mvit2 as mv
-from keras_mvit2 import attention
-from keras_mvit2.layers import functional
+from keras_mvit2.layers import attention_registry, functional
 from keras_mvit2.layers.functional import CHANNELS_FIRST, CHANNELS_LAST
 
 SIZE = 64
@@ -45,9 +44,9 @@ def _images(n: int, seed: int = 0) -> np.ndarray:
 
 
 def test_every_attention_declares_its_int8_float_ops():
-    assert NAMES == attention.available()
+    assert NAMES == attention_registry.available()
     for name in NAMES:
-        allowed = attention.int8_float_ops(name)
+        allowed = attention_registry.int8_float_ops(name)
         assert isinstance(allowed, frozenset)
         assert all(op.isupper() for op in allowed), allowed
         # A float island is entered and left by QUANTIZE / DEQUANTIZE, declared with it.
@@ -59,7 +58,7 @@ def test_every_attention_declares_its_int8_float_ops():
 def test_int8_full_integer_within_the_declared_float_ops(name, tmp_path):
     from keras_mvit2.export import run_tflite, to_tflite
 
-    allowed = attention.int8_float_ops(name)
+    allowed = attention_registry.int8_float_ops(name)
     # Without a declaration the strict default (no float op) must convert it.
     report = to_tflite(_host(name), tmp_path / "m.tflite", quantization="int8",
                        representative_data=_images(16, seed=1),
@@ -73,7 +72,7 @@ def test_int8_full_integer_within_the_declared_float_ops(name, tmp_path):
 
 @pytest.mark.slow
 def test_tf_keras_twin_gives_the_keras_outputs():
-    from keras_mvit2.quantize.tf_keras_twin import twin_outputs
+    from keras_mvit2.quantize.twin_transfer import twin_outputs
 
     models = [_host(name) for name in NAMES]
     x = _images(4)

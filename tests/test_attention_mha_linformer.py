@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import keras_mvit2
-from keras_mvit2 import attention
+from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.linformer_attention import LinformerSelfAttention
 from keras_mvit2.layers.multi_head_attention import MultiHeadSelfAttention
 from keras_mvit2.layers.transformer_layer import TransformerLayer
@@ -382,11 +382,11 @@ def test_keras_file_round_trip(cls, kwargs, tmp_path, rng):
 
 def test_registry_names():
     for name in ("mha", "multi_head", "transformer", "Multi-Head"):
-        assert type(attention.get(name)) is MultiHeadSelfAttention
-    layer = attention.get({"name": "linformer", "projected_tokens": 8}, num_heads=2)
+        assert type(attention_registry.get(name)) is MultiHeadSelfAttention
+    layer = attention_registry.get({"name": "linformer", "projected_tokens": 8}, num_heads=2)
     assert type(layer) is LinformerSelfAttention
     assert (layer.projected_tokens, layer.num_heads) == (8, 2)
-    assert {"mha", "linformer"} <= set(attention.available())
+    assert {"mha", "linformer"} <= set(attention_registry.available())
 
 
 @pytest.mark.parametrize("name", ["mha", "linformer"])

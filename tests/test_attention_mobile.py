@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import keras_mvit2
-from keras_mvit2 import attention
+from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.mobile_attention import MobileAttention
 from keras_mvit2.layers.transformer_layer import TransformerLayer
 
@@ -365,11 +365,11 @@ def test_keras_file_round_trip(tmp_path, rng):
 
 def test_registry_and_serialization_name():
     for name in ("mobile_attention", "mobiatt", "mobile", "Mobile-Attention"):
-        layer = attention.get(name, num_heads=2)
+        layer = attention_registry.get(name, num_heads=2)
         assert type(layer) is MobileAttention and layer.num_heads == 2
-    assert attention.canonical_name("mobiatt") == "mobile_attention"
-    assert "mobile_attention" in attention.available()
-    layer = attention.get({"name": "mobile", "normalizer": "tokens"})
+    assert attention_registry.canonical_name("mobiatt") == "mobile_attention"
+    assert "mobile_attention" in attention_registry.available()
+    layer = attention_registry.get({"name": "mobile", "normalizer": "tokens"})
     assert layer.normalizer == "tokens"
     name = keras.saving.get_registered_name(MobileAttention)
     assert name.startswith("keras_mvit2>") and name.endswith("MobileAttention")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_mvit2 import attention
+from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.random_feature_attention import RandomFeatureAttention
 from keras_mvit2.layers.transformer_layer import TransformerLayer
 
@@ -482,11 +482,11 @@ def test_mixed_bfloat16_keeps_feature_products_in_float32(causal, gate, rng):
 
 
 def test_registry_and_serialization_name():
-    assert attention.canonical_name("rfa") == "rfa"
-    assert attention.canonical_name("random_feature") == "rfa"
-    layer = attention.get("rfa", num_heads=2, causal=True)
+    assert attention_registry.canonical_name("rfa") == "rfa"
+    assert attention_registry.canonical_name("random_feature") == "rfa"
+    layer = attention_registry.get("rfa", num_heads=2, causal=True)
     assert isinstance(layer, RandomFeatureAttention) and layer.causal
-    layer = attention.get({"name": "random_feature", "feature_map": "arccos"})
+    layer = attention_registry.get({"name": "random_feature", "feature_map": "arccos"})
     assert layer.feature_map == "arccos"
     assert keras.saving.get_registered_name(RandomFeatureAttention).startswith("keras_mvit2>")
 
@@ -507,7 +507,7 @@ def test_config_round_trip(kwargs, rng):
     clone.build(x.shape)
     clone.set_weights(layer.get_weights())
     np.testing.assert_array_equal(to_np(clone(x)), y)
-    copy = attention.get(layer)                  # the registry's copy: same config
+    copy = attention_registry.get(layer)                  # the registry's copy: same config
     assert copy.get_config() == config
 
 

@@ -309,12 +309,12 @@ def test_bench_report_rejects_foreign_json(tmp_path, capsys):
 
 
 def test_attention_sweep_tiny_every_mechanism(tmp_path):
-    from keras_mvit2 import attention
     from keras_mvit2.latency.attention_sweep import run_attention_sweep, write_sweep
+    from keras_mvit2.layers import attention_registry
 
     sweep = run_attention_sweep(tokens=(16, 32), dim=32, runs=3, warmup=1, rounds=1,
                                 profile_tokens=(16,), profile_runs=2)
-    mechanisms = attention.available()
+    mechanisms = attention_registry.available()
     assert sorted(sweep.mechanisms) == mechanisms and sweep.mechanisms[0] == "separable"
     assert len(sweep.results) == 2 * len(mechanisms)
     for r in sweep.results:

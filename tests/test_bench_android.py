@@ -14,6 +14,7 @@ import pytest
 
 from keras_mvit2.export.tflite import inspect_tflite, to_tflite
 from keras_mvit2.latency import android, load_results
+from keras_mvit2.latency.adb import device_info
 from keras_mvit2.latency.android import (
     AndroidBenchConfig,
     AndroidBenchError,
@@ -23,9 +24,10 @@ from keras_mvit2.latency.android import (
     run_android_benchmarks,
     to_bench_result,
 )
+from keras_mvit2.latency.android_driver import DEFAULT_REMOTE_DIR
 
 DATA = Path(__file__).parent / "data" / "benchmark_model"
-REMOTE = android.DEFAULT_REMOTE_DIR
+REMOTE = DEFAULT_REMOTE_DIR
 
 
 def sample(name: str) -> str:
@@ -539,6 +541,6 @@ def test_getprop_parsing_falls_back_to_the_board_name():
     props = parse_getprop("[ro.product.model]: [SM-G991B]\n[ro.board.platform]: [exynos2100]\n"
                           "[ro.build.version.release]: [13]\n[ro.build.version.sdk]: [33]\n"
                           "garbage line\n")
-    info = android.device_info(props)
+    info = device_info(props)
     assert (info["name"], info["cpu"], info["os"]) == ("SM-G991B", "exynos2100",
                                                        "Android 13 (API 33)")

@@ -197,6 +197,6 @@ def test_compute_unit_names_are_the_same_in_swift_and_python():
     enum = source[source.index("enum ComputeUnitsOption"):]
     enum = enum[:enum.index("static func")]
     assert tuple(re.findall(r'case \w+ = "(\w+)"', enum)) == ios.COMPUTE_UNITS
-    from keras_mvit2.latency import host
+    from keras_mvit2.latency import coreml_host
 
-    assert set(host._COMPUTE_UNITS) == set(ios.COMPUTE_UNITS)  # mvit2 bench --compute-units
+    assert set(coreml_host._COMPUTE_UNITS) == set(ios.COMPUTE_UNITS)  # mvit2 bench --compute-units

@@ -20,7 +20,7 @@ from PIL import Image
 from keras_mvit2 import __version__
 from keras_mvit2.cli.main import main
 from keras_mvit2.data import FASHION_MNIST_CLASSES
-from keras_mvit2.data.sources import FASHION_MNIST_DIR
+from keras_mvit2.data.files import FASHION_MNIST_DIR
 from keras_mvit2.models import list_models
 from keras_mvit2.models.builder_utils import classifier_head, load_weights, model_input
 from keras_mvit2.models.registry import register_model

@@ -86,7 +86,7 @@ def fashion_test(trained):
     """`NUM_IMAGES` Fashion-MNIST test images at the classifier's size, and labels."""
     from shared_fixtures import fashion_mnist_rgb
 
-    from keras_mvit2.data.sources import load_fashion_mnist_arrays
+    from keras_mvit2.data.files import load_fashion_mnist_arrays
 
     images, labels = load_fashion_mnist_arrays("test")
     return fashion_mnist_rgb(images[:NUM_IMAGES], trained.input_shape[1]), labels[:NUM_IMAGES]

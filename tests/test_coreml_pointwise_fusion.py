@@ -1,4 +1,4 @@
-"""Core ML 1x1 pair fusion (export/coreml_pointwise_fusion.py): exact, and only where it pays.
+"""Core ML 1x1 pair fusion (export/coreml/pointwise_fusion.py): exact, and only where it pays.
 
 Core ML programs do not run on Linux; the pass is checked on MIL programs whose constant
 weights are read back and evaluated with numpy (a 1x1 convolution is a matrix product

@@ -18,7 +18,7 @@ from PIL import Image
 
 from keras_mvit2 import data as kd
 from keras_mvit2.data import augment as ka
-from keras_mvit2.data.sources import FASHION_MNIST_DIR
+from keras_mvit2.data.files import FASHION_MNIST_DIR
 
 HAVE_FASHION_MNIST = os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-labels-idx1-ubyte.gz"))
 needs_fm = pytest.mark.skipif(

@@ -18,7 +18,7 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 from model_utils import float_ops_from_interpreter
 
-from keras_mvit2.data.sources import FASHION_MNIST_DIR, load_fashion_mnist_arrays
+from keras_mvit2.data.files import FASHION_MNIST_DIR, load_fashion_mnist_arrays
 from keras_mvit2.demo import SMALL, DemoSettings, print_summary, run_demo
 from keras_mvit2.export import read_tflite_metadata
 

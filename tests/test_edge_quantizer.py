@@ -149,7 +149,7 @@ def trained(trained_classifier_path, tmp_path_factory):
     images (training images)."""
     from shared_fixtures import fashion_mnist_rgb
 
-    from keras_mvit2.data.sources import load_fashion_mnist_arrays
+    from keras_mvit2.data.files import load_fashion_mnist_arrays
 
     model = keras.saving.load_model(trained_classifier_path)
     path = str(tmp_path_factory.mktemp("edge_trained") / "float32.tflite")

@@ -158,7 +158,7 @@ def test_preset_loads_through_the_backbone_the_subclass_and_the_preprocessor(cla
 
 @pytest.mark.slow
 def test_fit_on_fashion_mnist_lowers_the_loss(classifier, preset_dir):
-    from keras_mvit2.data.sources import FASHION_MNIST_DIR, load_fashion_mnist_arrays
+    from keras_mvit2.data.files import FASHION_MNIST_DIR, load_fashion_mnist_arrays
 
     if not os.path.isdir(FASHION_MNIST_DIR):
         pytest.skip(f"Fashion-MNIST not found in {FASHION_MNIST_DIR}")

@@ -169,7 +169,7 @@ def test_cli_per_layer_refuses_a_float_file(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def broken(trained_classifier_path, tmp_path_factory):
     """(path of the broken .keras, the model, 300 test images)."""
-    from keras_mvit2.data.sources import load_fashion_mnist_arrays
+    from keras_mvit2.data.files import load_fashion_mnist_arrays
 
     model = keras.models.load_model(trained_classifier_path, compile=False)
     x, _ = load_fashion_mnist_arrays("test")

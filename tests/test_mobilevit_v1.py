@@ -9,8 +9,8 @@ import pytest
 from model_utils import TORCH_READY, run_timm_oracle
 
 import keras_mvit2 as mv
-from keras_mvit2 import attention
 from keras_mvit2.layers import (  # noqa: F401 (registers every mechanism)
+    attention_registry,
     linformer_attention,
     mobile_attention,
     multi_head_attention,
@@ -214,14 +214,14 @@ def test_variants_and_backbone():
 # ---------------------------------------------------------------- any attention
 
 
-@pytest.mark.parametrize("name", attention.available())
+@pytest.mark.parametrize("name", attention_registry.available())
 def test_every_attention_builds_and_runs(name, rng):
     # 96x96: the MobileViT blocks see 12x12, 6x6 and 3x3 (resized to 4x4) feature maps,
     # i.e. 36, 9 and 4 patches (no degenerate single-token attention).
     model = MobileViT("xxs", input_shape=(96, 96, 3), attention=name, classes=4,
                       classifier_activation=None)
     attn = model.get_layer("stage2_block1").transformer[0].attn
-    assert type(attn) is type(attention.get(name))
+    assert type(attn) is type(attention_registry.get(name))
     if "num_heads" in attn.get_config():
         assert attn.num_heads == 4
     x = rng.uniform(size=(2, 96, 96, 3)).astype("float32")

@@ -29,6 +29,7 @@ from keras_mvit2.weights.download import WeightsDownloadError
 from keras_mvit2.weights.pretrained import (
     PRETRAINED_WEIGHTS,
     check_pretrained_config,
+    find_preset,
     find_weights,
     model_name_for_width,
 )
@@ -227,6 +228,34 @@ def test_tag_table_against_the_builders():
         mv.MobileViTV2(1.5, weights="imagenet22k_ft_in1k_384", input_shape=(256, 256, 3))
     with pytest.raises(ValueError, match="published for the widths"):
         mv.MobileViTV2(0.6, weights="imagenet")
+
+
+def test_preset_names_are_the_table_rows_and_need_no_keras_hub(monkeypatch):
+    """KerasHub's preset names are the table's rows (`<model>_<tag>`); `finetune` and
+    `mvit2 finetune --weights` read them from the table, without keras-hub."""
+    import argparse
+
+    from keras_mvit2.cli.finetune_cmd import _model_name
+    from keras_mvit2.weights.source import resolve_weights_source
+
+    names = [entry.preset for entry in PRETRAINED_WEIGHTS]
+    assert len(set(names)) == len(PRETRAINED_WEIGHTS)
+    for entry in PRETRAINED_WEIGHTS:
+        assert entry.preset == f"{entry.model}_{entry.tag}"
+        assert find_preset(entry.preset) is entry
+    assert find_preset("imagenet") is None and find_preset("mobilevitv2_060_imagenet") is None
+
+    for name in [m for m in sys.modules if m.startswith("keras_mvit2.kerashub")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "keras_hub", None)  # `import keras_hub` fails
+    args = argparse.Namespace(model=None, weights="mobilevitv2_050_imagenet_384")
+    assert _model_name(args, "mobilevitv2_100") == "mobilevitv2_050"
+    assert _model_name(argparse.Namespace(model=None, weights="imagenet"),
+                       "mobilevitv2_100") == "mobilevitv2_100"
+    with pytest.raises(ValueError, match="holds a mobilevitv2_050, but the model is "
+                                         "mobilevitv2_100"):  # checked before any download
+        resolve_weights_source("mobilevitv2_050_imagenet", "mobilevitv2_100")
+    assert not any(m.startswith("keras_mvit2.kerashub") for m in sys.modules)
 
 
 @pytest.mark.slow

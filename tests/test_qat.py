@@ -97,7 +97,7 @@ def test_twin_equals_keras3_model(fmnist):
     from model_utils import perturb_norms
 
     from keras_mvit2 import mobilevitv2_050
-    from keras_mvit2.quantize.tf_keras_twin import twin_outputs
+    from keras_mvit2.quantize.twin_transfer import twin_outputs
 
     models = []
     for attention in ("separable", "mha"):

@@ -16,7 +16,7 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
 from keras_mvit2.cli.main import main
-from keras_mvit2.data.sources import (
+from keras_mvit2.data.files import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
     load_fashion_mnist_arrays,

@@ -9,8 +9,8 @@ import pytest
 from model_utils import TORCH_READY, run_timm_oracle
 
 import keras_mvit2 as mv
-from keras_mvit2 import attention
 from keras_mvit2.layers import (  # noqa: F401 (registers every mechanism)
+    attention_registry,
     linformer_attention,
     mobile_attention,
     multi_head_attention,
@@ -228,11 +228,11 @@ def test_deit_configs_and_user_kwargs_win():
 # ---------------------------------------------------------------- any attention
 
 
-@pytest.mark.parametrize("name", attention.available())
+@pytest.mark.parametrize("name", attention_registry.available())
 def test_every_attention_builds_and_runs(name, rng):
     model = ViT(attention=name, classes=4, classifier_activation=None, **SMALL)
     attn = model.get_layer("block_0").attn
-    assert type(attn) is type(attention.get(name))
+    assert type(attn) is type(attention_registry.get(name))
     if "num_heads" in attn.get_config():
         assert attn.num_heads == 3  # the model's heads reach every mechanism that has heads
     x = rng.uniform(size=(2, 64, 64, 3)).astype("float32")

@@ -27,7 +27,7 @@ from shared_fixtures import (
     fashion_mnist_ready,
 )
 
-from keras_mvit2.data.sources import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
+from keras_mvit2.data.files import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
 from keras_mvit2.export import get_target, run_tflite
 from keras_mvit2.export.web import Browser, browser_unavailable, serve
 
@@ -138,12 +138,11 @@ def test_classifier_pages_agree_with_keras_and_litert(browser, pages, classifier
 def test_latency_in_the_browser_beside_litert(browser, pages, record_property):
     """Median ms per image over BENCH_RUNS runs: the page's task call (image in, results
     out) in Chromium, and LiteRT's invoke on this host, 1 thread and the cores' count."""
-    from keras_mvit2.latency.host import bench_tflite
+    from keras_mvit2.latency.host import bench_file, bench_tflite
 
-    web = get_target("web")
     figures = {}
     for quantization, path in pages.items():
-        record = web.bench(path, runs=BENCH_RUNS, warmup=10, browser=browser)
+        record = bench_file(path, runs=BENCH_RUNS, warmup=10, browser=browser)
         assert record.runtime["name"] == "mediapipe-tasks-web"
         assert record.device["platform"] == "browser" and record.latency_ms.runs == BENCH_RUNS
         row = {"browser_1_thread": record.latency_ms.median}

@@ -27,8 +27,10 @@ def test_web_target_is_registered_beside_tflite():
     assert target_for_path("out/model.web/") is web
     assert web.formats == get_target("tflite").formats and web.default_format == "float32"
     assert "int8" in web.calibrated_formats
+    from keras_mvit2.latency.host import bench_file
+
     with pytest.raises(ValueError, match=r"one thread\. Received: threads=2"):
-        web.bench("m.web", threads=2)
+        bench_file("m.web", threads=2)
     with pytest.raises(FileNotFoundError, match=r"not a page folder .* \(no model\.tflite in it\)"):
         web.metadata("nowhere.web")
 

@@ -15,12 +15,8 @@ import pytest
 from shared_fixtures import ORACLE_BATCH, ORACLE_BLOCK_SIZES, ORACLE_MODELS, ORACLE_SIZES
 
 import keras_mvit2
-from keras_mvit2.weights import (
-    convert_weights,
-    cvnets_to_timm_key,
-    load_torch_weights,
-    read_torch_state_dict,
-)
+from keras_mvit2.models import convert_weights
+from keras_mvit2.weights import cvnets_to_timm_key, load_torch_weights, read_torch_state_dict
 from keras_mvit2.weights.mobilevitv2_port import model_port_targets
 
 HERE = os.path.dirname(os.path.abspath(__file__))

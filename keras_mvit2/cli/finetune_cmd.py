@@ -33,7 +33,7 @@ EXPORT_CHOICES = ("tflite", "coreml")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from keras_mvit2.utils.qat_settings import QAT_EPOCHS, QAT_LEARNING_RATE, QAT_MAX_STEPS
+    from keras_mvit2.optimizer.qat_settings import QAT_EPOCHS, QAT_LEARNING_RATE, QAT_MAX_STEPS
 
     p = sub.add_parser(
         "finetune",
@@ -127,9 +127,9 @@ def _val_fields(value: str) -> dict[str, Any]:
 def _model_name(args: argparse.Namespace, config_model: str) -> str:
     if args.model:
         return args.model
-    from keras_mvit2.kerashub.mobilevitv2_presets import PRESET_WEIGHTS
+    from keras_mvit2.weights.pretrained import find_preset
 
-    entry = PRESET_WEIGHTS.get(args.weights or "")
+    entry = find_preset(args.weights or "")
     return entry.model if entry is not None else config_model
 
 

@@ -10,7 +10,7 @@ from keras_mvit2.cli.failure import CommandFailedError
 
 def register(sub) -> None:
     from keras_mvit2.export import available_targets
-    from keras_mvit2.export.optimizer.search import (
+    from keras_mvit2.optimizer.search import (
         DEFAULT_OBJECTIVE,
         OBJECTIVES,
         QAT_BATCH_SIZE,
@@ -81,14 +81,14 @@ def register(sub) -> None:
 
 def _optimize(args: argparse.Namespace) -> int:
     from keras_mvit2.cli.export_cmd import load_model
-    from keras_mvit2.export.optimizer import (
+    from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
+    from keras_mvit2.optimizer import (
         OverBudgetError,
         optimize,
         qat_settings,
         training_images_of,
     )
-    from keras_mvit2.export.optimizer.report import format_table
-    from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
+    from keras_mvit2.optimizer.report import format_table
     from keras_mvit2.utils.console import output_console
 
     model = load_model(args.model, args)

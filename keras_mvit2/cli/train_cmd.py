@@ -317,7 +317,7 @@ def _eval(args: argparse.Namespace) -> int:
                                        num_classes=outputs, crop_ratio=crop)
     result = training.evaluate(model, dataset, class_names)
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(model_path)), "eval")
-    from keras_mvit2.attention import names_in
+    from keras_mvit2.layers.attention_registry import names_in
 
     attention = names_in(model)
     info = {"model": os.path.abspath(model_path), "attention": attention, "data": args.data,

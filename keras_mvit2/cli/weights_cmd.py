@@ -18,7 +18,7 @@ def register(sub) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from keras_mvit2.weights import convert_weights
+    from keras_mvit2.models import convert_weights
 
     kwargs = {"classes": args.classes}
     if args.no_top:

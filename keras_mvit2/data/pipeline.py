@@ -35,15 +35,7 @@ from keras_mvit2.data.augment import (
     eval_transform,
     to_size,
 )
-
-# The batch arithmetic is TensorFlow-free (`batching`); its names stay importable from here.
-from keras_mvit2.data.batching import (  # noqa: F401
-    DEFAULT_SCALES,
-    _positive_int,
-    multiscale_batch_pairs,
-    multiscale_steps_per_epoch,
-    steps_per_epoch,
-)
+from keras_mvit2.data.batching import DEFAULT_SCALES, _positive_int, multiscale_batch_pairs
 from keras_mvit2.data.sources import ImageSource, SkippedImages, decode_encoded_image
 
 AUTOTUNE = tf.data.AUTOTUNE

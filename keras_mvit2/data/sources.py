@@ -24,14 +24,9 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-# The files are read without TensorFlow (`files`); these names stay importable from here.
-from keras_mvit2.data.files import (  # noqa: F401
-    _FOLDER_LAYOUT,
+from keras_mvit2.data.files import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
-    IMAGE_EXTENSIONS,
-    _list_class_folder,
-    _read_idx,
     list_image_folder,
     load_fashion_mnist_arrays,
 )

@@ -5,8 +5,9 @@ browser page) hold one package per target, each registered as an `ExportTarget`
 (`keras_mvit2.export.target`: `get_target("tflite")`,
 `target_for_path(path)`), the interface `validate`, `mvit2 export`, `mvit2 bench` and the
 demo dispatch through; `calibration` (calibration and labelled images), `class_names` and
-`validate` serve every target; `optimize` (`keras_mvit2.export.optimizer`) ships the
-smallest or fastest file of a target within a top-1 budget.
+`validate` serve every target. Above this package, `keras_mvit2.optimizer` ships the
+smallest or fastest file of a target within a top-1 budget and `keras_mvit2.latency`
+times the files.
 
 Two roads lead to a target's file (`keras_mvit2.export.roads`): TensorFlow's converters on
 Keras' TensorFlow backend, and PyTorch's (`torch.export`: litert-torch, coremltools,
@@ -61,7 +62,6 @@ if _BACKEND == "tensorflow":
     )
     from keras_mvit2.export.coreml import to_coreml, to_coreml_detector
     from keras_mvit2.export.equalize import AttentionEqualization, equalize_attention
-    from keras_mvit2.export.optimizer import OptimizeResult, OverBudgetError, optimize
     from keras_mvit2.export.tflite import (
         UnsupportedOpError,
         to_tflite,
@@ -83,8 +83,6 @@ __all__ = [
     "CoreMLReport",
     "ExportTarget",
     "LabelledImages",
-    "OptimizeResult",
-    "OverBudgetError",
     "TFLiteReport",
     "TensorDetails",
     "UnsupportedOpError",
@@ -101,7 +99,6 @@ __all__ = [
     "inspect_tflite",
     "load_labelled_images",
     "open_page",
-    "optimize",
     "print_reports",
     "read_tflite_metadata",
     "register_target",

@@ -5,6 +5,9 @@ do not branch on the format: they look the target up (`get_target("tflite")`, or
 `target_for_path("model.mlpackage")`) and call its methods. A target is one sub-package of
 `keras_mvit2.export` with one `ExportTarget` subclass, registered with `register_target`
 when the sub-package is imported (see "Adding a target" in `docs/architecture.md`).
+What the packages above export do with a target's files is theirs: `keras_mvit2.latency`
+times them (`keras_mvit2.latency.host.bench_file`) and `keras_mvit2.optimizer` lists the
+candidates it builds for a target (`keras_mvit2.optimizer.targets`).
 
 The shared vocabulary, one name per idea for every target:
 
@@ -136,51 +139,9 @@ class ExportTarget(abc.ABC):
         names = self.metadata(path).get("class_names")
         return list(names) if names else None
 
-    def bench(self, path: str | os.PathLike, *, threads: int = 1, runs: int = 100,
-              warmup: int = 10, **settings: Any) -> Any:
-        """Times the file on this host and returns `keras_mvit2.latency`'s record
-        (`BenchResult`). `settings` are the host harness's runtime settings; a target uses
-        those that apply to its runtime and ignores the others."""
-        raise NotImplementedError(f"{self.display_name} files cannot be benchmarked here.")
-
     def host_note(self) -> str | None:
         """What a report should add where `run` cannot work on this host, else None."""
         return None
-
-    def candidates(self, model: Any, *, calibration_data: np.ndarray,
-                   held_out: np.ndarray,
-                   class_names: Sequence[str] | None = None) -> list[Any]:
-        """The files `keras_mvit2.export.optimizer` tries for `model`: a list of
-        `keras_mvit2.export.candidate.Candidate`.
-
-        Args:
-            model: the float Keras model.
-            calibration_data: float32 images `(N, H, W, 3)` in [0, 1] for calibrated
-                formats (never the held-out ones).
-            held_out: float32 held-out images, for recipes that rank layers by error.
-            class_names: written into every file.
-        """
-        raise NotImplementedError(f"{self.display_name} has no optimizer candidates.")
-
-    def qat_candidate(self, model: Any, settings: Any, *, calibration_data: np.ndarray,
-                      class_names: Sequence[str] | None = None,
-                      training_class_names: Sequence[str] | None = None,
-                      io_dtype: str | None = None) -> Any:
-        """The quantization-aware-trained candidate (``"qat_int8"``) for `model`: a
-        `keras_mvit2.export.candidate.Candidate` whose build trains on
-        `settings.train_data` (`keras_mvit2.export.optimizer.QATSettings`).
-
-        Args:
-            model: the float Keras model.
-            settings: the training images and schedule (`QATSettings`).
-            calibration_data: float32 images for the converter's calibration.
-            class_names: written into the file.
-            training_class_names: the classes the training images must hold, in the
-                model's order (default: `class_names`).
-            io_dtype: the file's input / output type (default: the target's int8 file's).
-        """
-        raise NotImplementedError(
-            f"{self.display_name} has no quantization-aware-trained candidate.")
 
     def outputs_here(self, model: Any, path: str | os.PathLike,
                      images: np.ndarray) -> np.ndarray:

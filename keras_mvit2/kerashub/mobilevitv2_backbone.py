@@ -5,9 +5,9 @@ from __future__ import annotations
 import keras
 import keras_hub
 
-from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
 from keras_mvit2.kerashub.mobilevitv2_presets import PresetsProperty
+from keras_mvit2.layers import attention_registry
 from keras_mvit2.models.mobilevitv2 import MobileViTV2
 
 

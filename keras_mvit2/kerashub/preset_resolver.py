@@ -1,5 +1,6 @@
 """Resolves the `from_preset` names of `MobileViTV2ImageClassifier` / `MobileViTV2Backbone`:
-a published name (`mobilevitv2_presets.PRESETS`) or a timm MobileViTv2 checkpoint is
+a published name (`mobilevitv2_presets.PRESETS`, the rows of
+`keras_mvit2.weights.pretrained`) or a timm MobileViTv2 checkpoint is
 downloaded, ported and turned, once, into an ordinary KerasHub preset directory
 (`save_to_preset`), cached under `$KERAS_HOME/keras_mvit2/presets` keyed by the SHA-256
 of the downloaded file; KerasHub's own loader then reads it.
@@ -18,7 +19,8 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from keras_mvit2.kerashub.mobilevitv2_presets import PRESET_WEIGHTS
+from keras_mvit2.models.mobilevitv2 import MobileViTV2
+from keras_mvit2.weights.pretrained import PretrainedWeights, find_preset
 
 __all__ = ["presets_home", "register_classifier_factory", "resolve_preset"]
 
@@ -75,11 +77,9 @@ def _save(classifier, target: str) -> str:
     return target
 
 
-def _published(name: str) -> str:
-    from keras_mvit2.models.mobilevitv2 import MobileViTV2
+def _published(name: str, entry: PretrainedWeights) -> str:
     from keras_mvit2.weights.download import download_weights, load_pretrained
 
-    entry = PRESET_WEIGHTS[name]
     resolved = download_weights(entry)
     target = os.path.join(presets_home(), f"{name}.{resolved.sha256[:16]}")
     if _complete(target):
@@ -125,7 +125,6 @@ def _timm_width(architecture: str) -> float:
 def _timm(preset: str, config: dict) -> str:
     from keras_hub.src.utils.preset_utils import get_file
 
-    from keras_mvit2.models.mobilevitv2 import MobileViTV2
     from keras_mvit2.utils.files import sha256_file
     from keras_mvit2.weights import load_torch_weights
 
@@ -173,8 +172,9 @@ def resolve_preset(preset: str) -> str:
     """
     if not isinstance(preset, str):
         return preset
-    if preset in PRESET_WEIGHTS:
-        return _published(preset)
+    entry = find_preset(preset)
+    if entry is not None:
+        return _published(preset, entry)
     config = _timm_config(preset)
     if config is not None:
         return _timm(preset, config)

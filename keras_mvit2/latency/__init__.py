@@ -1,8 +1,9 @@
 """Benchmark harnesses: host LiteRT, Android `benchmark_model`, iPhone Core ML.
 
-Host side (this package): `bench` / `bench_tflite` (one model), `run_attention_sweep`
-(the paper's Fig. 1), `run_models_table` (Table 2 / Fig. 2 axes), `compare` (merge
-records from several devices). All write the shared `BenchResult` record.
+Host side (this package): `bench` / `bench_tflite` (one model), `bench_file` (an exported
+file, timed in its export target's runtime), `run_attention_sweep` (the paper's Fig. 1),
+`run_models_table` (Table 2 / Fig. 2 axes), `compare` (merge records from several
+devices). All write the shared `BenchResult` record.
 """
 
 from keras_mvit2.latency.schema import (
@@ -17,6 +18,7 @@ _LAZY = {
     "bench": "keras_mvit2.latency.host",
     "bench_tflite": "keras_mvit2.latency.host",
     "bench_coreml": "keras_mvit2.latency.host",
+    "bench_file": "keras_mvit2.latency.host",
     "op_profile": "keras_mvit2.latency.host",
     "peak_memory_mb": "keras_mvit2.latency.host",
     "tflite_macs": "keras_mvit2.latency.host",
@@ -43,6 +45,7 @@ __all__ = [
     "LatencyStats",
     "bench",
     "bench_coreml",
+    "bench_file",
     "bench_tflite",
     "compare",
     "load_many",

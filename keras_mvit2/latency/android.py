@@ -25,18 +25,13 @@ from __future__ import annotations
 import sys
 
 from keras_mvit2.latency.adb import (
-    ADB_HELP,
     BENCHMARK_MODEL_HELP,
-    USB_DEBUGGING_HELP,
     Adb,
     AndroidBenchError,
-    check_binary_for_device,
-    device_info,
     parse_getprop,
 )
 from keras_mvit2.latency.android_cli import add_arguments, main, run_from_args
 from keras_mvit2.latency.android_driver import (
-    DEFAULT_REMOTE_DIR,
     DELEGATES,
     AndroidBenchConfig,
     PartialRunError,
@@ -50,9 +45,6 @@ from keras_mvit2.latency.android_log import (
     parse_benchmark_output,
 )
 from keras_mvit2.latency.android_record import format_table, to_bench_result
-
-# Also importable from here, as before the split (not in `__all__`).
-_MORE = (ADB_HELP, USB_DEBUGGING_HELP, DEFAULT_REMOTE_DIR, check_binary_for_device, device_info)
 
 __all__ = [
     "BENCHMARK_MODEL_HELP",

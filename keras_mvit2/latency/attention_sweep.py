@@ -93,13 +93,13 @@ def attention_model(mechanism: str, tokens: int, dim: int, **kwargs: Any):
     """A Keras model holding one attention layer on a ``(1, tokens, dim)`` input."""
     import keras
 
-    from keras_mvit2 import attention
+    from keras_mvit2.layers import attention_registry
 
     for label, value in (("tokens", tokens), ("dim", dim)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive int. Received: {label}={value!r}")
     inputs = keras.Input((tokens, dim), batch_size=1, name="tokens")
-    layer = attention.get(mechanism, **kwargs)
+    layer = attention_registry.get(mechanism, **kwargs)
     return keras.Model(inputs, layer(inputs), name=f"{mechanism}_k{tokens}_d{dim}")
 
 
@@ -213,12 +213,12 @@ def run_attention_sweep(
         overrides: mechanism -> extra layer arguments (override the defaults).
         log: progress messages.
     """
-    from keras_mvit2 import attention
     from keras_mvit2.export.tflite.convert import to_tflite
+    from keras_mvit2.layers import attention_registry
     from keras_mvit2.profiling import profile
 
-    names = list(mechanisms) if mechanisms else attention.available()
-    names = [attention.canonical_name(n) for n in names]
+    names = list(mechanisms) if mechanisms else attention_registry.available()
+    names = [attention_registry.canonical_name(n) for n in names]
     if REFERENCE in names:  # the reference first, in every table
         names.remove(REFERENCE)
         names.insert(0, REFERENCE)

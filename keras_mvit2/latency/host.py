@@ -39,6 +39,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,10 +47,8 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
 from keras_mvit2.latency import memory_probe
-from keras_mvit2.latency.coreml_host import _COMPUTE_UNITS, bench_coreml
+from keras_mvit2.latency.coreml_host import bench_coreml
 from keras_mvit2.latency.host_info import (
-    _cpu_model,
-    _litert_version,
     _timestamp,
     host_device,
     litert_runtime,
@@ -58,25 +57,17 @@ from keras_mvit2.latency.litert_timing import (
     Samples,
     _check_counts,
     _check_threads,
-    _set_inputs,
-    _time_invokes,
     make_interpreter,
     measure_interleaved,
     random_inputs,
 )
 from keras_mvit2.latency.op_timing import (
     OpTiming,
-    _is_constant,
-    _overhead_model,
-    _single_op_model,
     op_profile,
     op_type_breakdown,
 )
 from keras_mvit2.latency.schema import BenchResult, LatencyStats
 from keras_mvit2.latency.tflite_facts import (
-    _MAC_OPS,
-    _op_macs,
-    _shape,
     tflite_macs,
     tflite_precision,
 )
@@ -97,11 +88,6 @@ __all__ = [
     "tflite_macs",
     "tflite_precision",
 ]
-
-# Also importable from here, as before the split (not in `__all__`).
-_MORE = (_COMPUTE_UNITS, _MAC_OPS, Samples, _check_counts, _cpu_model, _is_constant,
-         _litert_version, _op_macs, _overhead_model, _set_inputs, _shape, _single_op_model,
-         _time_invokes)
 
 Log = Callable[[str], None]
 
@@ -280,6 +266,95 @@ def bench_tflite(
 
 
 # --------------------------------------------------------------------------------------
+# An exported file -> BenchResult, timed in its export target's runtime
+
+
+def bench_file(
+    path: str | os.PathLike,
+    *,
+    target: Any = None,
+    threads: int = 1,
+    runs: int = 100,
+    warmup: int = 10,
+    xnnpack: bool = True,
+    measure_memory: bool = True,
+    compute_units: str = "all",
+    browser: Any = None,
+) -> BenchResult:
+    """Times an exported file on this host in the runtime apps load it with.
+
+    Args:
+        path: the file (or folder) an export target wrote.
+        target: its export target, a name (``"tflite"``) or an `ExportTarget` (default:
+            the one whose files end like `path`, `keras_mvit2.export.target_for_path`).
+        threads: runtime threads (MediaPipe Tasks web has one; Core ML picks its own).
+        runs: timed runs.
+        warmup: untimed runs before them.
+        xnnpack: LiteRT's XNNPACK delegate on or off (`bench_tflite`), for TFLite files.
+        measure_memory: also LiteRT's peak memory (`bench_tflite`), for TFLite files.
+        compute_units: Core ML's setting (`bench_coreml`), for Core ML packages.
+        browser: a running `keras_mvit2.export.web.Browser` for a web page folder (else
+            one is started and closed here).
+
+    Returns:
+        The `BenchResult`: a `.tflite` timed by `bench_tflite`, a Core ML package by
+        `bench_coreml` (macOS), a web page folder by MediaPipe Tasks in headless Chromium
+        (platform ``"browser"``).
+
+    Raises:
+        NotImplementedError: the target's files cannot be timed on this host (Core AI).
+    """
+    from keras_mvit2.export.target import get_target, target_for_path
+
+    if target is None:
+        target = target_for_path(path)
+    elif isinstance(target, str):
+        target = get_target(target)
+    if target.name == "tflite":
+        return bench_tflite(path, threads=threads, runs=runs, warmup=warmup, xnnpack=xnnpack,
+                            measure_memory=measure_memory)
+    if target.name == "coreml":
+        return bench_coreml(path, runs=runs, warmup=warmup, compute_units=compute_units)
+    if target.name == "web":
+        return _bench_web(path, threads=threads, runs=runs, warmup=warmup, browser=browser)
+    raise NotImplementedError(f"{target.display_name} files cannot be benchmarked here.")
+
+
+def _bench_web(path: str | os.PathLike, *, threads: int, runs: int, warmup: int,
+               browser: Any) -> BenchResult:
+    """Milliseconds per image of MediaPipe Tasks in headless Chromium (the task's whole
+    call: image in, results out) for a page folder of `mvit2 export -o NAME.web`."""
+    from keras_mvit2.export.target import get_target
+    from keras_mvit2.export.web.runtime import TASKS_VISION_VERSION
+    from keras_mvit2.export.web.target import open_page
+
+    if threads != 1:
+        raise ValueError("MediaPipe Tasks web runs its WebAssembly on one thread. "
+                         f"Received: threads={threads}")
+    report = get_target("web").inspect(path)
+    shape = report.tflite.inputs[0].shape
+    image = np.random.default_rng(0).integers(0, 256, (shape[1], shape[2], 3), np.uint8)
+    with open_page(path, browser) as page:
+        samples = page.bench(image, runs=runs, warmup=warmup)
+        device = {**host_device(), "platform": "browser",
+                  "browser": f"Chromium {page.browser_version} (headless)"}
+    meta = report.metadata or {}
+    model = tflite_model_entry(report.tflite.path,
+                               name=os.path.basename(os.fspath(path).rstrip("/")))
+    return BenchResult(
+        model={**model, "path": os.path.abspath(path), "format": "web",
+               "quantization": meta.get("quantization")},
+        device=device,
+        runtime={"name": "mediapipe-tasks-web", "version": TASKS_VISION_VERSION,
+                 "threads": 1, "delegate": "xnnpack (wasm)", "batch_size": 1},
+        latency_ms=LatencyStats.from_samples(samples, warmup),
+        op_histogram=dict(report.op_histogram),
+        extra={"timed": "the task's call per image (image in, results out)"},
+        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
+
+
+# --------------------------------------------------------------------------------------
 # Anything -> BenchResult: .tflite, .keras, registered name, .mlpackage
 
 
@@ -334,8 +409,9 @@ def bench(
     to a temporary float32 `.tflite` first (with `keras_mvit2.export.to_tflite`), and
     its parameters and MACs come from the Keras model. `input_size` (one value or
     height width) applies to registered names only (default 256). An exported file is
-    timed by its export target (`keras_mvit2.export.target_for_path`): a `.tflite` with
-    `bench_tflite`, a `.mlpackage` with coremltools on macOS (`bench_coreml`).
+    timed in its export target's runtime (`bench_file`): a `.tflite` with `bench_tflite`, a
+    `.mlpackage` with coremltools on macOS (`bench_coreml`), a `.web` page in headless
+    Chromium.
     """
     _check_threads(threads)
     _check_counts(runs, warmup)
@@ -349,8 +425,9 @@ def bench(
                 f"--input-size applies to registered model names only; a {suffix} file has "
                 f"a fixed input shape. Received: {spec!r} with input size {list(input_size)}"
             )
-        return target.bench(spec, threads=threads, runs=runs, warmup=warmup, xnnpack=xnnpack,
-                            measure_memory=measure_memory, compute_units=compute_units)
+        return bench_file(spec, target=target, threads=threads, runs=runs, warmup=warmup,
+                          xnnpack=xnnpack, measure_memory=measure_memory,
+                          compute_units=compute_units)
 
     import keras_mvit2.layers
     import keras_mvit2.tasks  # noqa: F401

@@ -5,8 +5,8 @@ import math
 import keras
 from keras import ops
 
-from keras_mvit2 import attention
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.multi_head_attention import (
     dense_on_tokens,
     head_dim_of,
@@ -28,7 +28,7 @@ def token_projection_initializer() -> keras.initializers.Initializer:
     return keras.initializers.VarianceScaling(scale=0.5, mode="fan_avg", distribution="uniform")
 
 
-@attention.register("linformer")
+@attention_registry.register("linformer")
 @serializable
 class LinformerSelfAttention(TokenMixer):
     """Linformer self-attention: softmax attention over p projected keys and values.

@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
-from keras_mvit2 import attention
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.initializers import clone_initializer
 from keras_mvit2.layers.token_mixer import TokenMixer
 
@@ -23,7 +23,7 @@ def _sizes(x):
     return ops.shape(x)[0], ops.shape(x)[1], p
 
 
-@attention.register("mobile_attention", "mobiatt", "mobile")
+@attention_registry.register("mobile_attention", "mobiatt", "mobile")
 @serializable
 class MobileAttention(TokenMixer):
     """Mobile-Attention (MobiAtt): flow attention with heads competing per token.

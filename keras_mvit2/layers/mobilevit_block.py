@@ -5,9 +5,8 @@ import math
 import keras
 from keras import ops
 
-from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers import backend_forms
+from keras_mvit2.layers import attention_registry, backend_forms
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import batch_norm
 from keras_mvit2.layers.patching import (

@@ -6,9 +6,8 @@ import math
 import keras
 from keras import ops
 
-from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers import backend_forms, export_forms, functional
+from keras_mvit2.layers import attention_registry, backend_forms, export_forms, functional
 
 # Importable from here, as before (keras_mvit2.export.coreml.layout imports it).
 from keras_mvit2.layers.export_forms import export_call

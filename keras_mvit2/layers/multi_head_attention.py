@@ -6,8 +6,8 @@ import warnings
 import keras
 from keras import ops
 
-from keras_mvit2 import attention
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.token_mixer import TokenMixer
 
 
@@ -84,7 +84,7 @@ def head_dim_of(layer_name: str, dim: int, num_heads: int) -> int:
     return dim // num_heads
 
 
-@attention.register("mha", "multi_head", "transformer")
+@attention_registry.register("mha", "multi_head", "transformer")
 @serializable
 class MultiHeadSelfAttention(TokenMixer):
     """Multi-head self-attention, ViT's MSA (eq. 5-8 of Dosovitskiy et al.).

@@ -7,8 +7,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_mvit2 import attention
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.token_mixer import TokenMixer
 
 #: Feature maps of `RandomFeatureAttention`.
@@ -80,7 +80,7 @@ def _gated_cumsum(gates, kv, k):
     return b_s, b_z
 
 
-@attention.register("rfa", "random_feature", "random_feature_attention")
+@attention_registry.register("rfa", "random_feature", "random_feature_attention")
 @serializable
 class RandomFeatureAttention(TokenMixer):
     """Random Feature Attention (RFA): softmax attention through random features.

@@ -5,9 +5,8 @@ from typing import ClassVar
 import keras
 from keras import ops
 
-from keras_mvit2 import attention
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers import export_forms, functional
+from keras_mvit2.layers import attention_registry, export_forms, functional
 
 # Importable from here, as before (keras_mvit2.export.coreml imports it).
 from keras_mvit2.layers.export_forms import elementwise_token_pooling
@@ -41,7 +40,7 @@ def pool_tokens(x, scores):
     return functional.pool_tokens(x, scores, layout=functional.CHANNELS_LAST)
 
 
-@attention.register("separable", "separable_self_attention", "linear")
+@attention_registry.register("separable", "separable_self_attention", "linear")
 @serializable
 class SeparableSelfAttention(keras.layers.Layer):
     """Separable self-attention with linear cost in the number of tokens.

@@ -2,8 +2,8 @@
 
 import keras
 
-from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
+from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.functional import transformer_layer
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer

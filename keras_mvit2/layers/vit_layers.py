@@ -18,9 +18,8 @@ import math
 import keras
 from keras import ops
 
-from keras_mvit2 import attention as attention_registry
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers import multi_head_attention  # noqa: F401 (registers "mha", the default)
+from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.initializers import clone_initializer
 
 

@@ -22,7 +22,12 @@ from keras_mvit2.models.mobilevitv2 import (
     mobilevitv2_widths,
     preprocess_input,
 )
-from keras_mvit2.models.registry import create_model, list_models, register_model
+from keras_mvit2.models.registry import (
+    convert_weights,
+    create_model,
+    list_models,
+    register_model,
+)
 from keras_mvit2.models.vit import DEIT_CONFIGS, ViT, deit_base, deit_small, deit_tiny
 
 __all__ = [
@@ -32,6 +37,7 @@ __all__ = [
     "MobileViTConfig",
     "MobileViTV2",
     "ViT",
+    "convert_weights",
     "create_model",
     "decode_predictions",
     "deit_base",

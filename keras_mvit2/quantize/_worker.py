@@ -28,41 +28,6 @@ import numpy as np
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
-#: Names that lived here before the parent side moved to `_worker_client` and the
-#: shared helpers to `_worker_common`; still importable from this module.
-_MOVED = {
-    "OUTPUT_PREFIX": "_worker_client",
-    "QuantizationWorkerError": "_worker_client",
-    "WORKER_SCRIPT": "_worker_client",
-    "image_input_shape": "_worker_client",
-    "integer_labels": "_worker_client",
-    "labelled_arrays": "_worker_client",
-    "load_keras_model": "_worker_client",
-    "run_worker": "_worker_client",
-    "stage_training_data": "_worker_client",
-    "temporary_workdir": "_worker_client",
-    "load_arrays": "_worker_common",
-    "pack_images": "_worker_common",
-    "path_get": "_worker_common",
-    "path_set": "_worker_common",
-    "read_weights": "_worker_common",
-    "save_arrays": "_worker_common",
-    "unpack_images": "_worker_common",
-    "write_twin_weights": "_worker_common",
-    "output_is_probabilities": "tf_keras_twin",
-    "write_model_files": "tf_keras_twin",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _MOVED.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"keras_mvit2.quantize.{home}"), name)
-
-
 class WorkerContext:
     """What every task gets in the worker: the job, the twin and helpers."""
 
@@ -77,7 +42,7 @@ class WorkerContext:
                   files: Mapping[str, Any] | None = None):
         """The tf_keras twin with the Keras 3 weights, checked on the reference images.
 
-        `files` is a `tf_keras_twin.write_model_files` entry (default: the job's ``model``).
+        `files` is a `twin_transfer.write_model_files` entry (default: the job's ``model``).
         Returns `(twin, weight_map, max_abs_diff)`; `weight_map` maps each Keras 3
         variable path to the twin's variable.
         """

@@ -13,7 +13,7 @@ the child's code is in `keras_mvit2.quantize._worker`):
   class and config, see `tf_keras_twin.model_spec`), ``weights.npz`` (every
   weight, keyed by its Keras 3 variable path), ``reference.npz`` (a few real
   images and the Keras 3 model's outputs on them: the worker's twin must
-  reproduce them; these three by `tf_keras_twin.write_model_files`) and the data
+  reproduce them; these three by `twin_transfer.write_model_files`) and the data
   files (below).
 * The worker installs the ``keras`` shim (tf_keras underneath), imports
   keras_mvit2 and TFMOT, rebuilds the model as a tf_keras twin, checks it

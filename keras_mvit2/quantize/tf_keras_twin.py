@@ -29,7 +29,7 @@ in a separate worker process that builds a *twin* of the user's Keras 3 model:
    layer by layer: Keras built-in layers become their tf_keras classes,
    keras_mvit2 layers are instantiated from their registered names with the same
    config.
-4. `transfer_weights` copies the weights by variable path (one-to-one, shapes
+4. `twin_transfer.transfer_weights` copies the weights by variable path (one-to-one, shapes
    checked; tf_keras' ``depthwise_kernel`` is Keras 3's ``kernel``). The worker
    then checks the twin's float outputs against the Keras 3 outputs on real
    images before anything else runs.
@@ -642,17 +642,3 @@ def _replay_functional(config: Mapping[str, Any], class_override):
         outputs[0] if len(outputs) == 1 else outputs,
         name=config.get("name"),
     )
-
-
-#: Moved to `keras_mvit2.quantize.twin_transfer`; still reachable here (imported on use: this
-#: module is loaded by file path in the worker before the package can be imported).
-_MOVED = ("twin_weight_paths", "transfer_weights", "keras3_weights", "assign_keras3_weights",
-          "output_is_probabilities", "write_model_files", "twin_outputs")
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module("keras_mvit2.quantize.twin_transfer"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

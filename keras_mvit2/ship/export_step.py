@@ -40,7 +40,7 @@ _PASSED_ON = ("ValueError", "FileNotFoundError", "ImportError", "OSError")
 @dataclasses.dataclass(frozen=True)
 class ExportOptions:
     """What the export step writes and how (`finetune_to_phone`'s arguments of the same
-    names; the QAT ones as `keras_mvit2.utils.qat_settings.qat_settings` takes them)."""
+    names; the QAT ones as `keras_mvit2.optimizer.qat_settings.qat_settings` takes them)."""
 
     targets: tuple[str, ...]
     io_dtype: str
@@ -85,9 +85,9 @@ def _export_here(config: dict[str, Any], model_path: str, run_dir: str,
     import keras
 
     from keras_mvit2 import training
+    from keras_mvit2.optimizer.qat_settings import qat_settings
     from keras_mvit2.ship.data_check import check_training_data
     from keras_mvit2.ship.phone_files import _export_phone_files
-    from keras_mvit2.utils.qat_settings import qat_settings
 
     run_config = training.load_config(config)
     checked, train_source, val_source = check_training_data(run_config)

@@ -6,7 +6,7 @@ images (float or uint8 I/O) and a float16 Core ML package, both carrying the fol
 names and the standard metadata, each converted through its `ExportTarget`, validated on
 the held-out images (`keras_mvit2.export.validate`: top-1, agreement with Keras) and timed
 on this host where its runtime runs here. With `max_drop` (`--max-drop`) each
-target's file is instead the optimizer's choice (`keras_mvit2.export.optimize` with its
+target's file is instead the optimizer's choice (`keras_mvit2.optimizer.optimize` with its
 default objective: the smallest candidate within the top-1 budget, measured on the same
 held-out images, that is not slower than float32 on this host), in the same records.
 
@@ -73,9 +73,11 @@ def _latency(target: Any, path: str, runs: int) -> dict[str, Any] | None:
     """Host latency (batch 1, one thread) in ms, or None where the runtime is not here."""
     if not target.can_run():
         return None
+    from keras_mvit2.latency.host import bench_file
+
     try:
-        bench = target.bench(path, threads=1, runs=runs, warmup=max(1, runs // 10),
-                             measure_memory=False)
+        bench = bench_file(path, target=target, threads=1, runs=runs,
+                           warmup=max(1, runs // 10), measure_memory=False)
     except NotImplementedError:
         return None
     stats = bench.latency_ms
@@ -111,12 +113,12 @@ def _export_phone_files(
             probabilities out) or `"uint8"` (camera pixels in).
         bench_runs: timed runs of the host latency measurement.
         max_drop: ship, per target, the smallest file whose top-1 drop against Keras on
-            the held-out images is at most this many points (`keras_mvit2.export.optimize`;
+            the held-out images is at most this many points (`keras_mvit2.optimizer.optimize`;
             every candidate and `report.json` in `phone/optimize_<target>/`) instead of
             the default int8 / fp16 files. A target with no candidate within the budget
             gets no file and a record whose `note` starts with "over budget".
         qat: the run's training images and QAT schedule
-            (`keras_mvit2.export.optimizer.QATSettings`) for the ``qat_int8`` file: tried
+            (`keras_mvit2.optimizer.QATSettings`) for the ``qat_int8`` file: tried
             where the default int8 `.tflite` loses more than `WARN_DROP_POINTS` (see the
             module docstring), and offered to the optimizer with `max_drop`; None: never.
         log: called with one line per step.
@@ -261,7 +263,8 @@ def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: P
     (`ship_qat`) it becomes the file at `path` and `record` its figures. `record["qat"]`
     says what happened."""
     from keras_mvit2.export import validate
-    from keras_mvit2.export.optimizer.search import QAT_CANDIDATE
+    from keras_mvit2.optimizer.qat_settings import QAT_CANDIDATE
+    from keras_mvit2.optimizer.targets import qat_candidate_of
 
     folder = os.path.dirname(path)
     run_dir = os.path.dirname(folder)
@@ -277,8 +280,8 @@ def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: P
         "drop_points": before, "size_bytes": record["size_bytes"]}}
     record["qat"] = facts
     try:
-        candidate = target.qat_candidate(model, qat, calibration_data=data.calibration,
-                                         class_names=list(class_names), io_dtype=io_dtype)
+        candidate = qat_candidate_of(target, model, qat, calibration_data=data.calibration,
+                                     class_names=list(class_names), io_dtype=io_dtype)
         facts.update(candidate.build(qat_path) or {})
     except Exception as err:  # the worker, TFMOT or the converter: reported, never fatal
         facts["error"] = f"{type(err).__name__}: {err}"
@@ -326,7 +329,7 @@ def _optimized(model: Any, folder: str, name: str, data: PhoneData,
                log: Callable[[str], None], qat: Any = None) -> str | None:
     """The optimizer's best file for target `name` (its path), or None over budget (the
     record then says so)."""
-    from keras_mvit2.export.optimizer import OptimizeData, OverBudgetError, optimize
+    from keras_mvit2.optimizer import OptimizeData, OverBudgetError, optimize
 
     out = os.path.join(folder, f"optimize_{name}")
     log(f"optimizing {name} within {max_drop:g} top-1 points on {len(data.images)} "

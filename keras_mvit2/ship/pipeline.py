@@ -156,7 +156,7 @@ def finetune_to_phone(
             the int8 `.tflite` loses more than `WARN_DROP_POINTS`, and offered to the
             optimizer with `max_drop`), towards the model's own answers on the run's
             training images: at most this many steps a pass (default
-            `keras_mvit2.export.optimizer.QAT_MAX_STEPS`; 0: never).
+            `keras_mvit2.optimizer.QAT_MAX_STEPS`; 0: never).
         qat_learning_rate: its Adam learning rate (default `QAT_LEARNING_RATE`).
         qat_epochs: its passes over the training images (default `QAT_EPOCHS`).
         replan: as `training.train`.
@@ -172,15 +172,15 @@ def finetune_to_phone(
     """
     from keras_mvit2 import training
     from keras_mvit2._version import __version__
-    from keras_mvit2.ship.export_step import ExportOptions, export_run_files
-    from keras_mvit2.ship.model_card import write_model_card
-    from keras_mvit2.training.records import update_run_json
-    from keras_mvit2.utils.qat_settings import (
+    from keras_mvit2.optimizer.qat_settings import (
         QAT_EPOCHS,
         QAT_LEARNING_RATE,
         QAT_MAX_STEPS,
         qat_settings,
     )
+    from keras_mvit2.ship.export_step import ExportOptions, export_run_files
+    from keras_mvit2.ship.model_card import write_model_card
+    from keras_mvit2.training.records import update_run_json
     from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
 
     if io_dtype not in ("float32", "uint8"):

@@ -35,15 +35,12 @@ import numpy as np
 
 from keras_mvit2.utils.backend import require_tensorflow
 
-# Before anything that loads TensorFlow (keras_mvit2.data.sources does).
+# Before anything that loads TensorFlow.
 require_tensorflow("keras_mvit2.tasks.data (the task models' tf.data pipelines)")
 
 import tensorflow as tf  # noqa: E402
 
-from keras_mvit2.data.sources import (  # noqa: E402
-    FASHION_MNIST_DIR,
-    load_fashion_mnist_arrays,
-)
+from keras_mvit2.data.files import FASHION_MNIST_DIR, load_fashion_mnist_arrays  # noqa: E402
 from keras_mvit2.tasks.detection import AnchorConfig, match_anchors  # noqa: E402
 
 __all__ = [

@@ -392,17 +392,3 @@ def _copy_backbone(layers: list[keras.layers.Layer], source: keras.Model, origin
             pairs.append((dst_var, src_var))
     for dst_var, src_var in pairs:
         dst_var.assign(src_var)
-
-
-# `PAPER_ROWS`, `build_paper_model` and `paper_comparison` lived here and are still
-# importable from here, on first use: they are in `keras_mvit2.tasks.paper_tables` now,
-# which imports the segmentation and detection models (built on this module).
-_MOVED = ("PAPER_ROWS", "build_paper_model", "paper_comparison")
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module("keras_mvit2.tasks.paper_tables"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

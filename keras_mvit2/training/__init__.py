@@ -27,6 +27,7 @@ TensorFlow only.
 import keras
 
 from keras_mvit2.training.callbacks import EMAUpdate
+from keras_mvit2.training.classifier import build_classifier, build_inference_model
 from keras_mvit2.training.config import (
     DataConfig,
     EMAConfig,
@@ -50,22 +51,15 @@ from keras_mvit2.training.distribute import (
 )
 from keras_mvit2.training.divergence import StopOnNonFiniteLoss, TrainingDivergedError
 from keras_mvit2.training.ema import ExponentialMovingAverage
+from keras_mvit2.training.evaluation import EvalResult, evaluate
 from keras_mvit2.training.keras_distribution import KerasDistribution
 from keras_mvit2.training.keras_trainer import KerasClassifierTrainer
+from keras_mvit2.training.records import TrainResult
 from keras_mvit2.training.report import plot_confusion_matrix, write_eval_report
+from keras_mvit2.training.run_data import make_sources
 from keras_mvit2.training.run_folder import RunPlan, SchedulePlan, latest_checkpoint
 from keras_mvit2.training.schedules import ReplannedCosineDecay, WarmupCosineDecay
-from keras_mvit2.training.trainer import (
-    EvalResult,
-    TrainResult,
-    build_classifier,
-    build_inference_model,
-    build_trainer,
-    evaluate,
-    finetune,
-    make_sources,
-    train,
-)
+from keras_mvit2.training.trainer import build_trainer, finetune, train
 
 if keras.backend.backend() == "tensorflow":
     from keras_mvit2.training.train_step import ClassifierTrainer

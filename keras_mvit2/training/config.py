@@ -208,20 +208,20 @@ class ModelConfig(_Section):
 
     def _checked_attention(self) -> str | dict:
         """`attention` with its canonical name; its arguments checked by building it once."""
-        from keras_mvit2 import attention
+        from keras_mvit2.layers import attention_registry
 
         value = self.attention
         args = dict(value) if isinstance(value, dict) else {}
         name = args.pop("name", None) if isinstance(value, dict) else value
-        rule = (f"null, one of {attention.available()} (or an alias), or a mapping such as "
-                "{name: linformer, projected_tokens: 16}")
+        rule = (f"null, one of {attention_registry.available()} (or an alias), or a mapping "
+                "such as {name: linformer, projected_tokens: 16}")
         try:
-            name = attention.canonical_name(str(name)) if name is not None else None
+            name = attention_registry.canonical_name(str(name)) if name is not None else None
         except ValueError:
             name = None
         self._require(name is not None, "attention", rule)
         try:
-            attention.get(name, **args)
+            attention_registry.get(name, **args)
         except (TypeError, ValueError) as err:
             self._fail("attention", f"a mapping of arguments that {name!r} accepts ({err})")
         return {"name": name, **args} if args else name
@@ -437,7 +437,7 @@ class TrainingConfig(_Section):
         deterministic: `tf.config.experimental.enable_op_determinism()` and one
             intra-op and one inter-op thread (bitwise reproducible runs; slower). Start
             the process with `TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
-            TF_ENABLE_ONEDNN_OPTS=0` (`trainer.DETERMINISTIC_ENV`): TensorFlow reads them
+            TF_ENABLE_ONEDNN_OPTS=0` (`determinism.DETERMINISTIC_ENV`): TensorFlow reads them
             when it loads, and with oneDNN's kernels (its default on x86) runs still
             diverge now and then. A warning names what is missing.
         steps_per_execution: Keras' steps per `tf.function` call.

@@ -10,7 +10,7 @@ from typing import Any
 import keras
 
 from keras_mvit2._version import __version__
-from keras_mvit2.attention import names_in as attention_names_in
+from keras_mvit2.layers.attention_registry import names_in as attention_names_in
 from keras_mvit2.training.classifier import build_inference_model
 from keras_mvit2.training.config import TrainConfig
 from keras_mvit2.training.ema import ExponentialMovingAverage

@@ -47,29 +47,10 @@ from typing import TYPE_CHECKING
 import keras
 import numpy as np
 
-from keras_mvit2.training.callbacks import _EMAValidation, _Throughput
-from keras_mvit2.training.checkpoints import (
-    TrainingState,
-    _restore_seed_states,
-    _save_checkpoint,
-    _seed_states,
-    _seed_variables,
-    resume_from,
-)
-from keras_mvit2.training.classifier import (
-    HEAD_LAYERS,
-    _build_kwargs,
-    _h5_head_classes,
-    build_classifier,
-    build_inference_model,
-    load_pretrained,
-)
+from keras_mvit2.training.checkpoints import TrainingState, resume_from
+from keras_mvit2.training.classifier import build_classifier
 from keras_mvit2.training.config import TrainConfig, load_config
-from keras_mvit2.training.determinism import (
-    DETERMINISTIC_ENV,
-    _make_deterministic,
-    _onednn_enabled,
-)
+from keras_mvit2.training.determinism import _make_deterministic
 from keras_mvit2.training.distribute import (
     is_chief,
     make_strategy,
@@ -77,16 +58,11 @@ from keras_mvit2.training.distribute import (
     resolve_precision,
 )
 from keras_mvit2.training.ema import ExponentialMovingAverage
-from keras_mvit2.training.epochs import _tensorboard_available, fit_epochs
+from keras_mvit2.training.epochs import fit_epochs
 from keras_mvit2.training.evaluation import EvalResult, evaluate
 from keras_mvit2.training.keras_distribution import KerasDistribution
 from keras_mvit2.training.keras_trainer import KerasClassifierTrainer
-from keras_mvit2.training.optimizer import (
-    _steps_per_epoch,
-    _warmup_steps,
-    make_optimizer,
-    plan_schedule,
-)
+from keras_mvit2.training.optimizer import make_optimizer, plan_schedule
 from keras_mvit2.training.records import (
     TrainResult,
     make_run_info,
@@ -95,65 +71,18 @@ from keras_mvit2.training.records import (
     write_metrics,
     write_run_files,
 )
-from keras_mvit2.training.run_data import (
-    RunData,
-    _check_two_classes,
-    _limited,
-    build_run_data,
-    make_sources,
-)
-from keras_mvit2.training.run_folder import (
-    STATE_FILE,
-    RunPlan,
-    SchedulePlan,
-    plan_run,
-    prepare_folder,
-)
+from keras_mvit2.training.run_data import RunData, build_run_data
+from keras_mvit2.training.run_folder import RunPlan, SchedulePlan, plan_run, prepare_folder
 from keras_mvit2.utils.backend import tensorflow_hidden_from_keras
 from keras_mvit2.utils.model_files import check_file_format
 from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
 
 if keras.backend.backend() == "tensorflow":
-    from keras_mvit2.training.train_step import ClassifierTrainer, ops_cast
+    from keras_mvit2.training.train_step import ClassifierTrainer
 elif TYPE_CHECKING:
     from keras_mvit2.training.train_step import ClassifierTrainer
 
-# What this module held before it was split into the modules above stays importable from
-# here (tests and benchmarks import some of the private names too).
-__all__ = [
-    "DETERMINISTIC_ENV",
-    "HEAD_LAYERS",
-    "STATE_FILE",
-    "ClassifierTrainer",
-    "EvalResult",
-    "KerasClassifierTrainer",
-    "TrainResult",
-    "_EMAValidation",
-    "_Throughput",
-    "_build_kwargs",
-    "_check_two_classes",
-    "_h5_head_classes",
-    "_limited",
-    "_make_deterministic",
-    "_onednn_enabled",
-    "_restore_seed_states",
-    "_save_checkpoint",
-    "_seed_states",
-    "_seed_variables",
-    "_steps_per_epoch",
-    "_tensorboard_available",
-    "_warmup_steps",
-    "build_classifier",
-    "build_inference_model",
-    "build_trainer",
-    "evaluate",
-    "finetune",
-    "load_pretrained",
-    "make_optimizer",
-    "make_sources",
-    "ops_cast",
-    "train",
-]
+__all__ = ["build_trainer", "finetune", "train"]
 
 logger = logging.getLogger("keras_mvit2.training")
 

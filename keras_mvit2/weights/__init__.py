@@ -1,7 +1,10 @@
-"""Porting PyTorch checkpoints to keras_mvit2 models.
+"""Porting PyTorch checkpoints to keras_mvit2 models, and the published checkpoints
+(`pretrained`: the one table; `download`; `source`: what `finetune` starts from).
 
 MobileViTv2 reads Apple ml-cvnets, timm and HF transformers names; MobileViT v1
-and ViT / DeiT read timm names.
+and ViT / DeiT read timm names. This sub-package stands below `keras_mvit2.models`
+(whose `weights=` reads it) and imports only `layers` and `utils`; building a model by
+name and porting into it is `keras_mvit2.models.convert_weights`.
 """
 
 import os
@@ -51,48 +54,7 @@ def load_torch_weights(
         )
 
 
-def convert_weights(
-    src: str | os.PathLike | Mapping[str, Any],
-    dst: str | os.PathLike,
-    model: str = "mobilevitv2_100",
-    **model_kwargs: Any,
-) -> keras.Model:
-    """Converts a PyTorch checkpoint into a Keras `.weights.h5` file.
-
-    Builds `keras_mvit2.create_model(model, **model_kwargs)`, ports `src` into it
-    with `load_torch_weights` and saves the weights to `dst` atomically (a failure
-    leaves no partial file and keeps an existing `dst`).
-
-    Args:
-        src: PyTorch checkpoint path (or state dict), see `load_torch_weights`.
-        dst: output path; must end with `.weights.h5`.
-        model: registered model name, e.g. `"mobilevitv2_050"` or `"deit_tiny"`.
-        **model_kwargs: passed to the builder (`classes`, `include_top`,
-            `input_shape`, ...). `weights` is not allowed.
-
-    Returns:
-        The ported Keras model.
-    """
-    from keras_mvit2.models.registry import create_model
-    from keras_mvit2.utils.files import atomic_output
-
-    dst_path = os.fspath(dst)
-    if not dst_path.endswith(".weights.h5"):
-        raise ValueError(
-            f"dst must end with '.weights.h5' (Keras' weights format). Received: dst={dst_path!r}"
-        )
-    if "weights" in model_kwargs:
-        raise ValueError("convert_weights builds the model without weights; do not pass weights=.")
-    state_dict = read_torch_state_dict(src)  # fail fast, before building a model
-    keras_model = create_model(model, **model_kwargs)
-    load_torch_weights(keras_model, state_dict)
-    with atomic_output(dst_path) as tmp:
-        keras_model.save_weights(tmp)
-    return keras_model
-
-
 __all__ = [
-    "convert_weights",
     "cvnets_to_timm_key",
     "load_timm_weights",
     "load_torch_weights",

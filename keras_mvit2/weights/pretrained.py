@@ -1,6 +1,10 @@
 """The published MobileViTv2 ImageNet checkpoints: where each lives, its input size and
 evaluation transform, and its published top-1.
 
+The one table of them: the builders' `weights=` tags (`find_weights`), `finetune`'s
+weights and KerasHub's `from_preset` names (`PretrainedWeights.preset`, `find_preset`;
+`keras_mvit2.kerashub.PRESETS` describes the same rows in KerasHub's format) all read it.
+
 Sources (see docs/pretrained.md): timm's copies of Apple's checkpoints on the Hugging
 Face hub (`timm/<model>.<tag>`, `model.safetensors`; `timm/models/mobilevit.py`
 pretrained cfgs; top-1 from timm's `results/results-imagenet.csv`) and Apple's own
@@ -18,6 +22,7 @@ __all__ = [
     "PRETRAINED_WEIGHTS",
     "PretrainedWeights",
     "check_pretrained_config",
+    "find_preset",
     "find_weights",
     "is_weights_tag",
     "list_weights",
@@ -84,6 +89,12 @@ class PretrainedWeights:
     def needs_torch(self) -> bool:
         """Whether reading the download needs torch (Apple's pickled `.pt`)."""
         return self.source == "apple"
+
+    @property
+    def preset(self) -> str:
+        """The KerasHub preset name of the checkpoint: `"<model>_<tag>"`, e.g.
+        `"mobilevitv2_050_imagenet"`."""
+        return f"{self.model}_{self.tag}"
 
     @property
     def url(self) -> str:
@@ -216,6 +227,15 @@ def find_weights(model: str, tag: str) -> PretrainedWeights:
     raise ValueError(
         f"No weights {tag!r} for {model} (width {_WIDTHS[model]:g}). Its tags: {valid}.{hint}"
     )
+
+
+def find_preset(name: str) -> PretrainedWeights | None:
+    """The checkpoint whose KerasHub preset name (`PretrainedWeights.preset`) is `name`,
+    or None where `name` is not one of ours."""
+    for row in PRETRAINED_WEIGHTS:
+        if row.preset == name:
+            return row
+    return None
 
 
 def model_name_for_width(width_multiplier: float) -> str | None:

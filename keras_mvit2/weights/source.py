@@ -9,7 +9,7 @@ One value names the source, in this order:
 * a published tag (`"imagenet"`, `"imagenet22k_ft_in1k"`, ... as `weights=` of the
   builders, `keras_mvit2.list_weights()`), for the model being fine-tuned;
 * a KerasHub preset name of ours (`"mobilevitv2_050_imagenet"`,
-  `keras_mvit2.kerashub.mobilevitv2_presets.PRESETS`): the same checkpoints by name;
+  `PretrainedWeights.preset`, `keras_mvit2.kerashub.PRESETS`): the same checkpoints by name;
 * an `hf://<owner>/<repo>` id: a Hugging Face hub repository holding a timm MobileViTv2
   (`model.safetensors`, and `config.json` for its architecture and input size).
 
@@ -32,6 +32,7 @@ from typing import Any
 from keras_mvit2.weights.pretrained import (
     PRETRAINED_WEIGHTS,
     PretrainedWeights,
+    find_preset,
     find_weights,
     is_weights_tag,
     list_weights,
@@ -109,12 +110,6 @@ def _from_entry(kind: str, value: str, entry: PretrainedWeights) -> WeightsSourc
         sha256=resolved.sha256, tag=entry.tag, repo_id=entry.location,
         input_size=entry.input_size, license=dict(APPLE_LICENSE),
         trained_on=entry.trained_on, top1=entry.top1)
-
-
-def _preset_names() -> dict[str, PretrainedWeights]:
-    from keras_mvit2.kerashub.mobilevitv2_presets import PRESET_WEIGHTS
-
-    return PRESET_WEIGHTS
 
 
 def _hub_config(repo_id: str) -> dict | None:
@@ -217,10 +212,10 @@ def resolve_weights_source(value: str | os.PathLike | None, model: str) -> Weigh
         return _from_hf(text, model)
     if is_weights_tag(text) and not os.path.exists(text):
         return _from_entry("tag", text, find_weights(model, text))
-    presets = _preset_names()
-    if text in presets:
-        _check_model(text, presets[text].model, model)
-        return _from_entry("preset", text, presets[text])
+    preset = find_preset(text)
+    if preset is not None:
+        _check_model(text, preset.model, model)
+        return _from_entry("preset", text, preset)
     if os.path.isdir(text):
         raise ValueError(f"weights {text!r} is a folder; pass the checkpoint file in it.")
     if _looks_like_a_path(text):

@@ -155,7 +155,7 @@ def model_metadata(model: keras.Model, shape: tuple[int, ...]) -> dict[str, str]
     ``keras_mvit2.version``, ``.model``, ``.attention`` and ``.preprocessing`` (JSON: RGB,
     scale 1/255, input shape ``(H, W, 3)``)."""
     from keras_mvit2._version import __version__
-    from keras_mvit2.attention import names_in
+    from keras_mvit2.layers.attention_registry import names_in
 
     return {
         "keras_mvit2.version": __version__,

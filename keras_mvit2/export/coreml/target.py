@@ -124,29 +124,11 @@ class CoreMLTarget(ExportTarget):
             "weight_compression": args.weight_compression,
         }
 
-    def bench(self, path: str | os.PathLike, *, threads: int = 1, runs: int = 100,
-              warmup: int = 10, **settings: Any) -> Any:
-        """coremltools' `predict` on macOS (`keras_mvit2.latency.coreml_host.bench_coreml`);
-        setting: `compute_units`. Core ML picks its own threads."""
-        from keras_mvit2.latency.coreml_host import bench_coreml
-
-        return bench_coreml(path, runs=runs, warmup=warmup,
-                            compute_units=settings.get("compute_units", "all"))
-
     def host_note(self) -> str | None:
         return None if self.can_run() else PREDICTIONS_NOTE
 
     def inspect(self, path: str | os.PathLike) -> CoreMLReport:
         return inspect_coreml(path)
-
-    def candidates(self, model: Any, *, calibration_data: np.ndarray,
-                   held_out: np.ndarray,
-                   class_names: Sequence[str] | None = None) -> list[Any]:
-        """`keras_mvit2.export.coreml.candidates.coreml_candidates`."""
-        from keras_mvit2.export.coreml.candidates import coreml_candidates
-
-        return coreml_candidates(model, calibration_data=calibration_data,
-                                 class_names=class_names, runs_here=self.can_run())
 
     def outputs_here(self, model: Any, path: str | os.PathLike,
                      images: np.ndarray) -> np.ndarray:

@@ -77,7 +77,7 @@ def tflite_metadata(
     TensorFlow road).
     """
     from keras_mvit2._version import __version__
-    from keras_mvit2.attention import names_in
+    from keras_mvit2.layers.attention_registry import names_in
 
     shape = tuple(model.inputs[0].shape)
     input_size = [int(d) for d in shape[1:3]] if len(shape) == 4 else None

@@ -179,40 +179,9 @@ class TFLiteTarget(ExportTarget):
     def inspect(self, path: str | os.PathLike) -> TFLiteReport:
         return inspect_tflite(path)
 
-    def candidates(self, model: Any, *, calibration_data: np.ndarray,
-                   held_out: np.ndarray,
-                   class_names: Sequence[str] | None = None) -> list[Any]:
-        """`keras_mvit2.export.tflite.candidates.tflite_candidates`."""
-        from keras_mvit2.export.tflite.candidates import tflite_candidates
-
-        return tflite_candidates(model, calibration_data=calibration_data,
-                                 class_names=class_names)
-
-    def qat_candidate(self, model: Any, settings: Any, *, calibration_data: np.ndarray,
-                      class_names: Sequence[str] | None = None,
-                      training_class_names: Sequence[str] | None = None,
-                      io_dtype: str | None = None) -> Any:
-        """`keras_mvit2.export.tflite.candidates.qat_candidate`."""
-        from keras_mvit2.export.tflite.candidates import qat_candidate
-
-        return qat_candidate(model, settings, calibration_data=calibration_data,
-                             class_names=class_names,
-                             training_class_names=training_class_names,
-                             io_dtype=io_dtype or "float32")
-
     def run(self, path: str | os.PathLike, images: np.ndarray, *,
             num_threads: int = 1) -> np.ndarray:
         return run_tflite(path, images, num_threads=num_threads)
-
-    def bench(self, path: str | os.PathLike, *, threads: int = 1, runs: int = 100,
-              warmup: int = 10, **settings: Any) -> Any:
-        """LiteRT on this host (`keras_mvit2.latency.host.bench_tflite`); settings:
-        `xnnpack`, `measure_memory`."""
-        from keras_mvit2.latency.host import bench_tflite
-
-        return bench_tflite(path, threads=threads, runs=runs, warmup=warmup,
-                            xnnpack=settings.get("xnnpack", True),
-                            measure_memory=settings.get("measure_memory", True))
 
     def metadata(self, path: str | os.PathLike) -> dict[str, Any]:
         info = dict(read_tflite_metadata(path) or {})

@@ -3,8 +3,8 @@ export in the browser with MediaPipe Tasks for the web.
 
 ``mvit2 export -o model.web`` (with the TFLite options: ``--quantization``,
 ``--calibration-data``, ...) writes the TFLite file and the page around it (`build_site`);
-`run` and `bench` drive headless Chromium over it, `inspect` reports the TFLite file and
-the page.
+`run` drives headless Chromium over it (`keras_mvit2.latency.host.bench_file` times it
+there), `inspect` reports the TFLite file and the page.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -153,41 +152,6 @@ class WebTarget(ExportTarget):
                 return np.stack([out["confidence"] for out in page.run_batch(images)])
         raise ValueError(f"run() gives classifier scores or segmenter masks; {path} is a "
                          "detector: use open_page(path) and WebPage.run_batch for its boxes.")
-
-    def bench(self, path: str | os.PathLike, *, threads: int = 1, runs: int = 100,
-              warmup: int = 10, **settings: Any) -> Any:
-        """Milliseconds per image of MediaPipe Tasks in headless Chromium (the task's whole
-        call: image in, results out), as a `keras_mvit2.latency` record (platform
-        ``"browser"``). Setting: ``browser``, a running `Browser` to use (else one is
-        started); the host LiteRT ones are ignored."""
-        from keras_mvit2.latency.host import tflite_model_entry
-        from keras_mvit2.latency.host_info import host_device
-        from keras_mvit2.latency.schema import BenchResult, LatencyStats
-
-        if threads != 1:
-            raise ValueError("MediaPipe Tasks web runs its WebAssembly on one thread. "
-                             f"Received: threads={threads}")
-        report = self.inspect(path)
-        shape = report.tflite.inputs[0].shape
-        image = np.random.default_rng(0).integers(0, 256, (shape[1], shape[2], 3), np.uint8)
-        with open_page(path, settings.get("browser")) as page:
-            samples = page.bench(image, runs=runs, warmup=warmup)
-            device = {**host_device(), "platform": "browser",
-                      "browser": f"Chromium {page.browser_version} (headless)"}
-        meta = report.metadata or {}
-        model = tflite_model_entry(_model_file(path),
-                                   name=os.path.basename(os.fspath(path).rstrip("/")))
-        return BenchResult(
-            model={**model, "path": os.path.abspath(path), "format": "web",
-                   "quantization": meta.get("quantization")},
-            device=device,
-            runtime={"name": "mediapipe-tasks-web", "version": TASKS_VISION_VERSION,
-                     "threads": 1, "delegate": "xnnpack (wasm)", "batch_size": 1},
-            latency_ms=LatencyStats.from_samples(samples, warmup),
-            op_histogram=dict(report.op_histogram),
-            extra={"timed": "the task's call per image (image in, results out)"},
-            timestamp=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        )
 
     def metadata(self, path: str | os.PathLike) -> dict[str, Any]:
         return get_target("tflite").metadata(_model_file(path))

@@ -1,4 +1,4 @@
-"""The TFLite files `keras_mvit2.export.optimizer` tries, each measured in LiteRT here.
+"""The TFLite files `keras_mvit2.optimizer` tries, each measured in LiteRT here.
 
 | candidate      | made by the TFLite converter                                       |
 |----------------|--------------------------------------------------------------------|
@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from keras_mvit2.export.candidate import Candidate
+from keras_mvit2.optimizer.candidate import Candidate
+from keras_mvit2.optimizer.qat_settings import QAT_CANDIDATE
 
 __all__ = [
     "EDGE_WEIGHT_ONLY", "FORM_TIMING_RUNS", "RANK_BY", "SENSITIVE_FLOAT_K", "qat_candidate",
@@ -63,7 +64,7 @@ _CALIBRATED = ("int8", "int16x8")
 def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
                       class_names: Sequence[str] | None = None) -> list[Candidate]:
     """The TFLite candidates for `model` (see the module docstring)."""
-    from keras_mvit2.attention import names_in
+    from keras_mvit2.layers.attention_registry import names_in
 
     def convert(quantization: str, path: str, *, product_mean: bool = False,
                 float_layers: Sequence[str] | None = None) -> None:
@@ -126,7 +127,6 @@ def qat_candidate(model: Any, settings: Any, *, calibration_data: np.ndarray,
     Raises:
         NotImplementedError: the ``qat`` extra (tf_keras, TFMOT) is not installed.
     """
-    from keras_mvit2.export.optimizer.search import QAT_CANDIDATE
     from keras_mvit2.quantize.qat import qat_installed
 
     if not qat_installed():

@@ -36,17 +36,24 @@ from typing import Any
 
 import numpy as np
 
-from keras_mvit2.export.candidate import Candidate, CandidateResult
-from keras_mvit2.export.optimizer.data import OptimizeData, load_optimize_data
-from keras_mvit2.utils.files import atomic_output, disk_size
-from keras_mvit2.utils.qat_settings import (
+from keras_mvit2.optimizer.candidate import Candidate, CandidateResult
+from keras_mvit2.optimizer.data import OptimizeData, load_optimize_data
+from keras_mvit2.optimizer.qat_settings import (
     QAT_BATCH_SIZE,
+    QAT_CANDIDATE,
     QAT_EPOCHS,
     QAT_LEARNING_RATE,
     QAT_MAX_STEPS,
     QATSettings,
     qat_settings,
 )
+from keras_mvit2.optimizer.targets import (
+    CANDIDATES,
+    QAT_CANDIDATES,
+    candidates_of,
+    qat_candidate_of,
+)
+from keras_mvit2.utils.files import atomic_output, disk_size
 
 __all__ = [
     "DEFAULT_OBJECTIVE", "OBJECTIVES", "QAT_BATCH_SIZE", "QAT_CANDIDATE", "QAT_EPOCHS",
@@ -60,8 +67,8 @@ OBJECTIVES = ("size_fast", "size", "latency")
 #: What `optimize`, `mvit2 optimize` and `mvit2 finetune --max-drop` minimise by default.
 DEFAULT_OBJECTIVE = "size_fast"
 CANDIDATES_FOLDER = "candidates"
-#: The quantization-aware-trained candidate's name.
-QAT_CANDIDATE = "qat_int8"
+
+
 class OverBudgetError(RuntimeError):
     """No candidate keeps the accuracy within the budget (`result` has every measurement)."""
 
@@ -123,7 +130,7 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
             ``report.json`` and ``pareto.png``.
         target: an export target name (`keras_mvit2.export.available_targets()`).
         data: a folder of class sub-folders, ``"fashion_mnist"``, or `OptimizeData`
-            (see `keras_mvit2.export.optimizer.data`: calibration and held-out images are
+            (see `keras_mvit2.optimizer.data`: calibration and held-out images are
             disjoint).
         max_drop: the largest top-1 drop allowed, in percentage points, against the
             float Keras model on the held-out images.
@@ -149,8 +156,8 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
         OverBudgetError: no candidate meets `max_drop` (under ``"size_fast"``: none that
             meets it is as fast as float32); the report is still written.
     """
-    from keras_mvit2.export.optimizer.report import plot_pareto, write_report
-    from keras_mvit2.export.target import available_targets, get_target
+    from keras_mvit2.export.target import get_target
+    from keras_mvit2.optimizer.report import plot_pareto, write_report
 
     export_target = get_target(target)
     objective = _checked(objective, max_drop, model)
@@ -168,13 +175,12 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
     keras_top1 = reference.argmax(-1)
     reference_top1 = float(np.mean(keras_top1 == data.labels))
     try:
-        candidates = export_target.candidates(model, calibration_data=data.calibration,
-                                              held_out=data.held_out, class_names=names)
+        candidates = candidates_of(export_target, model, calibration_data=data.calibration,
+                                   class_names=names)
     except NotImplementedError as err:
-        optimizable = [n for n in available_targets() if _has_candidates(get_target(n))]
-        raise ValueError(f"{err} Optimize for one of {optimizable}.") from None
+        raise ValueError(f"{err} Optimize for one of {sorted(CANDIDATES)}.") from None
     qat_asked = only is not None and QAT_CANDIDATE in only
-    has_qat = _has_qat(export_target)
+    has_qat = export_target.name in QAT_CANDIDATES
     if qat_asked and not has_qat:
         raise ValueError(f"{export_target.display_name} has no {QAT_CANDIDATE!r} candidate "
                          "(quantization-aware training makes TFLite files); leave it out of "
@@ -184,9 +190,8 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
                          "them (qat=QATSettings(train_data=...), --train-data DIR).")
 
     def qat_candidate() -> Candidate:
-        return export_target.qat_candidate(model, qat, calibration_data=data.calibration,
-                                           class_names=names,
-                                           training_class_names=data.class_names)
+        return qat_candidate_of(export_target, model, qat, calibration_data=data.calibration,
+                                class_names=names, training_class_names=data.class_names)
 
     asked = None
     if qat_asked:  # before anything is built: a missing extra is said at once
@@ -198,7 +203,7 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
                            [n for n in only if n != QAT_CANDIDATE])
     folder = os.path.join(out, CANDIDATES_FOLDER)
     os.makedirs(folder, exist_ok=True)
-    can_time = bool(export_target.can_run())  # then `bench` times its files here
+    can_time = bool(export_target.can_run())  # then `bench_file` times its files here
     if objective == "latency" and not can_time:
         raise ValueError(
             f"objective='latency' needs {export_target.runtime} on this host, which is not "
@@ -272,18 +277,6 @@ def _checked(objective: str, max_drop: Any, model: Any) -> str:
     return objective
 
 
-def _has_candidates(export_target: Any) -> bool:
-    from keras_mvit2.export.target import ExportTarget
-
-    return type(export_target).candidates is not ExportTarget.candidates
-
-
-def _has_qat(export_target: Any) -> bool:
-    from keras_mvit2.export.target import ExportTarget
-
-    return type(export_target).qat_candidate is not ExportTarget.qat_candidate
-
-
 def _selected(candidates: list[Candidate], only: Sequence[str] | None) -> list[Candidate]:
     if only is None:
         return candidates
@@ -322,10 +315,12 @@ def _measure(export_target: Any, candidate: Candidate, model: Any, path: str,
     result.drop_points = 100.0 * (reference_top1 - result.top1)
     result.within_budget = result.drop_points <= max_drop + 1e-9
     if can_time:
+        from keras_mvit2.latency.host import bench_file
+
         try:
-            record = export_target.bench(path, threads=threads, runs=latency_runs,
-                                         warmup=max(3, latency_runs // 10),
-                                         measure_memory=False)
+            record = bench_file(path, target=export_target, threads=threads,
+                                runs=latency_runs, warmup=max(3, latency_runs // 10),
+                                measure_memory=False)
         except NotImplementedError:
             return result
         stats = record.latency_ms

@@ -2,7 +2,7 @@
 
 `QATSettings` (and `qat_settings`, the command lines' ``--qat-steps`` / ``--qat-lr`` /
 ``--qat-epochs``) say what the ``qat_int8`` candidate trains on and how long; the
-optimizer (`keras_mvit2.export.optimizer`) and `mvit2 finetune` build it from them through
+optimizer (`keras_mvit2.optimizer`) and `mvit2 finetune` build it from them through
 the TFMOT twin. This module needs no TensorFlow: `mvit2 finetune` checks the settings before
 training on every Keras backend (the file itself is built on the TensorFlow backend).
 """
@@ -16,8 +16,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["QAT_BATCH_SIZE", "QAT_EPOCHS", "QAT_LEARNING_RATE", "QAT_MAX_STEPS", "QATSettings",
-           "qat_settings"]
+__all__ = ["QAT_BATCH_SIZE", "QAT_CANDIDATE", "QAT_EPOCHS", "QAT_LEARNING_RATE", "QAT_MAX_STEPS",
+           "QATSettings", "qat_settings"]
+
+#: The quantization-aware-trained candidate's name.
+QAT_CANDIDATE = "qat_int8"
 
 #: The short QAT of the `qat_int8` candidate: `QAT_EPOCHS` passes over the training images
 #: read (`QAT_MAX_STEPS * QAT_BATCH_SIZE` of them at most: at most `QAT_MAX_STEPS` steps a

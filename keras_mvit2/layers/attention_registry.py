@@ -1,8 +1,12 @@
-"""Registry of the attention (token-mixing) layers: `keras_mvit2.attention.get(name, **kwargs)`.
+"""Registry of the attention (token-mixing) layers: `mv.attention.get(name, **kwargs)`.
 
 Every registered layer maps `(batch, tokens, dim)` or the MobileViT layout
 `(batch, patches, patch_area, dim)` to the same shape (see `TokenMixer`), so any
 of them can replace the attention of any model with one `attention=` argument.
+
+This module imports no layer module: the built-in layers register themselves
+(`register`) when `keras_mvit2.layers` is imported, which Python does before it runs
+this module. `keras_mvit2` exposes it as `keras_mvit2.attention`.
 """
 
 from collections.abc import Callable
@@ -30,13 +34,11 @@ def register(name: str, *aliases: str) -> Callable[[type], type]:
 
 def available() -> list[str]:
     """Canonical names of the registered attention layers."""
-    _import_builtin_layers()
     return sorted(_REGISTRY)
 
 
 def canonical_name(name: str) -> str:
     """The canonical registry name of `name` or one of its aliases."""
-    _import_builtin_layers()
     key = name.lower().replace("-", "_")
     key = _ALIASES.get(key, key)
     if key not in _REGISTRY:
@@ -103,7 +105,6 @@ def names_in(model: keras.Layer) -> list[str]:
     E.g. `["separable"]` for `MobileViTV2(...)`, `["mha"]` for
     `MobileViTV2(..., attention="mha")`, `[]` for a model without attention.
     """
-    _import_builtin_layers()
     by_class = {cls: name for name, cls in _REGISTRY.items()}
     layers = model._flatten_layers(include_self=False)
     return sorted({by_class[type(layer)] for layer in layers if type(layer) in by_class})
@@ -114,8 +115,3 @@ def serialize(identifier):
     if isinstance(identifier, keras.layers.Layer):
         return keras.saving.serialize_keras_object(identifier)
     return identifier
-
-
-def _import_builtin_layers() -> None:
-    # The layer modules register themselves on import.
-    import keras_mvit2.layers  # noqa: F401

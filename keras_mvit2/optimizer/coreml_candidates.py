@@ -1,4 +1,4 @@
-"""The Core ML packages `keras_mvit2.export.optimizer` tries: `COMPRESSION_RECIPES`.
+"""The Core ML packages `keras_mvit2.optimizer` tries: `COMPRESSION_RECIPES`.
 
 Core ML does not run on Linux, so each package's accuracy is measured by running its own
 MIL program in TensorFlow with the weights it ships (`predict_with_package_weights`: the
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from keras_mvit2.export.candidate import Candidate
+from keras_mvit2.optimizer.candidate import Candidate
 
 __all__ = ["coreml_candidates"]
 

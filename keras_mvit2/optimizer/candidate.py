@@ -1,13 +1,13 @@
 """One way to ship a model (`Candidate`) and what it measured (`CandidateResult`).
 
-A target proposes candidates (`ExportTarget.candidates`); `keras_mvit2.export.optimizer`
-builds each one, measures it on the user's held-out images and picks the best within the
-accuracy budget. A candidate knows how to write its file and says how its accuracy is
-measured on this host (`measured_by`): in the runtime apps use (LiteRT), or, where that
-runtime does not run here (Core ML off macOS), by an exact emulation of the file's
-weights (`exact=True`) or not at all (`measurable=False`: reported, never chosen). One
-candidate per target is the `float_reference` (the float32 file): the optimizer's default
-objective ships no file slower than it on this host.
+Each export target the optimizer knows has its candidates (`keras_mvit2.optimizer.targets`);
+`keras_mvit2.optimizer` builds each one, measures it on the user's held-out images and
+picks the best within the accuracy budget. A candidate knows how to write its file and
+says how its accuracy is measured on this host (`measured_by`): in the runtime apps use
+(LiteRT), or, where that runtime does not run here (Core ML off macOS), by an exact
+emulation of the file's weights (`exact=True`) or not at all (`measurable=False`:
+reported, never chosen). One candidate per target is the `float_reference` (the float32
+file): the optimizer's default objective ships no file slower than it on this host.
 """
 
 from __future__ import annotations
