@@ -24,26 +24,27 @@ def ct():
 
 
 @pytest.fixture(scope="session")
-def trained_classifier_path(tmp_path_factory) -> str:
-    """`.keras` file of the run's one trained Fashion-MNIST classifier (see
-    shared_fixtures.py: MobileViTV2-0.5, logits, 32x32, 80-82 % test accuracy)."""
-    from shared_fixtures import fashion_mnist_ready, once_per_run, train_classifier
+def trained_classifier_path() -> str:
+    """`.keras` file of the committed trained Fashion-MNIST classifier (tests/data/checkpoints,
+    made by tests/make_checkpoints.py: MobileViTV2-0.5, logits, 32x32, 80-82 % test
+    accuracy)."""
+    from shared_fixtures import CHECKPOINTS, fashion_mnist_ready
 
     if not fashion_mnist_ready():
         pytest.skip("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
-    folder = once_per_run(tmp_path_factory.getbasetemp(), "trained_classifier", train_classifier)
-    return str(folder / "model.keras")
+    return str(CHECKPOINTS / "classifier.keras")
 
 
 @pytest.fixture(scope="session")
-def trained_detector(tmp_path_factory, trained_classifier_path):
-    """(SSDLite, uint8 validation images, class names): the run's one trained detector (see
-    shared_fixtures.py: 64x64 on the trained classifier's backbone, 120 steps)."""
-    from shared_fixtures import load_detector, once_per_run, train_detector
+def trained_detector():
+    """(SSDLite, uint8 validation images, class names): the committed detector (see
+    tests/make_checkpoints.py: 64x64 on the trained classifier's backbone, 120 steps)."""
+    from shared_fixtures import fashion_mnist_ready, load_detector
 
-    folder = once_per_run(tmp_path_factory.getbasetemp(), "trained_detector",
-                          lambda f: train_detector(f, trained_classifier_path))
-    return load_detector(folder)
+    if not fashion_mnist_ready():
+        pytest.skip("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
+    pytest.importorskip("skimage")  # the photos of its validation images
+    return load_detector()
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +71,9 @@ def _free_keras_state():
     keras.backend.clear_session(free_memory=True)
 
 
-#: Fixtures that make a test slow wherever it uses them (they train or start a subprocess).
+#: Fixtures that put a test in the slow tier wherever it uses them: the timm oracle starts a
+#: subprocess; the trained checkpoints load in a second, but every test that takes one
+#: converts or quantizes it, or runs it in a client (MediaPipe, the browser).
 SLOW_FIXTURES = {"trained_classifier_path", "trained_detector", "timm_oracle_dir"}
 
 

@@ -1,20 +1,17 @@
-"""What several test modules need and is expensive to make: built once per pytest run.
+"""What several test modules share: the committed trained checkpoints and what they were
+trained on, and the run's one timm oracle.
 
-`once_per_run` builds a folder once per run, also when pytest-xdist runs the modules in
-several worker processes (the workers share the run's base temporary folder and take a
-file lock; the first one builds, the others read). The fixtures of `conftest.py` use it for:
-
-- the trained classifier: MobileViTV2-0.5 (logits) fitted on Fashion-MNIST at 32x32
-  (`CLASSIFIER_*`: 160 steps of 64 images, Adam with a cosine decay; 80-82 % test accuracy),
-  saved as `.keras` (trained on one thread: nearly the same model in every run on a machine),
-  for the modules that need a trained MobileViTV2 (post-training
-  quantization, the MediaPipe clients; QAT and validation train smaller models of their
-  own, which costs less than converting this one);
-- the trained detector: SSDLite at 64x64 on that classifier's backbone, 120 steps on pasted
-  Fashion-MNIST (`DETECTOR_*`), for the modules that run it in a client (MediaPipe in
-  Python, MediaPipe in the browser);
-- the timm oracle: `tests/torch_oracle.py` run once, in a subprocess (torch convolutions
-  segfault once TensorFlow is imported), for every module that compares with timm.
+- The trained checkpoints in `tests/data/checkpoints/` (made by `tests/make_checkpoints.py`,
+  which says how to remake them; tests that need *a trained model* load them, tests *of
+  training* train): the Fashion-MNIST classifier (`CLASSIFIER_*`), the detector of the
+  client tests on its backbone (`DETECTOR_*`) and the task segmenter and detector
+  (`TASK_*`, `build_task_*`), with the pasted Fashion-MNIST sets they are measured on.
+- `once_per_run` builds a folder once per run, also when pytest-xdist runs the modules in
+  several worker processes (the workers share the run's base temporary folder and take a
+  file lock; the first one builds, the others read). The fixtures of `conftest.py` use it
+  for the timm oracle: `tests/torch_oracle.py` run once, in a subprocess (torch
+  convolutions segfault once TensorFlow is imported), for every module that compares with
+  timm.
 """
 
 import json
@@ -30,7 +27,11 @@ from filelock import FileLock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ORACLE_SCRIPT = os.path.join(HERE, "torch_oracle.py")
+#: The committed trained checkpoints (tests/make_checkpoints.py).
+CHECKPOINTS = Path(HERE) / "data" / "checkpoints"
 
+#: The trained classifier (`classifier.keras`): MobileViTV2-0.5 (logits) fitted at 32x32 on
+#: the first CLASSIFIER_STEPS x CLASSIFIER_BATCH Fashion-MNIST training images.
 CLASSIFIER_SIZE = 32
 CLASSIFIER_STEPS = 160
 CLASSIFIER_BATCH = 64
@@ -65,7 +66,7 @@ def once_per_run(base: Path, name: str, build: Callable[[Path], None]) -> Path:
 
 
 def fashion_mnist_ready() -> bool:
-    from keras_mvit2.data.sources import FASHION_MNIST_DIR
+    from keras_mvit2.data.files import FASHION_MNIST_DIR
 
     return os.path.exists(os.path.join(FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz"))
 
@@ -78,107 +79,92 @@ def fashion_mnist_rgb(images: np.ndarray, size: int) -> np.ndarray:
     return np.repeat(np.clip(np.asarray(x), 0.0, 1.0), 3, axis=-1)
 
 
-def train_classifier(folder: Path) -> None:
-    """Fits MobileViTV2-0.5 (logits) on the first 160 x 64 Fashion-MNIST training images at
-    32x32 and saves it as `folder/model.keras`.
-
-    In a subprocess on one CPU thread, so that every run on a machine trains nearly the same
-    model: TensorFlow's multi-threaded kernels sum in an order that varies from run to run,
-    and Adam turns those last-bit differences into different models (two seeded trainings in
-    two processes differed by up to 1.1 in a weight, also with `enable_op_determinism`, and
-    the int8 figures of the tests that use the model moved with them). On one thread they
-    differ by 1e-3 at most (what is left: summation orders that depend on where a buffer is
-    allocated), in the same 33 s."""
-    one_thread = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
-                  "TF_NUM_INTEROP_THREADS": "1", "TF_ENABLE_ONEDNN_OPTS": "0"}
-    subprocess.run([sys.executable, __file__, "train_classifier", str(folder)], check=True,
-                   stdout=subprocess.DEVNULL, env={**os.environ, **one_thread})
-
-
-def _train_classifier_here(folder: Path) -> None:
-    import keras
-
-    import keras_mvit2 as mv
-    from keras_mvit2.data.sources import load_fashion_mnist_arrays
-
-    x, y = load_fashion_mnist_arrays("train")
-    n = CLASSIFIER_STEPS * CLASSIFIER_BATCH
-    keras.utils.set_random_seed(0)
-    model = mv.MobileViTV2(0.5, input_shape=(CLASSIFIER_SIZE, CLASSIFIER_SIZE, 3), classes=10,
-                           classifier_activation=None)
-    optimizer = keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(
-        CLASSIFIER_LEARNING_RATE, CLASSIFIER_STEPS, alpha=0.05))
-    model.compile(optimizer=optimizer,
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    optimizer.build(model.trainable_variables)  # else the first step traces twice (slow)
-    model.fit(fashion_mnist_rgb(x[:n], CLASSIFIER_SIZE), y[:n].astype("int64"),
-              batch_size=CLASSIFIER_BATCH, epochs=1, verbose=0)
-    model.save(folder / "model.keras")
-
-
-#: The trained detector (`train_detector`): input side, training steps, validation images,
-#: and the score threshold of its post-processing op.
-DETECTOR_SIZE = 64
+#: The detectors and the segmenter of the checkpoints: input side (64x64 pasted Fashion-MNIST)
+#: and the segmenter's classes (Trouser and Bag: from scratch, 300 steps learn two classes
+#: reliably; with Sneaker as a third class some initializations stay on all-background).
+TASK_SIZE = 64
+TASK_SEG_CLASSES = (1, 8)
+#: The detector of the client tests (`detector.weights.h5`, on the classifier's backbone):
+#: input side, training steps, validation images, and the score threshold of its
+#: post-processing op.
+DETECTOR_SIZE = TASK_SIZE
 DETECTOR_STEPS = 120
 DETECTOR_NUM_TEST = 200
 DETECTOR_SCORE_THRESHOLD = 0.3
 
 
-def build_detector(num_classes: int, backbone_weights=None):
-    """The SSDLite of `train_detector` (MobileViTV2-0.5, 64x64, 4 maps)."""
-    from keras_mvit2.tasks import AnchorConfig, SSDLite
+def task_anchors():
+    """The detectors' small-image anchors: maps of 8x8 (stride 8), 4x4, 2x2 and a global one."""
+    from keras_mvit2.tasks import AnchorConfig
 
-    anchors = AnchorConfig(output_strides=(8, 16, 32, -1),
-                           aspect_ratios=((2,), (2, 3), (2, 3), (2,)),
-                           min_scale=0.15, max_scale=0.9)
-    return SSDLite(0.5, input_shape=(DETECTOR_SIZE, DETECTOR_SIZE, 3), classes=num_classes,
-                   anchor_config=anchors, proj_channels=(64, 64, 64, 32),
+    return AnchorConfig(output_strides=(8, 16, 32, -1),
+                        aspect_ratios=((2,), (2, 3), (2, 3), (2,)),
+                        min_scale=0.15, max_scale=0.9)
+
+
+def build_detector(num_classes: int = 4, backbone_weights=None):
+    """SSDLite (MobileViTV2-0.5, 64x64, `task_anchors`): both detector checkpoints."""
+    from keras_mvit2.tasks import SSDLite
+
+    return SSDLite(0.5, input_shape=(TASK_SIZE, TASK_SIZE, 3), classes=num_classes,
+                   anchor_config=task_anchors(), proj_channels=(64, 64, 64, 32),
                    backbone_weights=backbone_weights)
 
 
-def train_detector(folder: Path, classifier_path: str) -> None:
-    """Fits `build_detector` (backbone: the trained classifier at 32x32) for DETECTOR_STEPS
-    steps on pasted Fashion-MNIST (Trouser, Sneaker, Bag on photos; at 80 steps 70-100 weak
-    boxes an image crowd the score threshold and the 100-box cap) and saves its weights
-    (`detector.weights.h5`), DETECTOR_NUM_TEST validation images as uint8 (`images.npy`)
-    and its classes (`classes.json`)."""
-    import keras
+def build_segmenter(num_classes: int = len(TASK_SEG_CLASSES) + 1):
+    """DeepLabV3 (MobileViTv2-0.5, 64x64, output stride 8, ASPP 64 channels)."""
+    from keras_mvit2.tasks import DeepLabV3
 
-    import keras_mvit2 as mv
+    # Rates 2 and 3 are real dilations on the 8x8 map; 12 reaches past it (center tap).
+    return DeepLabV3(0.5, input_shape=(TASK_SIZE, TASK_SIZE, 3), classes=num_classes,
+                     output_stride=8, aspp_channels=64, aspp_rates=(2, 3, 12))
+
+
+def pasted_data(split: str, count: int, seed: int, classes=(1, 7, 8), **kwargs):
+    """Pasted Fashion-MNIST at 64x64 (`keras_mvit2.tasks.data.pasted_fashion_mnist`), the
+    items 0.4-0.8 of the side, one or two an image: what the detectors and the segmenter of
+    the checkpoints were trained (and are measured) on."""
     from keras_mvit2.tasks import data as td
-    from keras_mvit2.tasks import train as tt
 
-    trained = keras.saving.load_model(classifier_path)
-    classifier = mv.mobilevitv2_050(input_shape=(CLASSIFIER_SIZE, CLASSIFIER_SIZE, 3),
-                                    classes=10, weights=None)
-    classifier.set_weights(trained.get_weights())
-    train = td.pasted_fashion_mnist(1024, DETECTOR_SIZE, scale_range=(0.4, 0.8),
-                                    objects_per_image=(1, 2), seed=2)
-    test = td.pasted_fashion_mnist(DETECTOR_NUM_TEST, DETECTOR_SIZE, scale_range=(0.4, 0.8),
-                                   objects_per_image=(1, 2), split="val", seed=3)
-    keras.utils.set_random_seed(0)
-    model = build_detector(train.num_classes, backbone_weights=classifier)
-    tt.compile_detection(model, tt.task_optimizer(
-        tt.TaskOptimizerConfig("adamw", 3e-3, 3e-4, 0.01, 10, 3e-4, 10.0, None),
-        DETECTOR_STEPS))
-    dataset = td.detection_dataset(train.images, train.boxes, train.labels, model.anchors, 16,
-                                   training=True, config=model.anchor_config, augment=None,
-                                   seed=0)
-    model.fit(dataset, epochs=1, steps_per_epoch=DETECTOR_STEPS, verbose=0)
-    model.save_weights(folder / "detector.weights.h5")
-    np.save(folder / "images.npy",
-            np.clip(np.round(test.images * 255.0), 0, 255).astype(np.uint8))
-    (folder / "classes.json").write_text(json.dumps(
-        {"num_classes": int(train.num_classes), "class_names": list(train.class_names)}))
+    return td.pasted_fashion_mnist(count, TASK_SIZE, classes=classes, scale_range=(0.4, 0.8),
+                                   objects_per_image=(1, 2), split=split, seed=seed, **kwargs)
 
 
-def load_detector(folder: Path):
-    """(model, uint8 validation images, class names) of `train_detector`'s folder."""
-    classes = json.loads((folder / "classes.json").read_text())
-    names = classes["class_names"]
+def detection_data(split: str, count: int | None = None):
+    """The detectors' images (Trouser, Sneaker, Bag): 1024 training images (seed 2) or
+    `count` (default 128) validation images (seed 3)."""
+    if split == "train":
+        return pasted_data("train", count or 1024, 2)
+    return pasted_data("val", count or 128, 3)
+
+
+def segmentation_data(split: str):
+    """The segmenter's images (Trouser and Bag): 1024 training images with an ignore band at
+    the item borders (seed 0) or 128 validation images (seed 1)."""
+    if split == "train":
+        return pasted_data("train", 1024, 0, TASK_SEG_CLASSES, ignore_borders=True)
+    return pasted_data("val", 128, 1, TASK_SEG_CLASSES)
+
+
+def load_detector(folder: Path = CHECKPOINTS):
+    """(model, uint8 validation images, class names): the committed detector on the
+    classifier's backbone and DETECTOR_NUM_TEST validation images."""
+    classes = json.loads((folder / "detector.json").read_text())
     model = build_detector(classes["num_classes"])
     model.load_weights(folder / "detector.weights.h5")
-    return model, np.load(folder / "images.npy"), names
+    images = detection_data("val", DETECTOR_NUM_TEST).images
+    uint8 = np.clip(np.round(images * 255.0), 0, 255).astype(np.uint8)
+    return model, uint8, classes["class_names"]
+
+
+def load_task_models(folder: Path = CHECKPOINTS):
+    """(segmenter, detector): the committed task checkpoints (the detector started from the
+    segmenter's backbone)."""
+    segmenter = build_segmenter()
+    segmenter.load_weights(folder / "task_segmenter.weights.h5")
+    detector = build_detector()
+    detector.load_weights(folder / "task_detector.weights.h5")
+    return segmenter, detector
 
 
 def client_pixels(box: np.ndarray, size: int = DETECTOR_SIZE) -> np.ndarray:
@@ -200,12 +186,3 @@ def run_timm_oracle(folder: Path) -> None:
          "--config", '{"stage_maps": true}'],
         check=True, stdout=subprocess.DEVNULL,
     )
-
-
-if __name__ == "__main__":  # train_classifier's subprocess
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    tf.config.experimental.enable_op_determinism()
-    {"train_classifier": _train_classifier_here}[sys.argv[1]](Path(sys.argv[2]))

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_mvit2 import attention, training
+from keras_mvit2 import training
+from keras_mvit2.layers import attention_registry
 
 FASHION = "/usr/share/datasets/fashion-mnist"
 needs_fashion = pytest.mark.skipif(
@@ -27,7 +28,7 @@ MECHANISMS = ["separable", "mha", "linformer", "rfa", "mobile_attention"]
 
 
 def test_the_smoke_test_covers_every_registered_attention():
-    assert sorted(MECHANISMS) == attention.available()
+    assert sorted(MECHANISMS) == attention_registry.available()
 
 
 # --------------------------------------------------------------------------------------
@@ -77,13 +78,13 @@ def test_the_attention_reaches_the_model():
     config = training.load_config("fashion_mnist", [
         "model.image_size=32", "model.attention={name: mha, num_heads: 2}"])
     model = training.build_classifier(config, num_classes=10)
-    assert attention.names_in(model) == ["mha"]
+    assert attention_registry.names_in(model) == ["mha"]
     heads = {layer.num_heads for layer in model._flatten_layers()
-             if isinstance(layer, attention.get_class("mha"))}
+             if isinstance(layer, attention_registry.get_class("mha"))}
     assert heads == {2}
     default = training.build_classifier(training.load_config(
         "fashion_mnist", ["model.image_size=32"]), num_classes=10)
-    assert attention.names_in(default) == ["separable"]
+    assert attention_registry.names_in(default) == ["separable"]
 
 
 # --------------------------------------------------------------------------------------
@@ -103,7 +104,7 @@ class _StepLosses(keras.callbacks.Callback):
 def _attention_gradients(model: keras.Model, images, labels) -> dict[str, list[np.ndarray]]:
     """Gradients of the cross-entropy w.r.t. each attention layer's weights."""
     layers = [layer for layer in model._flatten_layers()
-              if type(layer) in {attention.get_class(n) for n in MECHANISMS}]
+              if type(layer) in {attention_registry.get_class(n) for n in MECHANISMS}]
     with tf.GradientTape() as tape:
         probs = model(images, training=False)
         loss = keras.losses.sparse_categorical_crossentropy(labels, probs)
@@ -137,7 +138,7 @@ def test_every_attention_learns_with_the_recipe(mechanism, tmp_path):
     assert run["attention"] == [mechanism]
 
     model = keras.saving.load_model(result.model_path)
-    assert attention.names_in(model) == [mechanism]
+    assert attention_registry.names_in(model) == [mechanism]
     source = training.make_sources(config)[0]
     images, labels = zip(*source.dataset.take(32), strict=True)
     images = tf.image.resize(tf.image.grayscale_to_rgb(tf.cast(np.stack(images), tf.float32)

@@ -32,7 +32,7 @@ from model_utils import jax_quick_compile
 from PIL import Image
 
 from keras_mvit2.cli.main import main
-from keras_mvit2.data.sources import (
+from keras_mvit2.data.files import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
     load_fashion_mnist_arrays,

@@ -28,6 +28,7 @@ import keras
 import numpy as np
 import pytest
 from shared_fixtures import (
+    CHECKPOINTS,
     CLASSIFIER_BATCH,
     CLASSIFIER_SIZE,
     CLASSIFIER_STEPS,
@@ -36,7 +37,7 @@ from shared_fixtures import (
     client_pixels,
 )
 
-from keras_mvit2.data.sources import (
+from keras_mvit2.data.files import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
     load_fashion_mnist_arrays,
@@ -453,19 +454,38 @@ def _segmentation_masks(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.where(images[..., 0] > 40, labels[:, None, None] + 1, 0).astype("int64")
 
 
-@pytest.fixture(scope="module")
-def segmenter(classifier, data):
-    """DeepLabV3 on the trained classifier's backbone, one epoch on the 3,000 images."""
+def client_segmenter(weights=None, backbone_weights=None) -> keras.Model:
+    """The segmenter of this module: DeepLabV3 (MobileViTv2-0.5, ASPP 64) at 32x32."""
     from keras_mvit2.tasks import DeepLabV3
 
-    x, y = data[0][:3000], data[1][:3000]
+    return DeepLabV3(0.5, input_shape=(SIZE, SIZE, 3), classes=len(SEGMENTATION_CLASSES),
+                     aspp_channels=64, weights=weights, backbone_weights=backbone_weights)
+
+
+def train_segmenter(classifier_path) -> keras.Model:
+    """`client_segmenter` on the trained classifier's backbone (`classifier_path`), fitted
+    for one epoch in batches of 64 on the classifier's first 3,000 training images (Adam
+    2e-3, seed 0). tests/make_checkpoints.py runs it (`client_segmenter.weights.h5`)."""
+    import keras_mvit2 as mv
+
+    trained = keras.saving.load_model(classifier_path)
+    backbone = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
+    backbone.set_weights(trained.get_weights())
+    x, y = load_fashion_mnist_arrays("train")
+    x, y = _rgb_uint8(x[:3000]), y[:3000].astype("int64")
     keras.utils.set_random_seed(0)
-    model = DeepLabV3(0.5, input_shape=(SIZE, SIZE, 3), classes=len(SEGMENTATION_CLASSES),
-                      aspp_channels=64, backbone_weights=classifier)
+    model = client_segmenter(backbone_weights=backbone)
     model.compile(optimizer=keras.optimizers.Adam(2e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(x / 255.0, _segmentation_masks(x, y), batch_size=64, epochs=1, verbose=0)
     return model
+
+
+@pytest.fixture(scope="module")
+def segmenter():
+    """The committed DeepLabV3 (`train_segmenter`: the trained classifier's backbone, one
+    epoch on 3,000 images)."""
+    return client_segmenter(weights=str(CHECKPOINTS / "client_segmenter.weights.h5"))
 
 
 def test_segmenter_export_segments_in_mediapipe_with_names(segmenter, data, tmp_path,

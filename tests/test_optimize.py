@@ -1,4 +1,4 @@
-"""`keras_mvit2.export.optimize` / `mvit2 optimize`: the shipped file keeps the budget.
+"""`keras_mvit2.optimizer.optimize` / `mvit2 optimize`: the shipped file keeps the budget.
 
 Every figure the optimizer reports is re-measured here by a plain LiteRT interpreter
 written in the test (not the package's runner), on the same held-out images.
@@ -15,7 +15,7 @@ from ai_edge_litert.interpreter import Interpreter
 from PIL import Image
 
 import keras_mvit2 as mv
-from keras_mvit2.export.optimizer import (
+from keras_mvit2.optimizer import (
     OptimizeData,
     OverBudgetError,
     load_optimize_data,
@@ -159,7 +159,7 @@ def test_mvit2_optimize_on_a_trained_classifier_keeps_the_budget(trained_classif
     """The issue's command on the run's trained Fashion-MNIST classifier, every candidate;
     the shipped file re-measured in LiteRT, and loaded by MediaPipe Tasks with its labels."""
     from keras_mvit2.cli.main import main
-    from keras_mvit2.data.sources import FASHION_MNIST_CLASSES
+    from keras_mvit2.data.files import FASHION_MNIST_CLASSES
 
     out = tmp_path / "opt"
     status = main(["optimize", trained_classifier_path, "--data", "fashion_mnist",
@@ -314,7 +314,7 @@ def test_mvit2_optimize_over_budget_exits_1_naming_the_closest(tmp_path, capsys)
 def _measured(name, size_bytes, top1, latency_ms, *, quantization=None, keras_top1=0.80,
               max_drop=0.5):
     """A `CandidateResult` as `optimize` records one (drop against a Keras top-1)."""
-    from keras_mvit2.export.candidate import CandidateResult
+    from keras_mvit2.optimizer.candidate import CandidateResult
 
     drop = 100 * (keras_top1 - top1)
     return CandidateResult(name, {"quantization": quantization or name}, f"c/{name}.tflite",
@@ -339,7 +339,7 @@ def _table_256():
 
 
 def test_size_fast_ships_the_smallest_file_that_is_not_slower_than_float32():
-    from keras_mvit2.export.optimizer import (
+    from keras_mvit2.optimizer import (
         DEFAULT_OBJECTIVE,
         OBJECTIVES,
         best_within,
@@ -373,8 +373,8 @@ def test_size_fast_ships_the_smallest_file_that_is_not_slower_than_float32():
 
 
 def test_size_fast_without_a_timed_float32_chooses_by_size_and_says_why():
-    from keras_mvit2.export.optimizer import best_within, compare_with_float
-    from keras_mvit2.export.optimizer.search import objective_note
+    from keras_mvit2.optimizer import best_within, compare_with_float
+    from keras_mvit2.optimizer.search import objective_note
 
     untimed = [_measured("fp32", 4_000_000, 0.80, None), _measured("fp16", 2_000_000, 0.80, None),
                _measured("palettize_6bit", 1_150_000, 0.80, None)]
@@ -392,8 +392,8 @@ def test_size_fast_without_a_timed_float32_chooses_by_size_and_says_why():
 
 
 def test_size_fast_refuses_files_within_the_budget_but_slower_naming_objective_size():
-    from keras_mvit2.export.optimizer import OptimizeResult, best_within, compare_with_float
-    from keras_mvit2.export.optimizer.search import _over_budget_message
+    from keras_mvit2.optimizer import OptimizeResult, best_within, compare_with_float
+    from keras_mvit2.optimizer.search import _over_budget_message
 
     # float32 itself loses 0.6 points (LiteRT's float arithmetic flips a near-tie): the
     # files within 0.5 points are all slower than it.
@@ -413,8 +413,8 @@ def test_size_fast_refuses_files_within_the_budget_but_slower_naming_objective_s
 def test_pareto_plot_labels_do_not_overlap_and_off_scale_candidates_sit_at_the_edge(tmp_path):
     from matplotlib.text import Text
 
-    from keras_mvit2.export.optimizer import OptimizeResult, best_within, compare_with_float
-    from keras_mvit2.export.optimizer.report import pareto_figure, plot_pareto, top1_window
+    from keras_mvit2.optimizer import OptimizeResult, best_within, compare_with_float
+    from keras_mvit2.optimizer.report import pareto_figure, plot_pareto, top1_window
 
     results = _table_256()
     compare_with_float(results)
@@ -448,8 +448,8 @@ def test_pareto_plot_labels_do_not_overlap_and_off_scale_candidates_sit_at_the_e
 def test_the_report_says_per_candidate_faster_or_slower_than_float32(tiny, tmp_path):
     from rich.console import Console
 
-    from keras_mvit2.export.optimizer import best_within
-    from keras_mvit2.export.optimizer.report import format_table
+    from keras_mvit2.optimizer import best_within
+    from keras_mvit2.optimizer.report import format_table
 
     model, data = tiny
     result = optimize(model, tmp_path, data=data, max_drop=100.0, latency_runs=5,
@@ -483,7 +483,7 @@ def test_the_report_says_per_candidate_faster_or_slower_than_float32(tiny, tmp_p
 
 
 def test_qat_int8_is_offered_only_when_no_post_training_int8_file_meets_the_budget():
-    from keras_mvit2.export.optimizer import QATSettings, qat_decision
+    from keras_mvit2.optimizer import QATSettings, qat_decision
     from keras_mvit2.ship.phone_files import ship_qat
 
     qat = QATSettings("photos/train")
@@ -526,7 +526,7 @@ def test_a_shipped_qat_file_still_over_a_point_keeps_the_warning_and_says_what_i
 
 
 def test_qat_settings_and_the_training_images_of_the_optimizers_data(tmp_path):
-    from keras_mvit2.export.optimizer import QATSettings, qat_settings, training_images_of
+    from keras_mvit2.optimizer import QATSettings, qat_settings, training_images_of
 
     default = QATSettings("x")
     assert (default.max_steps, default.epochs, default.learning_rate) == (300, 3, 1e-4)
@@ -564,7 +564,7 @@ def test_naming_qat_int8_without_training_images_is_a_clear_error(tiny, tmp_path
                  verbose=False)
     assert not (tmp_path / "candidates").exists()  # refused before building anything
     if importlib.util.find_spec("coremltools") is not None:
-        from keras_mvit2.export.optimizer import QATSettings
+        from keras_mvit2.optimizer import QATSettings
 
         with pytest.raises(ValueError, match="Core ML has no 'qat_int8' candidate"):
             optimize(model, tmp_path, target="coreml", data=data, max_drop=1.0,
@@ -578,9 +578,9 @@ def _float_as_qat(model, class_names):
     the run's default int8 file is replaced by it (the replacement itself is under test:
     file moves, records, the note and the warnings, all re-measured in LiteRT)."""
     from keras_mvit2.export import to_tflite
-    from keras_mvit2.export.candidate import Candidate
+    from keras_mvit2.optimizer.candidate import Candidate
 
-    def qat_candidate(self, model_, settings, *, calibration_data, class_names=None,
+    def qat_candidate(model_, settings, *, calibration_data, class_names=None,
                       training_class_names=None, io_dtype=None):
         def build(path):
             to_tflite(model, path, quantization="float32", class_names=list(class_names))
@@ -591,14 +591,14 @@ def _float_as_qat(model, class_names):
 
 def test_finetune_replaces_a_default_int8_file_that_loses_a_point_when_qat_keeps_it(
         tiny, tmp_path, monkeypatch):
-    from keras_mvit2.export.optimizer import QATSettings
-    from keras_mvit2.export.tflite.target import TFLiteTarget
+    from keras_mvit2.optimizer import QATSettings
+    from keras_mvit2.optimizer.targets import QAT_CANDIDATES
     from keras_mvit2.ship.phone_files import PhoneData, _export_phone_files, export_warnings
 
     model, data = tiny
     phone = PhoneData(data.calibration, data.held_out, data.labels)
     qat = QATSettings((data.calibration, np.zeros(len(data.calibration), np.int64)))
-    monkeypatch.setattr(TFLiteTarget, "qat_candidate", _float_as_qat(model, data.class_names))
+    monkeypatch.setitem(QAT_CANDIDATES, "tflite", _float_as_qat(model, data.class_names))
     lines = []
     [record] = _export_phone_files(model, tmp_path, phone, class_names=data.class_names,
                                    targets=("tflite",), bench_runs=3, qat=qat,
@@ -624,14 +624,14 @@ def test_finetune_replaces_a_default_int8_file_that_loses_a_point_when_qat_keeps
 
 def test_finetune_keeps_the_post_training_file_and_the_warning_when_qat_does_not_help(
         tiny, tmp_path, monkeypatch):
-    from keras_mvit2.export.candidate import Candidate
-    from keras_mvit2.export.optimizer import QATSettings
-    from keras_mvit2.export.tflite.target import TFLiteTarget
+    from keras_mvit2.optimizer import QATSettings
+    from keras_mvit2.optimizer.candidate import Candidate
+    from keras_mvit2.optimizer.targets import QAT_CANDIDATES
     from keras_mvit2.ship.phone_files import PhoneData, _export_phone_files, export_warnings
 
     model, data = tiny
 
-    def int8_again(self, model_, settings, *, calibration_data, class_names=None,
+    def int8_again(model_, settings, *, calibration_data, class_names=None,
                    training_class_names=None, io_dtype=None):
         def build(path):  # the post-training int8 file once more: no better
             mv.export.to_tflite(model, path, quantization="int8",
@@ -640,7 +640,7 @@ def test_finetune_keeps_the_post_training_file_and_the_warning_when_qat_does_not
             return {"steps": 3, "training_images": 24}
         return Candidate("qat_int8", {"quantization": "int8"}, build, "LiteRT")
 
-    monkeypatch.setattr(TFLiteTarget, "qat_candidate", int8_again)
+    monkeypatch.setitem(QAT_CANDIDATES, "tflite", int8_again)
     phone = PhoneData(data.calibration, data.held_out, data.labels)
     qat = QATSettings((data.calibration, np.zeros(len(data.calibration), np.int64)))
     [record] = _export_phone_files(model, tmp_path, phone, class_names=data.class_names,
@@ -657,7 +657,7 @@ def test_finetune_keeps_the_post_training_file_and_the_warning_when_qat_does_not
     def not_installed(*args, **kwargs):
         raise NotImplementedError("qat_int8 needs TensorFlow Model Optimization")
 
-    monkeypatch.setattr(TFLiteTarget, "qat_candidate", not_installed)
+    monkeypatch.setitem(QAT_CANDIDATES, "tflite", not_installed)
     [record] = _export_phone_files(model, tmp_path, phone, class_names=data.class_names,
                                    targets=("tflite",), bench_runs=3, qat=qat)
     assert record["qat"]["error"].startswith("NotImplementedError: qat_int8 needs")
@@ -676,7 +676,7 @@ needs_qat = pytest.mark.skipif(
 def _fashion_mnist(split: str, start: int, count: int) -> tuple[np.ndarray, np.ndarray]:
     from shared_fixtures import fashion_mnist_rgb
 
-    from keras_mvit2.data.sources import load_fashion_mnist_arrays
+    from keras_mvit2.data.files import load_fashion_mnist_arrays
 
     x, y = load_fashion_mnist_arrays(split)
     return (fashion_mnist_rgb(x[start:start + count], SIZE),
@@ -692,8 +692,8 @@ def test_qat_int8_is_the_same_kind_of_file_as_the_int8_candidate(tmp_path):
     from ai_edge_litert.interpreter import Interpreter
     from test_qat import small_model
 
-    from keras_mvit2.data.sources import FASHION_MNIST_CLASSES
-    from keras_mvit2.export.optimizer import QATSettings
+    from keras_mvit2.data.files import FASHION_MNIST_CLASSES
+    from keras_mvit2.optimizer import QATSettings
 
     keras.utils.set_random_seed(0)
     model = small_model()
@@ -744,7 +744,7 @@ def test_finetune_tries_qat_when_its_int8_file_loses_a_point(tmp_path):
     keeps the point; every figure re-measured in LiteRT."""
     from test_qat import small_model
 
-    from keras_mvit2.export.optimizer import QATSettings
+    from keras_mvit2.optimizer import QATSettings
     from keras_mvit2.ship.phone_files import PhoneData, _export_phone_files, export_warnings
 
     keras.utils.set_random_seed(0)

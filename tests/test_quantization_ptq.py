@@ -28,6 +28,7 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 from model_utils import float_ops_from_interpreter
 from shared_fixtures import (
+    CHECKPOINTS,
     CLASSIFIER_BATCH,
     CLASSIFIER_SIZE,
     CLASSIFIER_STEPS,
@@ -35,7 +36,7 @@ from shared_fixtures import (
 )
 
 import keras_mvit2 as mv
-from keras_mvit2.data.sources import (
+from keras_mvit2.data.files import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
     load_fashion_mnist_arrays,
@@ -253,25 +254,18 @@ def test_int8_real_size_256(at_256, data, out_dir, record_property):
     record_property("ops_outside_xnnpack_256_int8", json.dumps(report.ops_outside_xnnpack))
 
 
-FINETUNE_256_STEPS = 40
-FINETUNE_256_BATCH = 16
-
-
 @pytest.fixture(scope="module")
-def finetuned_256(at_256, data):
-    """The fixture model fine-tuned briefly at 256x256 (seeded: 40 steps of 16 training
-    images, Adam 3e-4), so its activations are those of a model trained at that size."""
-    keras.utils.set_random_seed(0)
+def finetuned_256():
+    """The trained classifier fine-tuned briefly at 256x256, so that its activations are
+    those of a model trained at that size: the committed checkpoint
+    `tests/data/checkpoints/classifier_256.weights.h5` (tests/make_checkpoints.py: 40 steps
+    of 16 training images, Adam 3e-4, seed 0)."""
     model = mv.MobileViTV2(0.5, input_shape=(256, 256, 3), classes=10, classifier_activation=None)
-    model.set_weights(at_256.get_weights())
-    model.compile(optimizer=keras.optimizers.Adam(3e-4),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    n = FINETUNE_256_STEPS * FINETUNE_256_BATCH
-    model.fit(_rgb(data["x_train"][:n], 256), data["y_train"][:n],
-              batch_size=FINETUNE_256_BATCH, epochs=1, shuffle=False, verbose=0)
+    model.load_weights(CHECKPOINTS / "classifier_256.weights.h5")
     return model
 
 
+@pytest.mark.slow  # two full-int8 conversions at 256x256 (~110 s)
 def test_int8_ranges_follow_float_better_at_256(finetuned_256, data, out_dir, record_property):
     """Full int8 at 256x256: the default activation ranges (per-tensor 99.99 % intervals)
     against the converter's global min / max, on a model fine-tuned at that size.
@@ -279,7 +273,7 @@ def test_int8_ranges_follow_float_better_at_256(finetuned_256, data, out_dir, re
     Measured in `benchmarks/int8_fidelity.py` (MobileViTV2-0.5 trained from scratch at
     256x256, three seeds, 1,000 images): the logits' relative error falls from 0.13-0.28 to
     0.07-0.10 (0.37-0.55x) and argmax agreement rises from 86-91 % to 96-97 %. This
-    fixture is a low-margin model (40 steps at 256x256 from the 32x32 classifier: 35-51 %
+    checkpoint is a low-margin model (40 steps at 256x256 from the 32x32 classifier: 35-51 %
     top-1, median top-1 margin 0.08-0.11), and over seven trainings (classifier and
     fine-tune seeds 0-3, three runs of the fixture) neither measure moved the same way every
     time: agreement -3.3 to +12.4 points, logit RMS error 0.51x to 1.08x the min / max
