@@ -244,7 +244,7 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
         if arch == "mobilevitv2_050":
             if not os.path.exists(f32):
                 mv.export.to_tflite(model, f32)
-            default = mv.export.tflite.convert.DEFAULT_ACTIVATION_RANGES["int8"]
+            default = mv.export.tflite.quantization.TFLITE_QUANTIZATIONS["int8"].activation_ranges
             for method in RANGE_METHODS:
                 rows[f"int8 {method}"] = dict(activation_ranges=method)
             rows["int8 default uint8"] = dict(activation_ranges=default, io_dtype="uint8")

@@ -137,8 +137,8 @@ def prefix_errors(model, path: str, images, reference) -> list[dict]:
 
 def _is_layer_output(layer, name: str) -> bool:
     """Whether tensor `name` is the output of `layer` rather than an inner tensor of it."""
-    from keras_mvit2.layers import MobileViTV2Block
     from keras_mvit2.layers.inverted_residual import InvertedResidual
+    from keras_mvit2.models import MobileViTV2Block
 
     last = name.split(";")[-1]
     if isinstance(layer, MobileViTV2Block):

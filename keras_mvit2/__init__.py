@@ -10,6 +10,7 @@ from keras_mvit2 import (
     visualize,
 )
 from keras_mvit2._version import __version__
+from keras_mvit2.backend import lazy_attributes
 
 # `mv.attention`: the attention registry (`get`, `available`, `register`, ...).
 from keras_mvit2.layers import attention_registry as attention
@@ -20,6 +21,8 @@ from keras_mvit2.models import (
     create_model,
     decode_predictions,
     list_models,
+    list_weights,
+    load_torch_weights,
     mobilevitv2_050,
     mobilevitv2_075,
     mobilevitv2_100,
@@ -31,17 +34,26 @@ from keras_mvit2.models import (
     with_input_size,
 )
 from keras_mvit2.preprocessing import preprocess_images, preprocessing_model
-from keras_mvit2.utils.backend import lazy_attributes
-from keras_mvit2.weights import load_torch_weights
-from keras_mvit2.weights.pretrained import list_weights
 
-#: The parts imported here on the TensorFlow backend and on first use on JAX and PyTorch:
-#: export (the torch road on PyTorch), quantization and the profiler raise
-#: `keras_mvit2.utils.backend.TensorFlowBackendRequiredError` there; `data` imports (its
-#: tf.data names on JAX only; on PyTorch the numpy / PIL input), and so does `training`
-#: (every backend trains). `tasks` is imported on every backend (its models register their
-#: classes for `keras.saving.load_model`; its TensorFlow-only names are lazy in turn).
-_TENSORFLOW_ONLY = {
+#: The parts imported here on the TensorFlow backend and on first use on JAX and PyTorch
+#: (importing them here would load TensorFlow, or the torch road's converters), with what
+#: they do there (`keras_mvit2.backend` holds the policy):
+#:
+#: | name       | JAX                                  | PyTorch                              |
+#: |------------|--------------------------------------|--------------------------------------|
+#: | `data`     | runs: tf.data and numpy / PIL input  | runs: numpy / PIL input (its tf.data |
+#: |            |                                      | names raise)                         |
+#: | `export`   | raises                               | runs: the torch road (TFLite, Core   |
+#: |            |                                      | ML, Core AI; the TensorFlow road's   |
+#: |            |                                      | names raise)                         |
+#: | `quantize` | raises                               | raises                               |
+#: | `profile`  | raises                               | raises                               |
+#:
+#: "raises": `keras_mvit2.backend.TensorFlowBackendRequiredError`, naming the backend and
+#: the fix. `training` is imported on every backend (every backend trains), and so is
+#: `tasks` (its models register their classes for `keras.saving.load_model`; its
+#: TensorFlow-only names are lazy in turn).
+_IMPORTED_ON_FIRST_USE = {
     "data": ("keras_mvit2.data", None),
     "export": ("keras_mvit2.export", None),
     "quantize": ("keras_mvit2.quantize", None),
@@ -85,13 +97,13 @@ __all__ = [
 ]
 
 if not _startup.TENSORFLOW_BACKEND:  # `from keras_mvit2 import *` loads no TensorFlow
-    __all__ = [name for name in __all__ if name not in _TENSORFLOW_ONLY]
+    __all__ = [name for name in __all__ if name not in _IMPORTED_ON_FIRST_USE]
 
 
 # `keras_mvit2.kerashub` needs the `hub` extra (keras-hub), and the budget optimizer
 # (`mv.optimizer.optimize`) imports export, quantization and latency: both on first use only.
 __getattr__ = lazy_attributes(
-    __name__, {**_TENSORFLOW_ONLY, "kerashub": ("keras_mvit2.kerashub", None),
+    __name__, {**_IMPORTED_ON_FIRST_USE, "kerashub": ("keras_mvit2.kerashub", None),
                "optimizer": ("keras_mvit2.optimizer", None)})
 
 

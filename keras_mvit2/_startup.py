@@ -2,10 +2,10 @@
 
 Imported first by `keras_mvit2/__init__.py` (`_startup` sorts before every other module).
 Only on Keras' TensorFlow backend: on JAX and PyTorch, `import keras_mvit2` loads neither
-(the TensorFlow-only subpackages are imported on first use, see `keras_mvit2.utils.backend`).
+(the TensorFlow-only subpackages are imported on first use, see `keras_mvit2.backend`).
 """
 
-from keras_mvit2.utils.backend import keras_backend_name
+from keras_mvit2.backend import keras_backend_name
 from keras_mvit2.utils.quiet import native_info_held_back
 
 #: Whether Keras runs (or, once imported, will run) on TensorFlow.

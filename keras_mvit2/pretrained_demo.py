@@ -103,7 +103,7 @@ def run_pretrained_demo(
 
     from keras_mvit2.export import get_target
     from keras_mvit2.models import create_model
-    from keras_mvit2.models.mobilevitv2 import imagenet_classes
+    from keras_mvit2.models.mobilevitv2.mobilevitv2_builders import imagenet_classes
     from keras_mvit2.preprocessing import preprocess_images
     from keras_mvit2.utils.files import write_json
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import keras
 import numpy as np
 
-from keras_mvit2.utils.backend import require_tensorflow
+from keras_mvit2.backend import require_tensorflow
 
 require_tensorflow("keras_mvit2.profile (MAC counts from the TensorFlow graph)")
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 
-from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.layers.patching import fold
 from keras_mvit2.layers.separable_self_attention import SeparableSelfAttention
+from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.utils.files import atomic_output
 
 

@@ -59,31 +59,31 @@ LAYER_ZOO_PARTS = {
 
 
 def layer_zoo(part: str, size: int = 16, channels: int = 16) -> keras.Model:
-    """Every layer of `keras_mvit2.layers` that a model is made of, in three small models
-    (`part`, a key of `LAYER_ZOO_PARTS`): each has an InvertedResidual and a
-    MobileViTV2Block (GroupNorm1, TransformerLayer, the token mixer; StochasticDepth through
-    `drop_path`) per attention of its part; the last also a MobileViT v1 block and a ViT
-    path (PatchEmbedding, ClassTokenPositionEmbedding, ViTBlock, TokenPooling). Input
-    `(batch, size, size, 3)`; output `(batch, paths * channels)`, the pooled features of
-    each path."""
-    from keras_mvit2 import layers
+    """Every layer of `keras_mvit2.layers` and of the model families that a model is made
+    of, in three small models (`part`, a key of `LAYER_ZOO_PARTS`): each has an
+    InvertedResidual and a MobileViTV2Block (GroupNorm1, TransformerLayer, the token mixer;
+    StochasticDepth through `drop_path`) per attention of its part; the last also a
+    MobileViT v1 block and a ViT path (PatchEmbedding, ClassTokenPositionEmbedding,
+    ViTBlock, TokenPooling). Input `(batch, size, size, 3)`; output `(batch, paths *
+    channels)`, the pooled features of each path."""
+    from keras_mvit2 import layers, models
 
     attentions, v1_and_vit = LAYER_ZOO_PARTS[part]
     x = keras.Input((size, size, 3))
     h = layers.InvertedResidual(channels, expansion=2.0, name="inverted_residual")(x)
     outputs = []
     for name in attentions:
-        block = layers.MobileViTV2Block(channels, 1, attention=ATTENTION_CONFIGS[name],
+        block = models.MobileViTV2Block(channels, 1, attention=ATTENTION_CONFIGS[name],
                                         drop_path=0.1, name=f"mobilevitv2_block_{name}")
         outputs.append(keras.layers.GlobalAveragePooling2D()(block(h)))
     if v1_and_vit:
-        v1 = layers.MobileViTBlock(channels, 1, num_heads=2, filters=channels,
+        v1 = models.MobileViTBlock(channels, 1, num_heads=2, filters=channels,
                                    name="mobilevit_block")(h)
         outputs.append(keras.layers.GlobalAveragePooling2D()(v1))
-        tokens = layers.PatchEmbedding(4, channels, name="patch_embedding")(x)
-        tokens = layers.ClassTokenPositionEmbedding(name="class_token_position")(tokens)
-        tokens = layers.ViTBlock(num_heads=2, name="vit_block")(tokens)
-        outputs.append(layers.TokenPooling(name="token_pooling")(tokens))
+        tokens = models.PatchEmbedding(4, channels, name="patch_embedding")(x)
+        tokens = models.ClassTokenPositionEmbedding(name="class_token_position")(tokens)
+        tokens = models.ViTBlock(num_heads=2, name="vit_block")(tokens)
+        outputs.append(models.TokenPooling(name="token_pooling")(tokens))
     return keras.Model(x, keras.layers.Concatenate()(outputs), name=f"layer_zoo_{part}")
 
 

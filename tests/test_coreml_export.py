@@ -76,7 +76,7 @@ def test_classifier_labels_and_float32(ct, tmp_path):
 def test_small_model_converts_with_image_input_and_labels(ct, tmp_path):
     """The fast tier's Core ML conversion: one MobileViTv2 block (unfold, attention, fold)
     between a stem and a classifier, at 32x32, in seconds."""
-    from keras_mvit2.layers import MobileViTV2Block
+    from keras_mvit2.models import MobileViTV2Block
 
     keras.utils.set_random_seed(0)
     inputs = keras.Input((32, 32, 3))

@@ -21,8 +21,8 @@ import tensorflow as tf
 from shared_fixtures import ORACLE_BATCH, ORACLE_BLOCK_SIZES, ORACLE_MODELS, ORACLE_SIZES
 
 import keras_mvit2 as mv
-from keras_mvit2.tasks.features import mobilevitv2_features
-from keras_mvit2.weights import load_torch_weights
+from keras_mvit2.models.mobilevitv2.mobilevitv2_features import mobilevitv2_features
+from keras_mvit2.models.torch_weights import load_torch_weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -57,11 +57,10 @@ class KerasFileTarget(ExportTarget):
     formats = ("float32",)
     runtime = "Keras"
 
-    def convert(self, model, path, *, quantization=None, class_names=None,
-                calibration_data=None, metadata=None, image_size=None, **options):
+    def _convert(self, model, path, shared, options):
         self.check_options(options, self._save)
-        self.check_format(quantization)
-        names = self.check_class_names(class_names, model)
+        self.check_format(shared.quantization)
+        names = self.check_class_names(shared.class_names, model)
         self._save(model, os.fspath(path), names)
         return self.inspect(path)
 
@@ -146,6 +145,9 @@ def test_tflite_target_round_trip(classifier, tmp_path):
     np.testing.assert_allclose(target.run(path, x), classifier.predict(x, verbose=0), atol=1e-5)
     rows = dict(target.report_rows(report))
     assert rows["quantization"] == "float32" and rows["class names"].startswith("3: a, b, c")
+    assert rows["export forms"] == ("token_pooling matmul, token_normaliser exp_mean, variance "
+                                    "one_pass, unfold space_to_depth, layout channels_last, "
+                                    "road tensorflow")
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 """`mvit2 finetune PHOTOS --weights ...`: a folder of photos to labelled phone files and a
-model card in one command (keras_mvit2.ship, keras_mvit2.weights.source).
+model card in one command (keras_mvit2.ship, keras_mvit2.models.weights_source).
 
 The photos are Fashion-MNIST training images written as PNG class folders (3 classes).
 Published weights come from the loopback stand-in of the Hugging Face hub

@@ -67,7 +67,7 @@ def test_int8_variance_as_a_matrix_product_follows_the_formula(tmp_path):
 def test_full_int8_traces_the_matrix_product_unless_the_caller_chose_forms(tmp_path):
     keras.utils.set_random_seed(0)
     inputs = keras.Input((32, 32, 3))
-    features = mv.layers.MobileViTV2Block(16, 2)(keras.layers.Conv2D(16, 3)(inputs))
+    features = mv.models.MobileViTV2Block(16, 2)(keras.layers.Conv2D(16, 3)(inputs))
     model = keras.Model(inputs, keras.layers.GlobalAveragePooling2D()(features))
     norms = sum(isinstance(layer, GroupNorm1) for layer in model._flatten_layers())
     assert norms == 5  # two per transformer layer, and the block's last

@@ -18,7 +18,7 @@ from model_utils import perturb_norms
 
 import keras_mvit2 as mv
 from keras_mvit2.models.input_size import default_export_size, has_dynamic_size
-from keras_mvit2.weights.pretrained import check_pretrained_config
+from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import check_pretrained_config
 
 SIZES = ((64, 64), (65, 97), (96, 72))  # even, odd (every stage), non-square
 

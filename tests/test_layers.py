@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_mvit2 import layers
+from keras_mvit2.models import MobileViTV2Block
 
 # ---------------------------------------------------------------- numpy oracles
 
@@ -262,7 +263,7 @@ def test_inverted_residual_stride2_pads_symmetrically(rng):
 @pytest.mark.parametrize("hw,out_hw", [((8, 8), (8, 8)), ((7, 7), (8, 8)), ((7, 10), (8, 10))])
 def test_mobilevitv2_block_shapes_and_resize(hw, out_hw, rng):
     x = rng.normal(size=(2, *hw, 16)).astype("float32")
-    block = layers.MobileViTV2Block(8, num_layers=2)
+    block = MobileViTV2Block(8, num_layers=2)
     y = block(x)
     assert tuple(y.shape) == (2, *out_hw, 16)
     assert block.compute_output_shape((2, *hw, 16)) == (2, *out_hw, 16)
@@ -270,7 +271,7 @@ def test_mobilevitv2_block_shapes_and_resize(hw, out_hw, rng):
 
 def test_block_resize_is_bilinear_align_corners(rng):
     """Resize of a 3x3 map to 4x4 with align_corners: corners kept, linear in between."""
-    block = layers.MobileViTV2Block(8, num_layers=1)
+    block = MobileViTV2Block(8, num_layers=1)
     x = rng.normal(size=(1, 3, 3, 2)).astype("float32")
     y = keras.ops.convert_to_numpy(block.resize_input(x))
     assert y.shape == (1, 4, 4, 2)
@@ -285,7 +286,7 @@ def test_block_resize_is_bilinear_align_corners(rng):
 def test_block_with_dynamic_size_equals_static_call(hw, rng):
     """Built for (None, None): the grid and the resize follow each call's size, the same
     numbers as the block called on the static shape (the resize only for odd sides)."""
-    block = layers.MobileViTV2Block(8, num_layers=2)
+    block = MobileViTV2Block(8, num_layers=2)
     block.build((None, None, None, 16))
     assert block.compute_output_shape((None, None, None, 16)) == (None, None, None, 16)
     x = rng.normal(size=(2, *hw, 16)).astype("float32")
@@ -304,7 +305,7 @@ LAYER_CASES = [
     (layers.SeparableSelfAttention, {"attn_dropout": 0.1}, (2, 8, 4, 8)),
     (layers.TransformerLayer, {"ffn_dim": 32, "dropout": 0.1}, (2, 8, 4, 16)),
     (layers.InvertedResidual, {"filters": 16, "strides": 2}, (2, 8, 8, 8)),
-    (layers.MobileViTV2Block, {"attention_dim": 8, "num_layers": 2}, (2, 8, 8, 16)),
+    (MobileViTV2Block, {"attention_dim": 8, "num_layers": 2}, (2, 8, 8, 16)),
 ]
 
 

@@ -304,6 +304,10 @@ def test_torch_road_file_carries_the_tensorflow_roads_metadata_and_signature(roa
     assert torch_meta["converter"]["road"] == "torch"
     assert torch_meta["converter"]["tool"] == "litert-torch"
     assert "converter" not in tf_meta
+    # The forms each road traced: the torch road sums tokens as a product and a mean.
+    assert torch_meta["forms"] == {**tf_meta["forms"], "token_pooling": "product_mean",
+                                   "road": "torch"}
+    assert tf_meta["forms"]["token_pooling"] == "matmul"
     for key in ("format", "version", "model", "attention", "quantization", "batch_size",
                 "preprocessing", "output_kind", "class_names", "calibration", "user"):
         assert torch_meta[key] == tf_meta[key], key

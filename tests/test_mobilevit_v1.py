@@ -16,10 +16,14 @@ from keras_mvit2.layers import (  # noqa: F401 (registers every mechanism)
     multi_head_attention,
     random_feature_attention,
 )
-from keras_mvit2.layers.mobilevit_block import MobileViTBlock
 from keras_mvit2.models import mobilevit as mobilevit_module  # noqa: F401 (registers)
-from keras_mvit2.models.mobilevit import MOBILEVIT_CONFIGS, MobileViT, MobileViTConfig
-from keras_mvit2.weights.timm_port import load_timm_weights, timm_port_targets
+from keras_mvit2.models.mobilevit.mobilevit_block import MobileViTBlock
+from keras_mvit2.models.mobilevit.mobilevit_builders import (
+    MOBILEVIT_CONFIGS,
+    MobileViT,
+    MobileViTConfig,
+)
+from keras_mvit2.models.timm_port import load_timm_weights, timm_port_targets
 
 #: timm 1.0.31, `sum(p.numel() for p in timm.create_model(name).parameters())` (all
 #: trainable), 1000 classes; measured once with `timm.create_model(name, pretrained=False)`.

@@ -173,6 +173,52 @@ def test_keras_round_trip_in_fresh_process(tmp_path, rng):
     np.testing.assert_array_equal(np.load(tmp_path / "y2.npy"), np.load(tmp_path / "y.npy"))
 
 
+#: Where the family blocks lived before each family got its own folder (issue 49): `.keras`
+#: files store a class's module beside its registered name.
+_MODULES_BEFORE_THE_FAMILY_FOLDERS = {
+    "keras_mvit2.models.mobilevitv2.mobilevitv2_block": "keras_mvit2.layers.mobilevitv2_block",
+    "keras_mvit2.models.mobilevit.mobilevit_block": "keras_mvit2.layers.mobilevit_block",
+    "keras_mvit2.models.vit.vit_layers": "keras_mvit2.layers.vit_layers",
+}
+
+
+def test_keras_files_written_before_the_family_folders_load(tmp_path, rng):
+    """A `.keras` file naming the blocks' old modules loads (Keras finds a class by its
+    registered name, `keras_mvit2>Name`, which the move kept), with the same outputs."""
+    import zipfile
+
+    x = keras.Input((16, 16, 8))
+    h = mv.models.MobileViTV2Block(8, 1, name="v2")(x)
+    h = mv.models.MobileViTBlock(8, 1, num_heads=2, filters=8, name="v1")(h)
+    tokens = mv.models.PatchEmbedding(4, 8, name="patches")(h)
+    tokens = mv.models.ClassTokenPositionEmbedding(name="cls_pos")(tokens)
+    tokens = mv.models.ViTBlock(num_heads=2, name="vit")(tokens)
+    model = keras.Model(x, mv.models.TokenPooling(name="pool")(tokens))
+    for cls in (mv.models.MobileViTV2Block, mv.models.MobileViTBlock, mv.models.ViTBlock,
+                mv.models.PatchEmbedding, mv.models.ClassTokenPositionEmbedding,
+                mv.models.TokenPooling):
+        assert keras.saving.get_registered_name(cls) == f"keras_mvit2>{cls.__name__}"
+    perturb_norms(model)
+    inputs = rng.uniform(size=(2, 16, 16, 8)).astype("float32")
+    expected = keras.ops.convert_to_numpy(model(inputs))
+    model.save(tmp_path / "new.keras")
+    with zipfile.ZipFile(tmp_path / "new.keras") as src, \
+            zipfile.ZipFile(tmp_path / "old.keras", "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "config.json":
+                text = data.decode("utf-8")
+                for new, old in _MODULES_BEFORE_THE_FAMILY_FOLDERS.items():
+                    assert f'"{new}"' in text
+                    text = text.replace(f'"{new}"', f'"{old}"')
+                data = text.encode("utf-8")
+            dst.writestr(item, data)
+    loaded = keras.saving.load_model(tmp_path / "old.keras")
+    assert type(loaded.get_layer("v2")) is mv.models.MobileViTV2Block
+    assert type(loaded.get_layer("vit")) is mv.models.ViTBlock
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(inputs)), expected)
+
+
 def test_cli_list_and_profile(tmp_path):
     from keras_mvit2.cli import main
 

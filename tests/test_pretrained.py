@@ -25,14 +25,14 @@ from model_utils import TORCH_READY
 from shared_fixtures import ORACLE_MODELS, ORACLE_SIZES
 
 import keras_mvit2 as mv
-from keras_mvit2.weights.download import WeightsDownloadError
-from keras_mvit2.weights.pretrained import (
+from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import (
     PRETRAINED_WEIGHTS,
     check_pretrained_config,
     find_preset,
     find_weights,
     model_name_for_width,
 )
+from keras_mvit2.weights.download import WeightsDownloadError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 needs_oracle = pytest.mark.skipif(not TORCH_READY, reason="needs torch, timm, safetensors")
@@ -236,7 +236,7 @@ def test_preset_names_are_the_table_rows_and_need_no_keras_hub(monkeypatch):
     import argparse
 
     from keras_mvit2.cli.finetune_cmd import _model_name
-    from keras_mvit2.weights.source import resolve_weights_source
+    from keras_mvit2.models.weights_source import resolve_weights_source
 
     names = [entry.preset for entry in PRETRAINED_WEIGHTS]
     assert len(set(names)) == len(PRETRAINED_WEIGHTS)

@@ -14,7 +14,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_mvit2.layers import InvertedResidual, MobileViTV2Block
+from keras_mvit2.layers import InvertedResidual
+from keras_mvit2.models import MobileViTV2Block
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 pytestmark = [

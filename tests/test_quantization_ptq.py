@@ -341,7 +341,7 @@ def test_int8_attention_follows_float_at_256_tokens(at_256, data, tmp_path, reco
     the model is trained at that size (correlation 0.68-0.99 over 7 briefly fine-tuned
     models, whatever the attention's form).
     """
-    from keras_mvit2.layers import MobileViTV2Block
+    from keras_mvit2.models import MobileViTV2Block
 
     block = next(layer for layer in at_256.layers if isinstance(layer, MobileViTV2Block))
     first = block.transformer[0]

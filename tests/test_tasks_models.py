@@ -9,6 +9,8 @@ import tensorflow as tf
 from model_utils import perturb_norms
 
 import keras_mvit2 as mv
+from keras_mvit2.models.mobilevitv2.mobilevitv2_features import _dilate_depthwise
+from keras_mvit2.models.mobilevitv2.mobilevitv2_port import model_port_targets
 from keras_mvit2.profiling import count_params
 from keras_mvit2.tasks import (
     DeepLabV3,
@@ -18,10 +20,9 @@ from keras_mvit2.tasks import (
     feature_strides,
     mobilevitv2_features,
 )
-from keras_mvit2.tasks.features import _dilate_depthwise
 from keras_mvit2.tasks.paper_tables import PAPER_ROWS, build_paper_model
 from keras_mvit2.tasks.segmentation import AtrousConv2D
-from keras_mvit2.weights.mobilevitv2_port import TRANSFORMS, model_port_targets
+from keras_mvit2.weights.port import TRANSFORMS
 
 # --------------------------------------------------------------------------------------
 # Sizes and MACs against the paper

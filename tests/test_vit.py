@@ -17,16 +17,16 @@ from keras_mvit2.layers import (  # noqa: F401 (registers every mechanism)
     random_feature_attention,
 )
 from keras_mvit2.layers.multi_head_attention import MultiHeadSelfAttention
-from keras_mvit2.layers.vit_layers import (
+from keras_mvit2.models import vit as vit_module  # registers deit_*
+from keras_mvit2.models.timm_port import load_timm_weights, timm_port_targets
+from keras_mvit2.models.vit.vit_builders import ViT
+from keras_mvit2.models.vit.vit_layers import (
     ClassTokenPositionEmbedding,
     PatchEmbedding,
     TokenPooling,
     ViTBlock,
     attention_layer,
 )
-from keras_mvit2.models import vit as vit_module  # registers deit_*
-from keras_mvit2.models.vit import ViT
-from keras_mvit2.weights.timm_port import load_timm_weights, timm_port_targets
 
 #: timm 1.0.31, `sum(p.numel() for p in timm.create_model(name).parameters())` (all
 #: trainable), 1000 classes; measured once with `timm.create_model(name, pretrained=False)`.

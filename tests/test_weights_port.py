@@ -16,8 +16,9 @@ from shared_fixtures import ORACLE_BATCH, ORACLE_BLOCK_SIZES, ORACLE_MODELS, ORA
 
 import keras_mvit2
 from keras_mvit2.models import convert_weights
-from keras_mvit2.weights import cvnets_to_timm_key, load_torch_weights, read_torch_state_dict
-from keras_mvit2.weights.mobilevitv2_port import model_port_targets
+from keras_mvit2.models.mobilevitv2.mobilevitv2_port import cvnets_to_timm_key, model_port_targets
+from keras_mvit2.models.torch_weights import load_torch_weights
+from keras_mvit2.weights import read_torch_state_dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEYMAP_TSV = os.path.join(HERE, "data", "mobilevitv2_keymap_alpha1.0.tsv")

@@ -8,9 +8,9 @@ PyTorch too.
 
 import keras
 
-from keras_mvit2.layers import InvertedResidual, MobileViTV2Block
+from keras_mvit2.layers import InvertedResidual
 from keras_mvit2.layers.inverted_residual import batch_norm
-from keras_mvit2.models import list_models
+from keras_mvit2.models import MobileViTV2Block, list_models
 from keras_mvit2.models.builder_utils import classifier_head, load_weights, model_input
 from keras_mvit2.models.registry import register_model
 

@@ -127,7 +127,7 @@ def _val_fields(value: str) -> dict[str, Any]:
 def _model_name(args: argparse.Namespace, config_model: str) -> str:
     if args.model:
         return args.model
-    from keras_mvit2.weights.pretrained import find_preset
+    from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import find_preset
 
     entry = find_preset(args.weights or "")
     return entry.model if entry is not None else config_model
@@ -137,7 +137,7 @@ def build_config(args: argparse.Namespace):
     """`(TrainConfig, WeightsSource)` of the command line (resolving, and downloading,
     the weights: the input size may come from them)."""
     from keras_mvit2 import training
-    from keras_mvit2.weights.source import resolve_weights_source
+    from keras_mvit2.models.weights_source import resolve_weights_source
 
     data_dir = args.data_dir or args.data
     if args.data_dir and args.data and args.data_dir != args.data:

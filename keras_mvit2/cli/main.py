@@ -6,6 +6,7 @@ import functools
 import sys
 
 from keras_mvit2._version import __version__
+from keras_mvit2.backend import TensorFlowBackendRequiredError
 from keras_mvit2.cli import (
     bench_android_cmd,
     bench_cmd,
@@ -24,7 +25,6 @@ from keras_mvit2.cli import (
 )
 from keras_mvit2.cli.failure import CommandFailedError
 from keras_mvit2.training.divergence import TrainingDivergedError
-from keras_mvit2.utils.backend import TensorFlowBackendRequiredError
 from keras_mvit2.utils.quiet import native_chatter_filtered, quiet_libraries
 
 _COMMANDS = (demo_cmd, predict_cmd, models_cmd, weights_cmd, visualize_cmd, bench_cmd,

@@ -16,7 +16,7 @@ import argparse
 import json
 import os
 
-from keras_mvit2.utils.backend import require_tensorflow
+from keras_mvit2.backend import require_tensorflow
 from keras_mvit2.utils.files import atomic_output, write_json
 
 TASKS = ("segmentation", "detection")

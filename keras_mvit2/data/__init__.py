@@ -13,6 +13,7 @@ Augmentation settings: `AugmentConfig`. On PyTorch, which cannot load TensorFlow
 the tf.data names raise `TensorFlowBackendRequiredError`; the others work.
 """
 
+from keras_mvit2.backend import require_tensorflow, variants
 from keras_mvit2.data.augment_config import AugmentConfig
 from keras_mvit2.data.batching import (
     multiscale_batch_pairs,
@@ -25,7 +26,6 @@ from keras_mvit2.data.files import (
     load_fashion_mnist_arrays,
 )
 from keras_mvit2.data.py_sources import PySource, SkippedFiles, py_fashion_mnist, py_image_folder
-from keras_mvit2.utils.backend import require_tensorflow, tensorflow_loadable
 
 #: The tf.data names: imported on TensorFlow and JAX; on PyTorch their use raises.
 _TF_DATA = {
@@ -43,7 +43,7 @@ _TF_DATA = {
     "make_train_dataset": "pipeline",
 }
 
-if tensorflow_loadable():
+if variants().tf_data:  # keras_mvit2.backend.variants: not on PyTorch
     from keras_mvit2.data.augment import (
         eval_transform,
         random_horizontal_flip,
@@ -91,7 +91,7 @@ __all__ = [
     "tfrecords",
 ]
 
-if not tensorflow_loadable():  # `from keras_mvit2.data import *` loads no TensorFlow
+if not variants().tf_data:  # `from keras_mvit2.data import *` loads no TensorFlow
     __all__ = [name for name in __all__ if name not in _TF_DATA]
 
 

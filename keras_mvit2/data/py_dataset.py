@@ -1,7 +1,7 @@
 """Training and evaluation batches as `keras.utils.PyDataset`s (no TensorFlow).
 
 The input of training on the PyTorch backend, which cannot load TensorFlow beside it
-(`keras_mvit2.utils.backend.tensorflow_loadable`); `fit`, `evaluate` and `predict` take a
+(`keras_mvit2.backend.tensorflow_loadable`); `fit`, `evaluate` and `predict` take a
 `PyDataset` on every backend. The batches have the layout of the tf.data pipelines
 (`keras_mvit2.data.make_train_dataset` / `make_eval_dataset`): images float32
 `(B, H, W, 3)` RGB in [0, 1], labels one-hot float32 `(B, num_classes)`.

@@ -17,7 +17,7 @@ registry, the targets and their TensorFlow-free modules); the other names raise
 `TensorFlowBackendRequiredError`. On JAX the package raises it when imported.
 """
 
-from keras_mvit2.utils.backend import keras_backend_name, require_tensorflow
+from keras_mvit2.backend import keras_backend_name, require_tensorflow
 
 _BACKEND = keras_backend_name()
 if _BACKEND not in ("tensorflow", "torch"):

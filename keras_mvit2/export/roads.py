@@ -35,7 +35,7 @@ import sys
 from collections.abc import Callable, Container, Iterator
 from typing import Any
 
-from keras_mvit2.utils.backend import keras_backend_name, require_tensorflow
+from keras_mvit2.backend import keras_backend_name, require_tensorflow
 
 __all__ = [
     "LITERT_TORCH_INSTALL",
@@ -110,9 +110,9 @@ def import_litert_torch() -> Any:
             f"{LITERT_TORCH_INSTALL} (litert-torch's own requirements would downgrade "
             "typing-extensions, pydantic and anyio; these two lines install it beside "
             "the project's pins).")
-    from keras.src.export.litert import _preserve_jax_x64_state
+    from keras_mvit2.backend.keras_internals import preserve_jax_x64_state
 
-    with _preserve_jax_x64_state():
+    with preserve_jax_x64_state():
         import litert_torch
     return litert_torch
 

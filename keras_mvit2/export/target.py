@@ -23,6 +23,7 @@ The shared vocabulary, one name per idea for every target:
 from __future__ import annotations
 
 import abc
+import dataclasses
 import inspect
 import os
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 __all__ = [
+    "ConvertArguments",
     "ExportTarget",
     "available_targets",
     "get_target",
@@ -39,12 +41,37 @@ __all__ = [
 ]
 
 
-#: The arguments every target's `convert` takes under the same names.
-_SHARED_ARGUMENTS = frozenset(
-    {"quantization", "class_names", "calibration_data", "metadata", "image_size"})
 #: Converter arguments that are not options: what a shared argument maps onto
 #: (`to_tflite`'s `representative_data`) and old names kept for one release.
 _NOT_OPTIONS = frozenset({"representative_data", "precision", "class_labels"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertArguments:
+    """The arguments of `ExportTarget.convert` that every target takes under the same names,
+    as the caller gave them (each target checks them: `ExportTarget.check_format`, ...).
+
+    Attributes:
+        quantization: the numeric format (None: the target's default).
+        class_names: one name per output class, for the file's metadata.
+        calibration_data: images for the calibrated formats.
+        metadata: extra JSON-serializable entries for the file's metadata.
+        image_size: the input size for a dynamic-size model.
+        road: the converter road (`keras_mvit2.export.roads`; None: the backend's).
+    """
+
+    quantization: str | None = None
+    class_names: Sequence[str] | None = None
+    calibration_data: Any = None
+    metadata: Mapping[str, Any] | None = None
+    image_size: int | tuple[int, int] | None = None
+    road: str | None = None
+
+
+#: The arguments every target's `convert` takes under the same names (`ConvertArguments`),
+#: as an error message lists them (`road` is named where a target has more than one).
+_SHARED_ARGUMENTS = frozenset(
+    field.name for field in dataclasses.fields(ConvertArguments)) - {"road"}
 
 
 class ExportTarget(abc.ABC):
@@ -101,19 +128,32 @@ class ExportTarget(abc.ABC):
 
         return check_class_names(class_names, model)
 
-    @abc.abstractmethod
     def convert(self, model: Any, path: str | os.PathLike, *,
                 quantization: str | None = None,
                 class_names: Sequence[str] | None = None,
                 calibration_data: Any = None,
                 metadata: Mapping[str, Any] | None = None,
                 image_size: int | tuple[int, int] | None = None,
+                road: str | None = None,
                 **options: Any) -> Any:
         """Converts a Keras model and writes it to `path` atomically; returns `inspect(path)`.
 
-        `options` are the target's own settings (e.g. TFLite's `io_dtype`, Core ML's
-        `weight_compression`); an unknown one is an error naming the known ones.
+        The shared arguments (`ConvertArguments`) have the same names and meaning for every
+        target; `road` picks the converter (`keras_mvit2.export.roads`; default the Keras
+        backend's). `options` are the target's own settings (e.g. TFLite's `io_dtype`, Core
+        ML's `weight_compression`); an unknown one is an error naming the known ones. Each
+        target implements `_convert`.
         """
+        shared = ConvertArguments(
+            quantization=quantization, class_names=class_names,
+            calibration_data=calibration_data, metadata=metadata, image_size=image_size,
+            road=road)
+        return self._convert(model, path, shared, dict(options))
+
+    @abc.abstractmethod
+    def _convert(self, model: Any, path: str | os.PathLike, shared: ConvertArguments,
+                 options: dict[str, Any]) -> Any:
+        """`convert` for this target: `shared` as given, `options` its own settings."""
 
     @abc.abstractmethod
     def inspect(self, path: str | os.PathLike) -> Any:

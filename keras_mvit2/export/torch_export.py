@@ -36,8 +36,8 @@ def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bo
         it leaves the model as it was).
     """
     import torch
-    from keras.src.backend.torch.core import device_scope, get_device
 
+    from keras_mvit2.backend.keras_internals import torch_device, torch_device_scope
     from keras_mvit2.export.coreml.layout import coreml_layout
     from keras_mvit2.layers.export_forms import elementwise_token_pooling
 
@@ -50,12 +50,12 @@ def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bo
             y = self.net(image, training=False)
             return torch.softmax(y, dim=-1) if add_softmax else y
 
-    device = get_device()
+    device = torch_device()
     if device != "cpu":  # as Keras' own export: the program's constants on the CPU
         for v in model.variables:
             v.value.data = v.value.data.to("cpu")
     try:
-        with device_scope("cpu"), elementwise_token_pooling(), coreml_layout():
+        with torch_device_scope("cpu"), elementwise_token_pooling(), coreml_layout():
             serve = Serve(model).eval()
             program = torch.export.export(serve, (torch.zeros((1, *shape)),))
         program = program.run_decompositions(decompositions)

@@ -1,5 +1,6 @@
 """MobileViTv2 in KerasHub: `MobileViTV2Backbone`, `MobileViTV2ImageClassifier` (with
-presets), their preprocessor and image converter.
+presets), their preprocessor and image converter: the public namespace of the KerasHub
+classes that live with the rest of their family in `keras_mvit2/models/mobilevitv2/`.
 
 Needs the `hub` extra (`pip install keras_mvit2[hub]`: keras-hub). `import keras_mvit2`
 does not import keras-hub; this module is imported (and its classes registered for
@@ -17,13 +18,13 @@ except ImportError as err:
 
 from keras_mvit2.kerashub.convert import classifier_from_model
 from keras_mvit2.kerashub.export import inference_model
-from keras_mvit2.kerashub.mobilevitv2_backbone import MobileViTV2Backbone
-from keras_mvit2.kerashub.mobilevitv2_image_classifier import MobileViTV2ImageClassifier
-from keras_mvit2.kerashub.mobilevitv2_image_classifier_preprocessor import (
+from keras_mvit2.models.mobilevitv2.mobilevitv2_backbone import MobileViTV2Backbone
+from keras_mvit2.models.mobilevitv2.mobilevitv2_image_classifier import MobileViTV2ImageClassifier
+from keras_mvit2.models.mobilevitv2.mobilevitv2_image_classifier_preprocessor import (
     MobileViTV2ImageClassifierPreprocessor,
 )
-from keras_mvit2.kerashub.mobilevitv2_image_converter import MobileViTV2ImageConverter
-from keras_mvit2.kerashub.mobilevitv2_presets import PRESETS
+from keras_mvit2.models.mobilevitv2.mobilevitv2_image_converter import MobileViTV2ImageConverter
+from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import PRESETS
 
 __all__ = [
     "PRESETS",

@@ -1,20 +1,21 @@
 """A `keras_mvit2.MobileViTV2` classifier -> the same model as a KerasHub classifier.
 
-`classifier_from_model` is also how `keras_mvit2.kerashub.preset_resolver` turns a published
-checkpoint or a timm one into a preset: importing this module registers it there.
+`classifier_from_model` is also how
+`keras_mvit2.models.mobilevitv2.mobilevitv2_preset_resolver` turns a published checkpoint
+or a timm one into a preset: importing this module registers it there.
 """
 
 from __future__ import annotations
 
 import keras
 
-from keras_mvit2.kerashub.mobilevitv2_backbone import MobileViTV2Backbone
-from keras_mvit2.kerashub.mobilevitv2_image_classifier import MobileViTV2ImageClassifier
-from keras_mvit2.kerashub.mobilevitv2_image_classifier_preprocessor import (
+from keras_mvit2.models.mobilevitv2.mobilevitv2_backbone import MobileViTV2Backbone
+from keras_mvit2.models.mobilevitv2.mobilevitv2_image_classifier import MobileViTV2ImageClassifier
+from keras_mvit2.models.mobilevitv2.mobilevitv2_image_classifier_preprocessor import (
     MobileViTV2ImageClassifierPreprocessor,
 )
-from keras_mvit2.kerashub.mobilevitv2_image_converter import MobileViTV2ImageConverter
-from keras_mvit2.kerashub.preset_resolver import register_classifier_factory
+from keras_mvit2.models.mobilevitv2.mobilevitv2_image_converter import MobileViTV2ImageConverter
+from keras_mvit2.models.mobilevitv2.mobilevitv2_preset_resolver import register_classifier_factory
 
 
 def classifier_from_model(

@@ -83,7 +83,8 @@ def _ensure_registered() -> None:
     """Imports the optional model families so that their names are registered."""
     import importlib
 
-    for module in ("keras_mvit2.models.mobilevit", "keras_mvit2.models.vit"):
+    for module in ("keras_mvit2.models.mobilevit.mobilevit_builders",
+                   "keras_mvit2.models.vit.vit_builders"):
         try:
             importlib.import_module(module)
         except ImportError:

@@ -1,14 +1,13 @@
 """The checkpoints' evaluation transform as a Keras layer: resize the shorter side,
 center-crop a square, scale to [0, 1]."""
 
-import functools
 import math
 
 import keras
 from keras import ops
 
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers import backend_forms
+from keras_mvit2.backend import forms
 
 
 @serializable
@@ -60,20 +59,15 @@ class EvalResizeCrop(keras.layers.Layer):
         self.resize_size = math.floor(size / self.crop_pct)
 
     def call(self, images):
-        return self._transform(images, ops, backend_forms.resize_shorter_side)
+        return self._transform(images, ops, forms.resize_shorter_side)
 
     def in_tf_data(self, images):
         """The transform on `tf.Tensor`s inside a tf.data pipeline, whatever Keras' backend
         (keras-hub's preprocessors run there): the TensorFlow form, computed with Keras'
         TensorFlow backend ops (a layer call would convert the inputs to the backend's
         tensors, which a tf.data graph cannot). On TensorFlow: the layer's own graph."""
-        from keras.src.backend import tensorflow as tensorflow_backend
-
-        from keras_mvit2.layers import tf_forms
-
-        xp = _Ops(tensorflow_backend.core, tensorflow_backend.numpy)
-        return self._transform(images, xp, functools.partial(tf_forms.resize_shorter_side,
-                                                             xp=xp))
+        xp, resize_shorter_side = forms.tf_data_forms()
+        return self._transform(images, xp, resize_shorter_side)
 
     def _transform(self, images, xp, resize_shorter_side):
         x = xp.cast(images, "float32")
@@ -100,16 +94,3 @@ class EvalResizeCrop(keras.layers.Layer):
                       antialias=self.antialias, scale=self.scale)
         return config
 
-
-class _Ops:
-    """The `keras.ops` names `EvalResizeCrop` uses, taken from the given backend modules (in
-    order): Keras' TensorFlow backend in `EvalResizeCrop.in_tf_data`."""
-
-    def __init__(self, *modules):
-        self._modules = modules
-
-    def __getattr__(self, name: str):
-        for module in self._modules:
-            if hasattr(module, name):
-                return getattr(module, name)
-        raise AttributeError(name)

@@ -15,8 +15,8 @@ Token layouts (P pixel positions of a patch, N patches, d channels):
 
 The math is `keras.ops`; the steps that only TensorFlow converts op-for-op as wanted
 (space_to_depth, NCHW 1x1 convolutions, the transposed matrix product) are the small
-functions of `keras_mvit2.layers.tf_forms` on TensorFlow, of `keras_mvit2.layers.ops_forms`
-on the other backends (picked by `keras_mvit2.layers.backend_forms`). Every function here
+functions of `keras_mvit2.backend.tf_forms` on TensorFlow, of `keras_mvit2.backend.ops_forms`
+on the other backends (picked by `keras_mvit2.backend.forms`). Every function here
 traces exactly the ops the layers traced before it existed, in the same order (exported
 files are unchanged).
 """
@@ -31,7 +31,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from keras import ops
 
-from keras_mvit2.layers import backend_forms, export_forms
+from keras_mvit2.backend import forms as backend_forms
+from keras_mvit2.layers import export_forms
 from keras_mvit2.layers.export_forms import ExportForms
 
 __all__ = [

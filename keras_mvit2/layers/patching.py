@@ -15,7 +15,8 @@ one (a model built with `input_shape=(None, None, 3)` and traced for any size)
 a reshape whose patch count is computed from the tensor's runtime shape.
 """
 
-from keras_mvit2.layers import backend_forms, functional
+from keras_mvit2.backend import forms as backend_forms
+from keras_mvit2.layers import functional
 
 
 def unfold(x, patch_size: int = 2):

@@ -1,9 +1,13 @@
-"""Model builders and the registry."""
+"""The model families, one folder each (`mobilevitv2/`, `mobilevit/`, `vit/`: block,
+builders, and for MobileViTv2 its published checkpoints, port and KerasHub classes), the
+registry, porting any of them from PyTorch (`torch_weights`), and `weights_source`
+(what `finetune` starts from)."""
 
 from keras_mvit2.models.input_size import with_input_size
 from keras_mvit2.models.mobilevit import (
     MOBILEVIT_CONFIGS,
     MobileViT,
+    MobileViTBlock,
     MobileViTConfig,
     mobilevit_s,
     mobilevit_xs,
@@ -11,7 +15,9 @@ from keras_mvit2.models.mobilevit import (
 )
 from keras_mvit2.models.mobilevitv2 import (
     MobileViTV2,
+    MobileViTV2Block,
     decode_predictions,
+    list_weights,
     mobilevitv2_050,
     mobilevitv2_075,
     mobilevitv2_100,
@@ -22,21 +28,33 @@ from keras_mvit2.models.mobilevitv2 import (
     mobilevitv2_widths,
     preprocess_input,
 )
-from keras_mvit2.models.registry import (
-    convert_weights,
-    create_model,
-    list_models,
-    register_model,
+from keras_mvit2.models.registry import create_model, list_models, register_model
+from keras_mvit2.models.torch_weights import convert_weights, load_torch_weights
+from keras_mvit2.models.vit import (
+    DEIT_CONFIGS,
+    ClassTokenPositionEmbedding,
+    PatchEmbedding,
+    TokenPooling,
+    ViT,
+    ViTBlock,
+    deit_base,
+    deit_small,
+    deit_tiny,
 )
-from keras_mvit2.models.vit import DEIT_CONFIGS, ViT, deit_base, deit_small, deit_tiny
 
 __all__ = [
     "DEIT_CONFIGS",
     "MOBILEVIT_CONFIGS",
+    "ClassTokenPositionEmbedding",
     "MobileViT",
+    "MobileViTBlock",
     "MobileViTConfig",
     "MobileViTV2",
+    "MobileViTV2Block",
+    "PatchEmbedding",
+    "TokenPooling",
     "ViT",
+    "ViTBlock",
     "convert_weights",
     "create_model",
     "decode_predictions",
@@ -44,6 +62,8 @@ __all__ = [
     "deit_small",
     "deit_tiny",
     "list_models",
+    "list_weights",
+    "load_torch_weights",
     "mobilevit_s",
     "mobilevit_xs",
     "mobilevit_xxs",

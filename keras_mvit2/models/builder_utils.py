@@ -78,7 +78,7 @@ def load_weights(model: keras.Model, weights) -> None:
     if not isinstance(weights, str | os.PathLike):
         raise ValueError(f"weights must be None or a file path. Received: weights={weights!r}")
     path = os.fspath(weights)
-    from keras_mvit2.weights.pretrained import is_weights_tag
+    from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import is_weights_tag
 
     if is_weights_tag(path) and not os.path.exists(path):
         raise ValueError(
@@ -95,6 +95,6 @@ def load_weights(model: keras.Model, weights) -> None:
     if path.endswith(".weights.h5"):
         model.load_weights(path)
         return
-    from keras_mvit2.weights import load_torch_weights
+    from keras_mvit2.models.torch_weights import load_torch_weights
 
     load_torch_weights(model, path)

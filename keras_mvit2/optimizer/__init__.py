@@ -17,6 +17,7 @@ The optimizer stands above `keras_mvit2.export` (the targets write the files),
 names read images and files through `keras_mvit2.export` and are imported on first use.
 """
 
+from keras_mvit2.backend import lazy_attributes
 from keras_mvit2.optimizer.candidate import Candidate, CandidateResult
 from keras_mvit2.optimizer.qat_settings import (
     QAT_BATCH_SIZE,
@@ -27,7 +28,6 @@ from keras_mvit2.optimizer.qat_settings import (
     QATSettings,
     qat_settings,
 )
-from keras_mvit2.utils.backend import lazy_attributes
 
 _SEARCH = ("DEFAULT_OBJECTIVE", "OBJECTIVES", "OptimizeResult", "OverBudgetError", "best_within",
            "compare_with_float", "float_reference", "optimize", "qat_decision")

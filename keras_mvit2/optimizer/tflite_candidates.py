@@ -58,12 +58,12 @@ __all__ = [
 _MEASURED_BY = "LiteRT"
 #: Timed runs per token-sum form of a float candidate (median compared).
 FORM_TIMING_RUNS = 30
-_CALIBRATED = ("int8", "int16x8")
 
 
 def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
                       class_names: Sequence[str] | None = None) -> list[Candidate]:
     """The TFLite candidates for `model` (see the module docstring)."""
+    from keras_mvit2.export.tflite.quantization import TFLITE_QUANTIZATIONS
     from keras_mvit2.layers.attention_registry import names_in
 
     def convert(quantization: str, path: str, *, product_mean: bool = False,
@@ -75,7 +75,8 @@ def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
         with context:
             to_tflite(model, path, quantization=quantization,
                       class_names=list(class_names) if class_names is not None else None,
-                      representative_data=(calibration_data if quantization in _CALIBRATED
+                      representative_data=(calibration_data
+                                           if TFLITE_QUANTIZATIONS[quantization].calibrated
                                            else None),
                       num_calibration_samples=len(calibration_data),
                       float_layers=float_layers,
@@ -83,19 +84,15 @@ def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
 
     two_forms = "separable" in names_in(model)
     candidates = []
-    for quantization in ("float32", "float16"):
-        build = (_faster_form(convert, quantization) if two_forms else
-                 _plain(convert, quantization))
-        candidates.append(Candidate(quantization, {"quantization": quantization,
-                                                   "quantizer": "TFLite converter"},
-                                    build, _MEASURED_BY,
-                                    float_reference=quantization == "float32"))
-    for quantization in ("dynamic_int8", *_CALIBRATED):
-        recipe = {"quantization": quantization, "quantizer": "TFLite converter"}
-        if quantization in _CALIBRATED:
+    for quant in TFLITE_QUANTIZATIONS.values():
+        recipe = {"quantization": quant.name, "quantizer": "TFLite converter"}
+        if quant.calibrated:
             recipe["calibration_images"] = len(calibration_data)
-        candidates.append(Candidate(quantization, recipe, _plain(convert, quantization),
-                                    _MEASURED_BY))
+        # The float candidates (float32, float16) are timed in both token-sum forms.
+        build = (_faster_form(convert, quant.name) if two_forms and quant.float_weights
+                 else _plain(convert, quant.name))
+        candidates.append(Candidate(quant.name, recipe, build, _MEASURED_BY,
+                                    float_reference=not quant.optimized))
     ranking = _Ranking(model, calibration_data)
     for k in SENSITIVE_FLOAT_K:
         candidates.append(Candidate(

@@ -15,7 +15,7 @@ Importing this package imports neither TFMOT nor tf_keras.
 """
 
 # TensorFlow-only: on JAX / PyTorch, a clear error instead of loading TensorFlow.
-from keras_mvit2.utils.backend import require_tensorflow
+from keras_mvit2.backend import require_tensorflow
 
 require_tensorflow("keras_mvit2.quantize (quantization-aware training, pruning, clustering)")
 

@@ -23,6 +23,10 @@ the child's code is in `keras_mvit2.quantize._worker`):
 * A failure in the worker becomes a `QuantizationWorkerError` in the parent, with
   the worker's exception type, message and the last frames of its traceback.
 
+The job file, the streamed output and the result file are `keras_mvit2.backend.child`'s
+protocol (`run_child`), the one the phone-files export child uses too; the worker, run as
+a script before the package can be imported, writes its result file in that format itself.
+
 Data files: see `keras_mvit2.quantize._worker_common` (images stored as uint8 when
 that is lossless). Datasets are materialized: one epoch's worth of batches
 (``steps_per_epoch`` of them) is written once and replayed in the same order in
@@ -31,18 +35,15 @@ every epoch, so random augmentation is frozen to that one pass.
 
 from __future__ import annotations
 
-import collections
-import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from keras_mvit2.backend.child import run_child
 from keras_mvit2.quantize._worker_common import save_arrays
 
 if TYPE_CHECKING:
@@ -322,13 +323,6 @@ def run_worker(
     """
     from keras_mvit2.utils.progress import stdout_is_terminal
 
-    # The worker's stdout is a pipe: it is told whether the user's is a terminal (progress
-    # every tenth of an epoch) or a log file (one line per epoch).
-    job = dict(job, task=task, result_path=os.path.join(workdir, "result.json"),
-               terminal=stdout_is_terminal())
-    job_path = os.path.join(workdir, "job.json")
-    with open(job_path, "w") as f:
-        json.dump(job, f)
     env = dict(os.environ)
     env["TF_USE_LEGACY_KERAS"] = "1"          # the child only; the parent's env is unchanged
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -336,43 +330,21 @@ def run_worker(
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p
     )
-    tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-    start = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, "-u", WORKER_SCRIPT, job_path],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        text=True,
-        errors="replace",
-        bufsize=1,
-    )
-    timed_out = False
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            line = line.rstrip("\n")
-            tail.append(line)
-            if verbose and _worth_showing(line):
-                print(OUTPUT_PREFIX + line, flush=True)
-            if timeout is not None and time.monotonic() - start > timeout:
-                timed_out = True
-                process.kill()
-                break
-        returncode = process.wait()
-    except BaseException:
-        process.kill()
-        process.wait()
-        raise
-    output_tail = "\n".join(tail)
-    result = None
-    if os.path.exists(job["result_path"]):
-        with open(job["result_path"]) as f:
-            result = json.load(f)
-    if result is not None and result.get("ok") and returncode == 0:
+
+    def show(line: str) -> None:
+        if verbose and _worth_showing(line):
+            print(OUTPUT_PREFIX + line, flush=True)
+
+    # The worker's stdout is a pipe: it is told whether the user's is a terminal (progress
+    # every tenth of an epoch) or a log file (one line per epoch).
+    run = run_child([sys.executable, "-u", WORKER_SCRIPT],
+                    dict(job, task=task, terminal=stdout_is_terminal()), workdir,
+                    result_key="result_path", env=env, on_line=show,
+                    tail_lines=_TAIL_LINES, timeout=timeout)
+    result, returncode, output_tail = run.result, run.returncode, run.tail
+    if run.ok:
         return result
-    if result is not None and not result.get("ok"):
+    if run.failed:
         frames = _last_frames(result.get("traceback", ""))
         message = (
             f"keras_mvit2.quantize: the {task!r} step failed in the tf_keras/TFMOT worker "
@@ -386,7 +358,7 @@ def run_worker(
             returncode=returncode,
         )
     why = (
-        f"ran past its time limit of {timeout:g} s and was stopped" if timed_out
+        f"ran past its time limit of {timeout:g} s and was stopped" if run.timed_out
         else f"exited with status {returncode} without reporting a result (crashed or killed)"
     )
     raise QuantizationWorkerError(

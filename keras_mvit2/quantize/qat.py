@@ -411,16 +411,21 @@ def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int,
                    activation_ranges: str | None = None) -> bytes:
     """Adds keras_mvit2's TFLite metadata (preprocessing, I/O quantization, class names),
     the ``serving_default`` signature and the standard TFLite Model Metadata that
-    MediaPipe Tasks reads (with the labels): `embed_all_metadata`, as `to_tflite` does."""
-    from keras_mvit2.export.tflite.inspect import summarize_flatbuffer
-    from keras_mvit2.export.tflite.metadata import embed_all_metadata, tflite_metadata
+    MediaPipe Tasks reads (with the labels): `serialize_with_metadata`, as `to_tflite`
+    does (the flatbuffer parsed once and serialized once)."""
+    from keras_mvit2.export.tflite.flatbuffer import parse_flatbuffer
+    from keras_mvit2.export.tflite.metadata import serialize_with_metadata, tflite_metadata
+    from keras_mvit2.export.tflite.tensors import io_tensors
+    from keras_mvit2.layers import export_forms
 
-    summary = summarize_flatbuffer(bytes(flatbuffer))
+    converted = parse_flatbuffer(bytes(flatbuffer))
+    inputs, outputs = io_tensors(converted)
     info = tflite_metadata(
-        model, inputs=summary.inputs, outputs=summary.outputs, quantization="int8",
+        model, inputs=inputs, outputs=outputs, quantization="int8",
         batch_size=1, class_names=class_names,
         calibration={"source": "representative images (QAT)", "num_samples": rep_count,
                      "activation_ranges": activation_ranges},
         user={"quantization_aware_training": True, "io_dtype": io_dtype},
+        forms=export_forms.ExportForms(**_int8_forms()),
     )
-    return embed_all_metadata(flatbuffer, info, summary.outputs)
+    return serialize_with_metadata(converted, info, outputs)

@@ -557,7 +557,9 @@ def build_twin(spec: Mapping[str, Any], class_override=None):
     """
     import tf_keras
 
-    import keras_mvit2.layers  # noqa: F401  (registers the layer classes, on the shim)
+    # Registers the layer classes and the model families' blocks, on the shim.
+    import keras_mvit2.layers  # noqa: F401
+    import keras_mvit2.models  # noqa: F401
 
     config = spec["config"]
     name = config.get("name")

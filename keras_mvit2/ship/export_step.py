@@ -7,7 +7,8 @@ process on the TensorFlow backend (``python -m keras_mvit2.ship.export_step JOB`
 loads the run's `.keras` model (a `.keras` file loads on every backend with the same
 outputs), re-reads the folder's splits from the run's config and writes the same files and
 records. The parent never imports TensorFlow (beside PyTorch it would crash a convolution);
-the child's progress lines are passed on to `log` as they come.
+the child's progress lines are passed on to `log` as they come (the child process runs
+through `keras_mvit2.backend.child`, as the TFMOT worker of `keras_mvit2.quantize` does).
 
 The int8 file comes from the TensorFlow road on every backend: measured on the fine-tuning
 benchmark's models, the PyTorch road's int8 agrees with Keras on 66.6 % of the test photos
@@ -16,18 +17,16 @@ against 73.7 % for the TensorFlow road's (docs/int8.md, "Through the PyTorch roa
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from keras_mvit2.utils.backend import keras_backend_name
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.backend import keras_backend_name
+from keras_mvit2.backend.child import failure_result, run_child, write_result
 
 __all__ = ["MAX_VALIDATION_IMAGES", "ExportOptions", "export_run_files"]
 
@@ -127,35 +126,21 @@ def _export_in_child(config: dict[str, Any], model_path: str, run_dir: str,
     say(f"exporting on Keras' TensorFlow backend (a child process; Keras runs on "
         f"{keras_backend_name()!r} here)")
     with tempfile.TemporaryDirectory(prefix="mvit2_export_") as work:
-        job, result, errors = (os.path.join(work, n)
-                               for n in ("job.json", "result.json", "stderr.txt"))
-        with open(job, "w") as f:
-            json.dump({"config": config, "model_path": os.path.abspath(model_path),
-                       "run_dir": os.path.abspath(run_dir), "options": options,
-                       "verbose": log is not None, "result": result}, f)
-        env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
-        with open(errors, "w") as stderr:
-            process = subprocess.Popen(
-                [sys.executable, "-u", "-m", "keras_mvit2.ship.export_step", job],
-                stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
-            assert process.stdout is not None
-            for line in process.stdout:
-                say(line.rstrip("\n"))
-            code = process.wait()
-        outcome = None
-        if os.path.exists(result):
-            with open(result) as f:
-                outcome = json.load(f)
-        if outcome is not None and outcome["ok"]:
-            return outcome["records"]
-        if outcome is not None and outcome["type"] in _PASSED_ON:
-            raise getattr(builtins, outcome["type"])(outcome["message"])
-        with open(errors) as f:
-            tail = "".join(f.readlines()[-15:]).strip()
-        what = (f"{outcome['type']}: {outcome['message']}\n{outcome['traceback']}"
-                if outcome is not None else f"exit status {code}\n{tail}")
-        raise RuntimeError("The export step failed in its TensorFlow process "
-                           f"(python -m keras_mvit2.ship.export_step): {what}")
+        run = run_child(
+            [sys.executable, "-u", "-m", "keras_mvit2.ship.export_step"],
+            {"config": config, "model_path": os.path.abspath(model_path),
+             "run_dir": os.path.abspath(run_dir), "options": options,
+             "verbose": log is not None},
+            work, result_key="result", env={**os.environ, "KERAS_BACKEND": "tensorflow"},
+            on_line=say, merge_stderr=False, tail_lines=15)
+    if run.result is not None and run.result["ok"]:
+        return run.result["records"]
+    run.raise_passed_on(_PASSED_ON)
+    outcome = run.result
+    what = (f"{outcome['type']}: {outcome['message']}\n{outcome['traceback']}"
+            if outcome is not None else f"exit status {run.returncode}\n{run.tail.strip()}")
+    raise RuntimeError("The export step failed in its TensorFlow process "
+                       f"(python -m keras_mvit2.ship.export_step): {what}")
 
 
 def _child_main(job_path: str) -> int:
@@ -173,12 +158,8 @@ def _child_main(job_path: str) -> int:
                                else None)
         outcome: dict[str, Any] = {"ok": True, "records": records}
     except Exception as err:  # reported to the parent, which raises it
-        import traceback
-
-        outcome = {"ok": False, "type": type(err).__name__, "message": str(err),
-                   "traceback": "".join(traceback.format_exc().splitlines(True)[-12:])}
-    with atomic_output(job["result"]) as path, open(path, "w") as f:
-        json.dump(outcome, f)
+        outcome = failure_result(err, traceback_lines=12)
+    write_result(job["result"], outcome)
     return 0 if outcome["ok"] else 1
 
 

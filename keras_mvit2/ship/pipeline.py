@@ -5,7 +5,7 @@ The steps, each the library's own function:
 1. data      `check_training_data`: the classes and their counts per split (printed before
              training), warnings for tiny or imbalanced classes, one clear error for data
              that cannot work;
-2. weights   `keras_mvit2.weights.source.resolve_weights_source` (a tag, a KerasHub
+2. weights   `keras_mvit2.models.weights_source.resolve_weights_source` (a tag, a KerasHub
              preset, an `hf://` id, a file, or none), downloaded once and cached;
 3. train     `keras_mvit2.training.finetune` (the run folder: resume, refuse, start over);
 4. evaluate  the shipped model (EMA weights where the recipe keeps an EMA) on the held-out
@@ -172,6 +172,7 @@ def finetune_to_phone(
     """
     from keras_mvit2 import training
     from keras_mvit2._version import __version__
+    from keras_mvit2.models.weights_source import WeightsSource, resolve_weights_source
     from keras_mvit2.optimizer.qat_settings import (
         QAT_EPOCHS,
         QAT_LEARNING_RATE,
@@ -181,7 +182,6 @@ def finetune_to_phone(
     from keras_mvit2.ship.export_step import ExportOptions, export_run_files
     from keras_mvit2.ship.model_card import write_model_card
     from keras_mvit2.training.records import update_run_json
-    from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
 
     if io_dtype not in ("float32", "uint8"):
         raise ValueError(f"io_dtype must be 'float32' or 'uint8'. Received: {io_dtype!r}")

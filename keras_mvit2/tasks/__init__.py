@@ -15,7 +15,7 @@ The models, their layers, losses and metrics are Keras 3 (`keras.ops`) and run o
 backend (TensorFlow, JAX, PyTorch); `import keras_mvit2` registers their classes, so a
 task model's `.keras` file loads on each. `data`, `train`, `paper_tables` /
 `paper_comparison` and `match_anchors` (the `tf.data` targets) need TensorFlow: on JAX and
-PyTorch they raise `keras_mvit2.utils.backend.TensorFlowBackendRequiredError` when first
+PyTorch they raise `keras_mvit2.backend.TensorFlowBackendRequiredError` when first
 used, and TensorFlow is not loaded.
 
 The models export with `keras_mvit2.export.to_tflite` (float32 / int8) and `to_coreml`
@@ -29,6 +29,12 @@ model in the ``TFLite_Detection_PostProcess`` op (MediaPipe's ``ObjectDetector``
 in ``NonMaximumSuppression`` (Vision's object detection). See docs/downstream.md.
 """
 
+from keras_mvit2.backend import keras_backend_name, lazy_attributes
+from keras_mvit2.models.mobilevitv2.mobilevitv2_features import (
+    feature_strides,
+    load_backbone_weights,
+    mobilevitv2_features,
+)
 from keras_mvit2.tasks import detection, segmentation
 from keras_mvit2.tasks.detection import (
     AnchorConfig,
@@ -44,11 +50,6 @@ from keras_mvit2.tasks.detection import (
     postprocess_detections,
     ssd_anchors,
 )
-from keras_mvit2.tasks.features import (
-    feature_strides,
-    load_backbone_weights,
-    mobilevitv2_features,
-)
 from keras_mvit2.tasks.segmentation import (
     DeepLabV3,
     PSPNet,
@@ -57,11 +58,10 @@ from keras_mvit2.tasks.segmentation import (
     confusion_matrix,
     mean_iou,
 )
-from keras_mvit2.utils.backend import keras_backend_name, lazy_attributes
 
 #: TensorFlow-only (the `tf.data` pipelines, the training helpers, the MAC counts of the
 #: profiler): imported here on the TensorFlow backend; on JAX and PyTorch on first use, where
-#: they raise `keras_mvit2.utils.backend.TensorFlowBackendRequiredError`. The rest (the
+#: they raise `keras_mvit2.backend.TensorFlowBackendRequiredError`. The rest (the
 #: models, their layers, losses and metrics, anchors, boxes, NMS) runs on every backend.
 _TENSORFLOW_ONLY = {
     "data": ("keras_mvit2.tasks.data", None),

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from keras_mvit2.utils.backend import require_tensorflow
+from keras_mvit2.backend import require_tensorflow
 
 # Before anything that loads TensorFlow.
 require_tensorflow("keras_mvit2.tasks.data (the task models' tf.data pipelines)")

@@ -36,11 +36,11 @@ import numpy as np
 from keras import ops
 
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers import backend_forms
+from keras_mvit2.backend import forms as backend_forms
+from keras_mvit2.backend import require_tensorflow
 from keras_mvit2.layers.inverted_residual import batch_norm
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
-from keras_mvit2.tasks.features import mobilevitv2_features
-from keras_mvit2.utils.backend import require_tensorflow
+from keras_mvit2.models.mobilevitv2.mobilevitv2_features import mobilevitv2_features
 
 __all__ = [
     "AnchorConfig",

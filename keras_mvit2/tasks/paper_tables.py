@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 import keras
 
-from keras_mvit2.utils.backend import require_tensorflow
+from keras_mvit2.backend import require_tensorflow
 
 require_tensorflow("keras_mvit2.tasks.paper_tables (MAC counts from the TensorFlow graph)")
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 
+from keras_mvit2.backend import require_tensorflow
 from keras_mvit2.tasks.detection import (
     AnchorConfig,
     Detections,
@@ -30,7 +31,6 @@ from keras_mvit2.tasks.segmentation import (
     iou_from_confusion,
     mean_iou,
 )
-from keras_mvit2.utils.backend import require_tensorflow
 
 require_tensorflow("keras_mvit2.tasks.train (the task models' training helpers)")
 

@@ -24,8 +24,7 @@ train step (see `keras_mvit2.training.keras_trainer`). `ClassifierTrainer` is im
 TensorFlow only.
 """
 
-import keras
-
+from keras_mvit2.backend import variants
 from keras_mvit2.training.callbacks import EMAUpdate
 from keras_mvit2.training.classifier import build_classifier, build_inference_model
 from keras_mvit2.training.config import (
@@ -61,7 +60,7 @@ from keras_mvit2.training.run_folder import RunPlan, SchedulePlan, latest_checkp
 from keras_mvit2.training.schedules import ReplannedCosineDecay, WarmupCosineDecay
 from keras_mvit2.training.trainer import build_trainer, finetune, train
 
-if keras.backend.backend() == "tensorflow":
+if variants().tensorflow_train_step:  # keras_mvit2.backend.variants
     from keras_mvit2.training.train_step import ClassifierTrainer
 
 __all__ = [
@@ -107,13 +106,13 @@ __all__ = [
     "write_eval_report",
 ]
 
-if keras.backend.backend() != "tensorflow":
+if not variants().tensorflow_train_step:
     __all__.remove("ClassifierTrainer")
 
 
 def __getattr__(name: str):
     if name == "ClassifierTrainer":  # only reached off the TensorFlow backend
-        from keras_mvit2.utils.backend import require_tensorflow
+        from keras_mvit2.backend import require_tensorflow
 
         require_tensorflow("keras_mvit2.training.ClassifierTrainer (the TensorFlow train "
                            "step; KerasClassifierTrainer trains on every backend)")

@@ -7,6 +7,7 @@ import time
 
 import keras
 
+from keras_mvit2.backend import keras_backend_name
 from keras_mvit2.training.ema import ExponentialMovingAverage
 
 
@@ -33,7 +34,7 @@ class EMAUpdate(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         model = self.model  # JAX: syncs the step's state into the variables
-        if keras.backend.backend() != "jax":
+        if keras_backend_name() != "jax":
             self.ema.update(model.optimizer.iterations)
             return
         if self._compiled is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
-import keras
+from keras_mvit2.backend import keras_backend_name
 
 logger = logging.getLogger("keras_mvit2.training")
 
@@ -51,7 +51,7 @@ def _make_deterministic() -> None:
     On JAX the CPU kernels XLA compiles are deterministic as they are; on PyTorch,
     `torch.use_deterministic_algorithms(True)` (`_make_deterministic_keras_backend`).
     """
-    if keras.backend.backend() != "tensorflow":
+    if keras_backend_name() != "tensorflow":
         _make_deterministic_keras_backend()
         return
     import tensorflow as tf
@@ -88,7 +88,7 @@ def _make_deterministic_keras_backend() -> None:
     on CPUs (XLA's CPU programs are deterministic); on GPUs, XLA's deterministic ops flag
     is read when JAX starts, so a warning names it when it is missing.
     """
-    backend = keras.backend.backend()
+    backend = keras_backend_name()
     if backend == "torch":
         import torch
 

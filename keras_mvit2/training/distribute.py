@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
+from keras_mvit2.backend import keras_backend_name
 from keras_mvit2.training.keras_distribution import KerasDistribution, make_keras_distribution
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def make_strategy(name: str = "default", *,
     Raises:
         ValueError: an unknown name, or `multi_worker` without a valid `TF_CONFIG`.
     """
-    backend = keras.backend.backend()
+    backend = keras_backend_name()
     if backend != "tensorflow":
         return make_keras_distribution(name, backend)
     import tensorflow as tf
@@ -140,7 +141,7 @@ def resolve_precision(precision: str, strategy: Any = None) -> str:
         raise ValueError(f"precision must be one of {PRECISIONS}. Received: {precision!r}")
     if precision != "auto":
         return precision
-    if keras.backend.backend() != "tensorflow":
+    if keras_backend_name() != "tensorflow":
         return _precision_for(_keras_backend_capability())
     import tensorflow as tf
 
@@ -171,7 +172,7 @@ def _precision_for(capability: tuple[int, int] | str | None) -> str:
 
 def _keras_backend_capability() -> tuple[int, int] | str | None:
     """JAX / PyTorch: the first GPU's compute capability, `"tpu"`, or None on CPUs."""
-    backend = keras.backend.backend()
+    backend = keras_backend_name()
     if backend == "torch":
         import torch
 

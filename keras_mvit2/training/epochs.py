@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import keras
 
+from keras_mvit2.backend import keras_backend_name, tensorflow_loadable
 from keras_mvit2.training.callbacks import _EMAValidation, _Throughput
 from keras_mvit2.training.checkpoints import TrainingState, _save_checkpoint
 from keras_mvit2.training.config import TrainConfig
@@ -20,7 +21,6 @@ from keras_mvit2.training.divergence import (
 )
 from keras_mvit2.training.run_data import RunData
 from keras_mvit2.training.run_folder import RunPlan, SchedulePlan, checkpoint_record
-from keras_mvit2.utils.backend import tensorflow_loadable
 from keras_mvit2.utils.progress import EpochProgress, progress_verbose
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def make_callbacks(
             logger.warning("output.tensorboard is on, but Keras' TensorBoard callback writes "
                            "with TensorFlow, which cannot be loaded beside the %r backend: no "
                            "TensorBoard logs (metrics.json holds the history).",
-                           keras.backend.backend())
+                           keras_backend_name())
         elif _tensorboard_available():
             callbacks.append(keras.callbacks.TensorBoard(os.path.join(out, "tensorboard"),
                                                          write_graph=False))

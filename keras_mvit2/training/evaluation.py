@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import keras
 import numpy as np
 
+from keras_mvit2.backend import keras_backend_name
+
 if TYPE_CHECKING:
     import tensorflow as tf
 
@@ -86,7 +88,7 @@ def evaluate(
     k = min(5, num_classes)
     confusion = np.zeros((num_classes, num_classes), np.int64)
     top5_hits = 0
-    convert = keras.backend.backend() != "tensorflow"
+    convert = keras_backend_name() != "tensorflow"
     for i, (images, labels) in enumerate(dataset):
         if steps is not None and i >= steps:
             break

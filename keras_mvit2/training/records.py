@@ -10,6 +10,7 @@ from typing import Any
 import keras
 
 from keras_mvit2._version import __version__
+from keras_mvit2.backend import keras_backend_name
 from keras_mvit2.layers.attention_registry import names_in as attention_names_in
 from keras_mvit2.training.classifier import build_inference_model
 from keras_mvit2.training.config import TrainConfig
@@ -98,9 +99,9 @@ def make_run_info(config: TrainConfig, classifier: keras.Model, data: RunData,
         "keras_mvit2": __version__,
         "tensorflow": _version_of("tensorflow"),
         "keras": keras.__version__,
-        "backend": keras.backend.backend(),
-        **({} if keras.backend.backend() == "tensorflow"
-           else {keras.backend.backend(): _version_of(keras.backend.backend())}),
+        "backend": keras_backend_name(),
+        **({} if keras_backend_name() == "tensorflow"
+           else {keras_backend_name(): _version_of(keras_backend_name())}),
     }
 
 

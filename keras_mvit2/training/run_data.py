@@ -5,7 +5,7 @@ the multi-scale batches, and the datasets `train` fits and validates on.
 The input is `tf.data` (`keras_mvit2.data` pipelines) on TensorFlow and JAX, and a
 `keras.utils.PyDataset` read with numpy and PIL (`keras_mvit2.data.PyTrainBatches` /
 `PyEvalBatches`) on PyTorch, which cannot load TensorFlow beside it
-(`keras_mvit2.utils.backend.tensorflow_loadable`): image folders and Fashion-MNIST there,
+(`keras_mvit2.backend.variants`): image folders and Fashion-MNIST there,
 with the standard augmentation (crop and flip; `keras_mvit2.data.py_augment` says how it
 differs from the tf.data one).
 """
@@ -16,12 +16,14 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
-import keras
-
 from keras_mvit2 import data as mvdata
+from keras_mvit2.backend import (
+    TensorFlowBackendRequiredError,
+    keras_backend_name,
+    variants,
+)
 from keras_mvit2.training.config import TrainConfig
 from keras_mvit2.training.distribute import Scaling, scale_for_replicas
-from keras_mvit2.utils.backend import TensorFlowBackendRequiredError, tensorflow_loadable
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -49,7 +51,7 @@ def _limited(source: Any, limit: int | None) -> Any:
 def make_sources(config: TrainConfig) -> tuple[Any, Any]:
     """The training and validation sources of `config.data` (validation may be None):
     `ImageSource`s (tf.data) on TensorFlow and JAX, `PySource`s on PyTorch."""
-    if not tensorflow_loadable():
+    if not variants().tf_data:  # keras_mvit2.backend.variants: numpy / PIL on PyTorch
         return _make_py_sources(config)
     d = config.data
     if d.source == "fashion_mnist":
@@ -100,7 +102,7 @@ def _make_py_sources(config: TrainConfig) -> tuple[Any, Any]:
     if d.source != "image_folder":
         raise TensorFlowBackendRequiredError(
             f"data.source {d.source!r} is read with tf.data, and TensorFlow cannot be loaded "
-            f"beside Keras' {keras.backend.backend()!r} backend. Train with "
+            f"beside Keras' {keras_backend_name()!r} backend. Train with "
             "KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow, or from an image folder "
             "(data.source: image_folder) or Fashion-MNIST, which every backend reads.")
     if d.validation is None and d.validation_fraction > 0:
@@ -200,7 +202,7 @@ class RunData:
             return mvdata.PyTrainBatches(
                 self.train_source, image_size=size, batch_size=scaling.global_batch,
                 num_classes=self.num_classes, steps=steps, augment=config.augment, seed=seed,
-                backend=keras.backend.backend(), workers=self._reader_threads())
+                backend=keras_backend_name(), workers=self._reader_threads())
         if self.pairs:
             return mvdata.make_multiscale_train_dataset(
                 self.train_source, base_size=size, base_batch_size=scaling.global_batch,

@@ -10,12 +10,8 @@ from __future__ import annotations
 import keras
 import numpy as np
 import tensorflow as tf
-from keras.src.backend.tensorflow.trainer import (
-    _collective_all_reduce_multi_worker,
-    reduce_per_replica,
-)
-from keras.src.losses import loss as loss_module
 
+from keras_mvit2.backend import keras_internals
 from keras_mvit2.training.ema import ExponentialMovingAverage
 from keras_mvit2.training.keras_trainer import ClassifierTrainerBase
 
@@ -97,7 +93,7 @@ class ClassifierTrainer(ClassifierTrainerBase):
                 x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
             )
             self._loss_tracker.update_state(
-                loss_module.unscale_loss_for_distribution(loss),
+                keras_internals.unscale_loss_for_distribution(loss),
                 sample_weight=tf.shape(x)[0],
             )
             loss = self.optimizer.scale_loss(loss)
@@ -118,7 +114,7 @@ class ClassifierTrainer(ClassifierTrainerBase):
         # `strategy.reduce("MEAN", v, axis=0)`, which fails on scalar logs under
         # MultiWorkerMirroredStrategy ("Invalid reduction dimension 0 for input with 0
         # dimensions"): give them a leading axis of 1 there; the reduction removes it.
-        if not _collective_all_reduce_multi_worker(self.distribute_strategy):
+        if not keras_internals.collective_all_reduce_multi_worker(self.distribute_strategy):
             return logs
         return {k: tf.reshape(v, [1]) if len(v.shape) == 0 else v for k, v in logs.items()}
 
@@ -141,7 +137,7 @@ class ClassifierTrainer(ClassifierTrainerBase):
         @tf.autograph.experimental.do_not_convert
         def one_step_on_data(data):
             outputs = strategy.run(self.train_step, args=(data,))
-            return reduce_per_replica(outputs, strategy, reduction="auto")
+            return keras_internals.reduce_per_replica(outputs, strategy, reduction="auto")
 
         one_step_on_data = tf.function(one_step_on_data,
                                        reduce_retracing=self.reduce_retracing)

@@ -47,6 +47,8 @@ from typing import TYPE_CHECKING
 import keras
 import numpy as np
 
+from keras_mvit2.backend import keras_backend_name, tensorflow_hidden_from_keras, variants
+from keras_mvit2.models.weights_source import WeightsSource, resolve_weights_source
 from keras_mvit2.training.checkpoints import TrainingState, resume_from
 from keras_mvit2.training.classifier import build_classifier
 from keras_mvit2.training.config import TrainConfig, load_config
@@ -73,11 +75,9 @@ from keras_mvit2.training.records import (
 )
 from keras_mvit2.training.run_data import RunData, build_run_data
 from keras_mvit2.training.run_folder import RunPlan, SchedulePlan, plan_run, prepare_folder
-from keras_mvit2.utils.backend import tensorflow_hidden_from_keras
 from keras_mvit2.utils.model_files import check_file_format
-from keras_mvit2.weights.source import WeightsSource, resolve_weights_source
 
-if keras.backend.backend() == "tensorflow":
+if variants().tensorflow_train_step:  # keras_mvit2.backend.variants
     from keras_mvit2.training.train_step import ClassifierTrainer
 elif TYPE_CHECKING:
     from keras_mvit2.training.train_step import ClassifierTrainer
@@ -117,7 +117,7 @@ def build_trainer(
             (benchmarks time other layouts with the same recipe).
     """
     size = config.model.image_size
-    backend = keras.backend.backend()
+    backend = keras_backend_name()
     if backend != "tensorflow":
         _check_keras_backend_config(config, backend, multiscale)
     if classifier is None:
@@ -128,7 +128,7 @@ def build_trainer(
         ema.track(classifier.weights)
     example = (np.zeros((1, size, size, 3), "float32"), np.zeros((1, num_classes), "float32"))
     jit_compile = config.training.jit_compile
-    if backend == "tensorflow":
+    if variants(backend).tensorflow_train_step:
         optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision)
         trainer = ClassifierTrainer(
             classifier, multiscale=multiscale, ema=ema,
@@ -219,8 +219,8 @@ def train(
     """
     if not isinstance(config, TrainConfig):
         config = load_config(config)
-    if keras.backend.backend() != "tensorflow":  # before any data is read
-        _check_keras_backend_config(config, keras.backend.backend(), multiscale=False)
+    if keras_backend_name() != "tensorflow":  # before any data is read
+        _check_keras_backend_config(config, keras_backend_name(), multiscale=False)
     # PyTorch: Keras' own uses of TensorFlow (seeding, serialization) see it as not installed.
     with tensorflow_hidden_from_keras():
         if config.training.deterministic:
@@ -365,7 +365,7 @@ def finetune(
         weights: a checkpoint file, a published tag of `config.model.name` (`"imagenet"`,
             downloaded once and cached), a KerasHub preset name, an `hf://<owner>/<repo>`
             id, None / `"none"` for random initialization, or a resolved `WeightsSource`
-            (`keras_mvit2.weights.source`).
+            (`keras_mvit2.models.weights_source`).
         freeze_backbone: train only the classifier; the frozen BatchNorms use their
             pretrained statistics.
         new_head: always start from a new classifier.

@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import zipfile
+from collections.abc import Callable
+from typing import Any
 
 from keras_mvit2.utils.files import sha256_file
 from keras_mvit2.utils.model_files import file_format_problem
@@ -199,15 +201,18 @@ def download_weights(entry: PretrainedWeights) -> ResolvedWeights:
 # --------------------------------------------------------------------------------------
 
 
-def load_pretrained(model, resolved: ResolvedWeights, include_top: bool) -> str:
+def load_pretrained(
+    model, resolved: ResolvedWeights, include_top: bool, *, port: Callable[[Any, dict], None]
+) -> str:
     """Loads `resolved` into `model`; returns where the weights came from.
 
     Reads the cached `.weights.h5` when there is one; otherwise ports the download with
-    `keras_mvit2.weights.load_torch_weights` (strict: every name and shape) and writes
-    the `.weights.h5` atomically for the next time.
+    `port(model, state_dict)` (the family's strict port, e.g.
+    `keras_mvit2.models.mobilevitv2.mobilevitv2_port.load_torch_weights`: every name and
+    shape) and writes the `.weights.h5` atomically for the next time.
     """
     from keras_mvit2.utils.files import atomic_output
-    from keras_mvit2.weights import load_torch_weights, read_torch_state_dict
+    from keras_mvit2.weights.torch_checkpoint import read_torch_state_dict
 
     h5 = resolved.keras_weights_path(include_top)
     if os.path.exists(h5):
@@ -219,7 +224,7 @@ def load_pretrained(model, resolved: ResolvedWeights, include_top: bool) -> str:
     entry = resolved.entry
     try:
         state = read_torch_state_dict(resolved.path)
-        load_torch_weights(model, state)
+        port(model, state)
     except ImportError:
         raise
     except ValueError as e:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from keras_mvit2.backend import keras_backend_name
 from keras_mvit2.export.coreai.inspect import (
     CoreAIReport,
     coreai_predictions_available,
@@ -16,8 +16,7 @@ from keras_mvit2.export.coreai.inspect import (
     run_coreai,
 )
 from keras_mvit2.export.roads import check_road, default_road
-from keras_mvit2.export.target import ExportTarget, register_target
-from keras_mvit2.utils.backend import keras_backend_name
+from keras_mvit2.export.target import ConvertArguments, ExportTarget, register_target
 
 #: The note a report carries where Core AI cannot run (anything but macOS).
 PREDICTIONS_NOTE = (
@@ -53,23 +52,17 @@ class CoreAITarget(ExportTarget):
     formats = ("float32",)
     runtime = "Core AI"
 
-    def convert(self, model: Any, path: str | os.PathLike, *,
-                quantization: str | None = None,
-                class_names: Sequence[str] | None = None,
-                calibration_data: Any = None,
-                metadata: Mapping[str, Any] | None = None,
-                image_size: int | tuple[int, int] | None = None,
-                road: str | None = None,
-                **options: Any) -> CoreAIReport:
-        _check_torch_road(road)
+    def _convert(self, model: Any, path: str | os.PathLike, shared: ConvertArguments,
+                 options: dict[str, Any]) -> CoreAIReport:
+        _check_torch_road(shared.road)
         from keras_mvit2.export.coreai.convert import to_coreai
 
         self.check_options(options, to_coreai)
-        if calibration_data is not None:
+        if shared.calibration_data is not None:
             raise ValueError("Core AI exports are float32: drop calibration_data.")
-        return to_coreai(model, path, quantization=self.check_format(quantization),
-                         class_names=class_names, metadata=metadata, image_size=image_size,
-                         **options)
+        return to_coreai(model, path, quantization=self.check_format(shared.quantization),
+                         class_names=shared.class_names, metadata=shared.metadata,
+                         image_size=shared.image_size, **options)
 
     def cli_arguments(self, args: Any) -> dict[str, Any]:
         road = getattr(args, "road", None)

@@ -23,6 +23,7 @@ On PyTorch only the TensorFlow-free modules are imported here (the torch road, i
 the target); the TensorFlow road's names raise `TensorFlowBackendRequiredError` when used.
 """
 
+from keras_mvit2.backend import keras_backend_name
 from keras_mvit2.export.coreml.compress import WEIGHT_COMPRESSIONS
 from keras_mvit2.export.coreml.description import (
     COMPUTE_UNITS_GUIDANCE,
@@ -39,7 +40,6 @@ from keras_mvit2.export.coreml.recipes import COMPRESSION_RECIPES, CoreMLRecipe
 from keras_mvit2.export.coreml.target import COREML, CoreMLTarget
 from keras_mvit2.export.coreml.torch_road import to_coreml_via_torch
 from keras_mvit2.export.roads import tensorflow_road_getattr
-from keras_mvit2.utils.backend import keras_backend_name
 
 #: The TensorFlow road's names (and those running a program's MIL in TensorFlow): imported
 #: on TensorFlow, an error naming the fix elsewhere.

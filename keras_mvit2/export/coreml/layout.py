@@ -37,9 +37,9 @@ from keras_mvit2.layers import functional
 from keras_mvit2.layers.export_forms import COREML_CHANNELS_FIRST, ExportForms, export_call
 from keras_mvit2.layers.functional import CHANNELS_FIRST
 from keras_mvit2.layers.group_norm import GroupNorm1
-from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.layers.separable_self_attention import SeparableSelfAttention
 from keras_mvit2.layers.transformer_layer import TransformerLayer
+from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
 
 __all__ = ["channels_first_block", "coreml_layout"]
 

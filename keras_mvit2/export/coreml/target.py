@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ from keras_mvit2.export.coreml.inspect import (
     run_coreml,
 )
 from keras_mvit2.export.roads import check_road
-from keras_mvit2.export.target import ExportTarget, register_target
+from keras_mvit2.export.target import ConvertArguments, ExportTarget, register_target
 
 #: The note a report carries where Core ML cannot run (anything but macOS).
 PREDICTIONS_NOTE = (
@@ -47,15 +46,12 @@ class CoreMLTarget(ExportTarget):
     formats = tuple(sorted(PRECISIONS, key=lambda p: p != "float16"))  # float16 first
     runtime = "Core ML"
 
-    def convert(self, model: Any, path: str | os.PathLike, *,
-                quantization: str | None = None,
-                class_names: Sequence[str] | None = None,
-                calibration_data: Any = None,
-                metadata: Mapping[str, Any] | None = None,
-                image_size: int | tuple[int, int] | None = None,
-                road: str | None = None,
-                **options: Any) -> CoreMLReport:
-        if check_road(road, self.name) == "torch":
+    def _convert(self, model: Any, path: str | os.PathLike, shared: ConvertArguments,
+                 options: dict[str, Any]) -> CoreMLReport:
+        quantization, class_names, metadata = (
+            shared.quantization, shared.class_names, shared.metadata)
+        calibration_data, image_size = shared.calibration_data, shared.image_size
+        if check_road(shared.road, self.name) == "torch":
             from keras_mvit2.export.coreml.torch_road import to_coreml_via_torch
 
             self.check_options(options, to_coreml_via_torch)

@@ -27,13 +27,13 @@ reading, running, inspecting and quantizing files, the metadata); the TensorFlow
 names raise `TensorFlowBackendRequiredError` when used.
 """
 
+from keras_mvit2.backend import keras_backend_name
 from keras_mvit2.export.roads import tensorflow_road_getattr
 from keras_mvit2.export.tflite.edge_quantizer import (
     EDGE_RECIPES,
     quantize_with_edge_quantizer,
     tflite_layer_names,
 )
-from keras_mvit2.export.tflite.formats import CALIBRATED, IO_DTYPES, QUANTIZATIONS
 from keras_mvit2.export.tflite.inspect import (
     TensorDetails,
     TFLiteReport,
@@ -49,11 +49,11 @@ from keras_mvit2.export.tflite.metadata import (
     read_tflite_metadata,
     tflite_metadata,
 )
+from keras_mvit2.export.tflite.quantization import CALIBRATED, IO_DTYPES, QUANTIZATIONS
 from keras_mvit2.export.tflite.run import run_tflite
 from keras_mvit2.export.tflite.signature import SERVING_SIGNATURE
 from keras_mvit2.export.tflite.target import TFLITE, TFLiteTarget
 from keras_mvit2.export.tflite.torch_road import to_tflite_via_torch
-from keras_mvit2.utils.backend import keras_backend_name
 
 #: The TensorFlow road's names: imported on TensorFlow, an error naming the fix elsewhere.
 _TENSORFLOW_ROAD = ("LayerError", "UnsupportedOpError", "layer_errors", "layer_errors_of_file",

@@ -10,9 +10,12 @@ TF 2.21 (see the project's stack notes):
    (``TFLITE_BUILTINS``, ``TFLITE_BUILTINS_INT8`` or the int16x8 set), so an op
    without a builtin kernel is an error (`UnsupportedOpError`) instead of a
    silent Flex (SELECT_TF_OPS) dependency; float16, dynamic-range int8, full
-   int8 and int16x8 quantization are converter settings (`QUANTIZATIONS`);
-3. a JSON metadata entry (preprocessing, class names, quantization) is added to
-   the flatbuffer's ``metadata`` list;
+   int8 and int16x8 quantization are converter settings (`QUANTIZATIONS`, each
+   resolved once, at the entry, into the `TFLiteQuantization` the steps read);
+3. the converted flatbuffer is parsed once and edited in place (1x1 fusion, the
+   detection post-processing op), then the ``serving_default`` signature, a JSON
+   metadata entry (preprocessing, class names, quantization, the export forms) and
+   the standard metadata are added and it is serialized once;
 4. the flatbuffer is run once in ``ai_edge_litert`` before it is moved onto the
    target path (the converter does not catch run-time failures such as
    ``BROADCAST_TO ... failed to prepare``).
@@ -47,7 +50,7 @@ import keras
 import numpy as np
 
 from keras_mvit2.export.class_names import check_class_names
-from keras_mvit2.export.tflite.detection_postprocess import append_detection_postprocess
+from keras_mvit2.export.tflite.detection_postprocess import add_detection_postprocess
 from keras_mvit2.export.tflite.diagnose import (
     _converter_error,
     _int16x8_hazard_error,
@@ -59,30 +62,32 @@ from keras_mvit2.export.tflite.flatbuffer import (
     parse_flatbuffer,
     tensor_indices,
 )
-from keras_mvit2.export.tflite.formats import CALIBRATED, IO_DTYPES, QUANTIZATIONS
 from keras_mvit2.export.tflite.inspect import (
     TFLiteReport,
     _format_histogram,
     _read_flatbuffer,
     inspect_tflite,
-    summarize_flatbuffer,
 )
-from keras_mvit2.export.tflite.metadata import embed_all_metadata, tflite_metadata
+from keras_mvit2.export.tflite.metadata import serialize_with_metadata, tflite_metadata
 from keras_mvit2.export.tflite.pointwise_fusion import (
     PointwiseFusion,
     fuse_pointwise_convolutions,
+    fuse_pointwise_pairs,
+)
+from keras_mvit2.export.tflite.quantization import (
+    CALIBRATED,
+    IO_DTYPES,
+    QUANTIZATIONS,
+    TFLiteQuantization,
+    resolve_quantization,
 )
 from keras_mvit2.export.tflite.run import _check_runs, _sanity_check
+from keras_mvit2.export.tflite.tensors import io_tensors
 from keras_mvit2.layers import export_forms
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = ["CALIBRATED", "IO_DTYPES", "QUANTIZATIONS", "to_tflite"]
-
-#: The activation range method of each calibrated quantization when none is given: int8
-#: clips heavy tails (``docs/int8.md``); int16 has 256x finer steps and keeps min / max.
-DEFAULT_ACTIVATION_RANGES = {"int8": "p99.99", "int16x8": "minmax"}
-
 
 def to_tflite(
     model: keras.Model,
@@ -212,7 +217,7 @@ def to_tflite(
     path = os.fspath(path)
     if batch_size == "dynamic":
         batch_size = None
-    model, input_shape, class_names = _checked_arguments(
+    model, input_shape, class_names, quant = _checked_arguments(
         model,
         quantization=quantization,
         io_dtype=io_dtype,
@@ -224,10 +229,10 @@ def to_tflite(
         metadata=metadata,
         float_layers=float_layers,
     )
-    activation_ranges = _activation_ranges(activation_ranges, quantization)
+    activation_ranges = _activation_ranges(activation_ranges, quant)
     float_layers = tuple(float_layers or ())
     calibration, calibration_info = _calibration_data(
-        representative_data, quantization, input_shape, num_calibration_samples,
+        representative_data, quant, input_shape, num_calibration_samples,
         calibration_seed,
     )
     if activation_ranges is not None:
@@ -236,26 +241,28 @@ def to_tflite(
         calibration_info = {**(calibration_info or {}), "float_layers": list(float_layers)}
     # Full int8 traces the forms int8 represents best (export_forms.int8_forms: the
     # GroupNorm's E[x^2] as a matrix product), unless the caller chose forms.
-    with (export_forms.int8_forms() if quantization == "int8" else contextlib.nullcontext()):
-        flatbuffer, fusions = _convert_model(
-            model, input_shape, quantization, io_dtype, calibration, fuse_pointwise,
+    with (export_forms.int8_forms() if quant.int8_forms else contextlib.nullcontext()):
+        forms = export_forms.current()  # recorded in the metadata
+        converted, fusions = _convert_model(
+            model, input_shape, quant, io_dtype, calibration, fuse_pointwise,
             float_layers=float_layers, activation_ranges=activation_ranges,
         )
     flatbuffer = _with_postprocess_and_metadata(
-        flatbuffer,
+        converted,
         model,
-        quantization=quantization,
+        quantization=quant,
         batch_size=batch_size,
         class_names=class_names,
         calibration_info=calibration_info,
         user=dict(metadata) if metadata is not None else None,
         fusions=fusions if fuse_pointwise else None,
+        forms=forms,
     )
     _write_checked(
         path,
         flatbuffer,
         model,
-        quantization=quantization,
+        quantization=quant,
         calibration=calibration,
         dynamic_batch=batch_size is None,
         allow_float_ops=allow_float_ops,
@@ -284,11 +291,11 @@ def _checked_arguments(
     num_calibration_samples: Any,
     metadata: Mapping[str, Any] | None,
     float_layers: Sequence[str] | None = None,
-) -> tuple[keras.Model, tuple[int | None, ...], list[str] | None]:
+) -> tuple[keras.Model, tuple[int | None, ...], list[str] | None, TFLiteQuantization]:
     """Checks `to_tflite`'s arguments (ValueError on the first bad one) and returns the
-    model to convert (at `image_size` for a dynamic-size model), its export input shape and
-    the checked class names."""
-    _check_quantization_options(quantization, io_dtype, representative_data)
+    model to convert (at `image_size` for a dynamic-size model), its export input shape,
+    the checked class names and the resolved `quantization`."""
+    quant = _check_quantization_options(quantization, io_dtype, representative_data)
     if getattr(model, "inputs", None) and (image_size is not None or has_dynamic_size(model)):
         model = with_input_size(model, image_size)
     input_shape = _export_input_shape(model, batch_size)
@@ -306,7 +313,7 @@ def _checked_arguments(
         except (TypeError, ValueError) as err:
             raise ValueError(f"metadata must be JSON-serializable: {err}") from err
     if float_layers:
-        if quantization != "int8":
+        if not quant.float_layers:
             raise ValueError(
                 "float_layers keeps layers in float inside a full-integer model: it needs "
                 f"quantization='int8'. Received: quantization={quantization!r}"
@@ -314,26 +321,26 @@ def _checked_arguments(
         from keras_mvit2.export.tflite.layer_names import check_layer_names
 
         check_layer_names(float_layers, model, what="float_layers")
-    return model, input_shape, class_names
+    return model, input_shape, class_names, quant
 
 
-def _check_quantization_options(quantization: Any, io_dtype: Any, representative_data: Any):
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(
-            f"quantization must be one of {QUANTIZATIONS}. Received: quantization={quantization!r}"
-        )
-    allowed = IO_DTYPES[quantization]
+def _check_quantization_options(quantization: Any, io_dtype: Any,
+                                representative_data: Any) -> TFLiteQuantization:
+    """`quantization` resolved (`resolve_quantization`), checked against `io_dtype` and
+    `representative_data`."""
+    quant = resolve_quantization(quantization)
+    allowed = quant.io_dtypes
     if io_dtype not in allowed:
         hint = (
             " Quantized inputs/outputs need a fully quantized model: use quantization='int8' "
             "(int8/uint8 I/O) or 'int16x8' (int16 I/O)."
-            if quantization not in CALIBRATED else ""
+            if not quant.quantized_io else ""
         )
         raise ValueError(
             f"io_dtype for quantization={quantization!r} must be one of {allowed}. "
             f"Received: io_dtype={io_dtype!r}.{hint}"
         )
-    if quantization in CALIBRATED and representative_data is None:
+    if quant.calibrated and representative_data is None:
         raise ValueError(
             f"quantization={quantization!r} needs representative_data to calibrate the "
             "activation ranges: a tf.data.Dataset of images (e.g. your training or evaluation "
@@ -341,29 +348,30 @@ def _check_quantization_options(quantization: Any, io_dtype: Any, representative
             "'fashion_mnist'. A few hundred real images of the deployment distribution are "
             "enough. Without data, use quantization='dynamic_int8' (int8 weights only)."
         )
-    if quantization not in CALIBRATED and representative_data is not None:
+    if not quant.calibrated and representative_data is not None:
         raise ValueError(
             f"representative_data is only used by the calibrated quantizations {CALIBRATED}; "
             f"quantization={quantization!r} does not calibrate. Drop representative_data or "
             "use quantization='int8'."
         )
+    return quant
 
 
-def _activation_ranges(method: Any, quantization: str) -> str | None:
-    """The checked range method of a calibrated `quantization` (its default for None);
+def _activation_ranges(method: Any, quant: TFLiteQuantization) -> str | None:
+    """The checked range method of a calibrated quantization (its default for None);
     None for the quantizations that do not calibrate."""
     from keras_mvit2.export.tflite.activation_ranges import check_range_method
 
-    if quantization not in CALIBRATED:
+    if not quant.calibrated:
         if method is not None:
             raise ValueError(
                 f"activation_ranges applies to the calibrated quantizations {CALIBRATED}; "
-                f"quantization={quantization!r} has no activation ranges. Drop it or use "
+                f"quantization={quant.name!r} has no activation ranges. Drop it or use "
                 "quantization='int8'."
             )
         return None
     if method is None:
-        return DEFAULT_ACTIVATION_RANGES[quantization]
+        return quant.activation_ranges
     return check_range_method(method)
 
 
@@ -400,20 +408,20 @@ def _export_input_shape(model: keras.Model, batch_size: int | None) -> tuple[int
 
 def _calibration_data(
     representative_data: Any,
-    quantization: str,
+    quant: TFLiteQuantization,
     input_shape: tuple[int | None, ...],
     num_samples: int,
     seed: int,
 ) -> tuple[np.ndarray | None, dict[str, Any] | None]:
     """The calibration images and their description for the metadata (``None, None`` for
     the quantizations that do not calibrate)."""
-    if quantization not in CALIBRATED:
+    if not quant.calibrated:
         return None, None
     from keras_mvit2.export.calibration import calibration_images, describe_source
 
     if len(input_shape) != 4:
         raise ValueError(
-            f"quantization={quantization!r} calibrates on images and needs an image "
+            f"quantization={quant.name!r} calibrates on images and needs an image "
             f"input (batch, height, width, channels). Received: input shape {input_shape}"
         )
     calibration = calibration_images(
@@ -464,27 +472,29 @@ def _representative_dataset(images: np.ndarray, batch: int) -> Callable[[], Iter
 def _convert_model(
     model: keras.Model,
     input_shape: tuple[int | None, ...],
-    quantization: str,
+    quant: TFLiteQuantization,
     io_dtype: str,
     calibration: np.ndarray | None,
     fuse_pointwise: bool = True,
     *,
     float_layers: Sequence[str] = (),
     activation_ranges: str | None = None,
-) -> tuple[bytes, list[PointwiseFusion]]:
-    """The converted flatbuffer and the 1x1 convolution pairs fused in it (`float_layers`:
-    see `keras_mvit2.export.tflite.float_layers`; `activation_ranges`:
+) -> tuple[Any, list[PointwiseFusion]]:
+    """The converted flatbuffer, parsed (`ModelT`: the edits after the conversion change it
+    in place and `_with_postprocess_and_metadata` serializes it once), and the 1x1
+    convolution pairs fused in it (`float_layers`: see
+    `keras_mvit2.export.tflite.float_layers`; `activation_ranges`:
     `keras_mvit2.export.tflite.activation_ranges`)."""
     from tensorflow.lite.python.convert_phase import ConverterError
 
     concrete_function = _concrete_function(model, input_shape)
-    if quantization == "int16x8":
+    if quant.int16_activations:
         _check_int16x8_hazards(concrete_function, model)
     converter = _make_converter(
-        concrete_function, quantization, io_dtype, calibration, batch=input_shape[0] or 1
+        concrete_function, quant, io_dtype, calibration, batch=input_shape[0] or 1
     )
     fusions: list[PointwiseFusion] = []
-    if fuse_pointwise and quantization in CALIBRATED:
+    if fuse_pointwise and quant.calibrated:
         _fuse_before_calibration(converter, fusions)
     if float_layers or activation_ranges not in (None, "minmax"):
         _quantize_after_calibration(converter, model, float_layers, activation_ranges)
@@ -492,18 +502,18 @@ def _convert_model(
         with warnings.catch_warnings():
             # "Statistics for quantized inputs were expected, but not specified" (harmless).
             warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
-            flatbuffer = converter.convert()
-        if fuse_pointwise and quantization not in CALIBRATED:
+            converted = parse_flatbuffer(converter.convert())
+        if fuse_pointwise and not quant.calibrated:
             # float32 and float16 weights are fused here; quantized weights are skipped.
-            flatbuffer, fusions = fuse_pointwise_convolutions(flatbuffer)
-        return flatbuffer, fusions
+            fusions = fuse_pointwise_pairs(converted)
+        return converted, fusions
     except ConverterError as err:
-        error = _converter_error(err, concrete_function, model, quantization)
+        error = _converter_error(err, concrete_function, model, quant.name)
         if error is None:
             raise
         raise error from err
     except RuntimeError as err:
-        error = _not_quantizable_error(err, model, quantization)
+        error = _not_quantizable_error(err, model, quant.name)
         if error is None:
             raise
         raise error from err
@@ -546,7 +556,7 @@ def _concrete_function(model: keras.Model, input_shape: tuple[int | None, ...]):
 
 def _make_converter(
     concrete_function,
-    quantization: str = "float32",
+    quantization: str | TFLiteQuantization = "float32",
     io_dtype: str = "float32",
     calibration: np.ndarray | None = None,
     batch: int = 1,
@@ -554,6 +564,7 @@ def _make_converter(
     """The converter: builtin op sets only (never SELECT_TF_OPS), plus the quantization."""
     import tensorflow as tf
 
+    quant = resolve_quantization(quantization)
     # Without a trackable object the converter freezes the variables itself. (Passing
     # the Keras 3 model as trackable_obj leaves them un-frozen and gives NaN.) TF logs a
     # deprecation warning for that through absl; it does not apply here, so it is muted.
@@ -567,24 +578,20 @@ def _make_converter(
     finally:
         absl_logger.setLevel(level)
     ops_set = tf.lite.OpsSet
-    converter.target_spec.supported_ops = [ops_set.TFLITE_BUILTINS]
-    if quantization == "float16":
+    converter.target_spec.supported_ops = {
+        "builtins": [ops_set.TFLITE_BUILTINS],
+        "builtins_int8": [ops_set.TFLITE_BUILTINS_INT8],
+        # Ops without an int16x8 kernel (SPACE_TO_DEPTH, DEPTH_TO_SPACE and DIV in
+        # TF 2.21) stay float between DEQUANTIZE/QUANTIZE: still builtins.
+        "int16x8": [ops_set.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8,
+                    ops_set.TFLITE_BUILTINS],
+    }[quant.op_set]
+    if quant.optimized:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quant.float16_weights:
         converter.target_spec.supported_types = [tf.float16]
-    elif quantization == "dynamic_int8":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    elif quantization in CALIBRATED:
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quant.calibrated:
         converter.representative_dataset = _representative_dataset(calibration, batch)
-        if quantization == "int8":
-            converter.target_spec.supported_ops = [ops_set.TFLITE_BUILTINS_INT8]
-        else:
-            # Ops without an int16x8 kernel (SPACE_TO_DEPTH, DEPTH_TO_SPACE and DIV in
-            # TF 2.21) stay float between DEQUANTIZE/QUANTIZE: still builtins.
-            converter.target_spec.supported_ops = [
-                ops_set.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8,
-                ops_set.TFLITE_BUILTINS,
-            ]
         io_type = getattr(tf, io_dtype)
         converter.inference_input_type = io_type
         converter.inference_output_type = io_type
@@ -644,36 +651,39 @@ def _check_int16x8_hazards(concrete_function, model: keras.Model) -> None:
 
 
 def _with_postprocess_and_metadata(
-    flatbuffer: bytes,
+    converted: Any,
     model: keras.Model,
     *,
-    quantization: str,
+    quantization: TFLiteQuantization,
     batch_size: int | None,
     class_names: list[str] | None,
     calibration_info: dict[str, Any] | None,
     user: dict[str, Any] | None,
     fusions: Sequence[PointwiseFusion] | None,
+    forms: export_forms.ExportForms,
 ) -> bytes:
-    """`flatbuffer` ending in ``TFLite_Detection_PostProcess`` for a model wrapped by
-    `with_detection_postprocess`, with the ``serving_default`` signature (input ``image``,
-    named outputs: `keras_mvit2.export.tflite.signature`), our JSON metadata and the
-    standard metadata (`embed_all_metadata`: the last structural edits)."""
+    """The file's bytes: `converted` (the parsed flatbuffer, edited in place) ending in
+    ``TFLite_Detection_PostProcess`` for a model wrapped by `with_detection_postprocess`,
+    with the ``serving_default`` signature (input ``image``, named outputs:
+    `keras_mvit2.export.tflite.signature`), our JSON metadata and the standard metadata,
+    serialized once (`serialize_with_metadata`)."""
     postprocess = getattr(model, "detection_postprocess", None)  # with_detection_postprocess
     if postprocess is not None:
-        flatbuffer = append_detection_postprocess(flatbuffer, model.anchors_yxhw, postprocess)
-    summary = summarize_flatbuffer(bytes(flatbuffer))
+        add_detection_postprocess(converted, model.anchors_yxhw, postprocess)
+    inputs, outputs = io_tensors(converted)
     info = tflite_metadata(
         model,
-        inputs=summary.inputs,
-        outputs=summary.outputs,
-        quantization=quantization,
+        inputs=inputs,
+        outputs=outputs,
+        quantization=quantization.name,
         batch_size=batch_size,
         class_names=class_names,
         calibration=calibration_info,
         user=user,
         fused_pointwise=fusions,
+        forms=forms,
     )
-    return embed_all_metadata(flatbuffer, info, summary.outputs)
+    return serialize_with_metadata(converted, info, outputs)
 
 
 # --------------------------------------------------------------------------------------
@@ -685,7 +695,7 @@ def _write_checked(
     flatbuffer: bytes,
     model: keras.Model,
     *,
-    quantization: str,
+    quantization: TFLiteQuantization,
     calibration: np.ndarray | None,
     dynamic_batch: bool,
     allow_float_ops: bool,
@@ -699,7 +709,7 @@ def _write_checked(
         _check_runs(tmp_path, dynamic_batch=dynamic_batch)
         if calibration is not None:
             _sanity_check(model, tmp_path, calibration, quantization)
-        if quantization == "int8" and not allow_float_ops:
+        if quantization.integer_only and not allow_float_ops:
             _check_no_float_ops(tmp_path, model, float_layers)
 
 

@@ -41,7 +41,8 @@ from keras_mvit2.tasks.detection import (
     encode_boxes,
 )
 
-__all__ = ["OP_NAME", "PostProcessOptions", "append_detection_postprocess",
+__all__ = ["OP_NAME", "PostProcessOptions", "add_detection_postprocess",
+           "append_detection_postprocess",
            "check_object_names", "ssd_settings", "with_detection_postprocess"]
 
 #: The op's custom code (a custom op that every LiteRT / TFLite build registers).
@@ -158,6 +159,13 @@ def append_detection_postprocess(flatbuffer: bytes, anchors_yxhw: np.ndarray,
     ``(1, A, 4)`` then scores ``(1, A, C)``, float32) with the op appended and its four
     outputs as the model's outputs (and signature's)."""
     model = parse_flatbuffer(flatbuffer)
+    add_detection_postprocess(model, anchors_yxhw, options)
+    return serialize_flatbuffer(model, len(flatbuffer) + anchors_yxhw.nbytes + 4096)
+
+
+def add_detection_postprocess(model: Any, anchors_yxhw: np.ndarray,
+                              options: PostProcessOptions) -> None:
+    """`append_detection_postprocess` on a parsed model (`ModelT`, edited in place)."""
     graph = model.subgraphs[0]
     outputs = tensor_indices(graph.outputs)
     shapes = [tensor_indices(graph.tensors[i].shape) for i in outputs]
@@ -206,7 +214,6 @@ def append_detection_postprocess(flatbuffer: bytes, anchors_yxhw: np.ndarray,
         signature.outputs = [_tensor_map(name, index) for name, index in zip(
             ("detection_boxes", "detection_classes", "detection_scores", "num_detections"),
             results, strict=True)]
-    return serialize_flatbuffer(model, len(flatbuffer) + anchors_yxhw.nbytes + 4096)
 
 
 def _tensor_map(name: str, index: int) -> Any:

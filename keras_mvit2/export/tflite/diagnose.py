@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import keras
 
+from keras_mvit2.export.tflite.quantization import resolve_quantization
+
 __all__ = ["UnsupportedOpError"]
 
 _OPS_COMPATIBILITY_URL = "https://ai.google.dev/edge/litert/models/ops_compatibility"
@@ -204,9 +206,9 @@ def _unsupported_op_error(
             lines.append(f"  - tf.{op} (layer unknown)")
     ops = sorted(unsupported)
     op_set = {
-        "int8": "TFLITE_BUILTINS_INT8 (int8 kernels)",
+        "builtins_int8": "TFLITE_BUILTINS_INT8 (int8 kernels)",
         "int16x8": "the int16x8 builtins",
-    }.get(quantization, "TFLITE_BUILTINS")
+    }.get(resolve_quantization(quantization).op_set, "TFLITE_BUILTINS")
     message = (
         f"Model {model.name!r} needs TensorFlow op(s) with no TFLite builtin kernel: "
         f"{', '.join(ops)}. keras_mvit2 converts with {op_set} only (no Flex / "

@@ -10,7 +10,7 @@ The quantizer (``pip install "keras_mvit2[quantizer]"``: ai-edge-quantizer 0.10.
 project's ai-edge-litert 2.3) keeps the flatbuffer's ``metadata`` entries and the
 ``serving_default`` signature, but re-serializes the model: the standard metadata's packed
 ``labels.txt`` (a zip appended to the file) is lost and our JSON still says ``float32``. The
-output therefore gets its metadata rewritten (`embed_all_metadata`: the signature, our JSON
+output therefore gets its metadata rewritten (`serialize_with_metadata`: the signature, our JSON
 with ``quantization`` = the recipe and a ``quantizer`` entry, the standard metadata with the
 labels) and is run once in LiteRT (`_check_runs`) before it is moved onto `output`.
 
@@ -42,21 +42,23 @@ from keras_mvit2.export.tflite.flatbuffer import (
     decode_name,
     op_names,
     parse_flatbuffer,
+    serialize_flatbuffer,
     tensor_indices,
 )
-from keras_mvit2.export.tflite.inspect import TFLiteReport, inspect_tflite, summarize_flatbuffer
+from keras_mvit2.export.tflite.inspect import TFLiteReport, inspect_tflite
 from keras_mvit2.export.tflite.metadata import (
-    embed_all_metadata,
     read_tflite_metadata,
+    serialize_with_metadata,
     tensor_entry,
 )
 from keras_mvit2.export.tflite.run import _check_runs
 from keras_mvit2.export.tflite.signature import (
     SERVING_INPUT_NAME,
     SERVING_SIGNATURE,
-    add_serving_signature,
     serving_output_names,
+    set_serving_signature,
 )
+from keras_mvit2.export.tflite.tensors import TensorDetails, io_tensors
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = [
@@ -160,10 +162,12 @@ def quantize_with_edge_quantizer(
     aeq = _import_quantizer()
     with open(float_tflite, "rb") as f:
         float_bytes = f.read()
-    float_bytes = _with_signature(float_bytes, info)
-    model, summary = parse_flatbuffer(float_bytes), summarize_flatbuffer(float_bytes)
+    model = parse_flatbuffer(float_bytes)
+    inputs, outputs = io_tensors(model)
+    if _add_missing_signature(model, outputs, info):  # the quantizer feeds the signature
+        float_bytes = serialize_flatbuffer(model, len(float_bytes) + 4096)
     names = None if class_names is None else _checked_names(class_names, info)
-    images = _checked_images(calibration_images, summary) if chosen.calibrated else None
+    images = _checked_images(calibration_images, inputs) if chosen.calibrated else None
     scopes = _layer_scopes(model, float_bytes, dict(layer_recipes or {}))
 
     quantizer = aeq.quantizer.Quantizer(bytearray(float_bytes))
@@ -171,7 +175,7 @@ def quantize_with_edge_quantizer(
                "weight_only_wi4_wi8" else [], scopes, dict(layer_recipes or {}))
     calibration = None
     if quantizer.need_calibration:
-        batch = max(1, int(summary.inputs[0].shape[0]))
+        batch = max(1, int(inputs[0].shape[0]))
         feeds = [{SERVING_INPUT_NAME: images[i:i + batch]}
                  for i in range(0, len(images) - batch + 1, batch)]
         calibration = quantizer.calibrate({SERVING_SIGNATURE: feeds},
@@ -179,11 +183,12 @@ def quantize_with_edge_quantizer(
     quantized = bytes(quantizer.quantize(calibration, enable_progress_bar=False,
                                          enable_progress_report=False).quantized_model)
 
-    summary = summarize_flatbuffer(quantized)
+    quantized_model = parse_flatbuffer(quantized)  # edited in place, serialized once
+    inputs, outputs = io_tensors(quantized_model)
     info.update({
         "quantization": quantization_name or recipe,
-        "input": tensor_entry(summary.inputs[0]) if summary.inputs else None,
-        "output": tensor_entry(summary.outputs[0]) if summary.outputs else None,
+        "input": tensor_entry(inputs[0]) if inputs else None,
+        "output": tensor_entry(outputs[0]) if outputs else None,
         "quantizer": {"tool": "ai-edge-quantizer", "version": _version(), "recipe": recipe,
                       "layer_recipes": dict(layer_recipes or {})},
         "calibration": None if calibration is None else {
@@ -192,11 +197,12 @@ def quantize_with_edge_quantizer(
     if names is not None:
         info["class_names"] = names
     info.pop("tflite_metadata", None)
-    quantized = embed_all_metadata(quantized, info, summary.outputs)
+    quantized = serialize_with_metadata(quantized_model, info, outputs,
+                                        size_hint=len(quantized))
     with atomic_output(output) as tmp_path:
         with open(tmp_path, "wb") as f:
             f.write(quantized)
-        _check_runs(tmp_path, dynamic_batch=bool(summary.inputs[0].shape_signature[0] < 0))
+        _check_runs(tmp_path, dynamic_batch=bool(inputs[0].shape_signature[0] < 0))
     return inspect_tflite(output)
 
 
@@ -254,9 +260,9 @@ def _checked_recipe(recipe: Any, path: str, images: Any,
     return chosen, info
 
 
-def _checked_images(images: Any, summary: Any) -> np.ndarray:
+def _checked_images(images: Any, inputs: Sequence[TensorDetails]) -> np.ndarray:
     x = np.asarray(images)
-    want = tuple(int(d) for d in summary.inputs[0].shape[1:])
+    want = tuple(int(d) for d in inputs[0].shape[1:])
     if x.ndim != 4 or x.shape[1:] != want or not np.issubdtype(x.dtype, np.floating):
         raise ValueError(
             f"calibration_images must be float (N, {', '.join(map(str, want))}) in [0, 1]. "
@@ -295,14 +301,16 @@ def _version() -> str:
     return version("ai-edge-quantizer")
 
 
-def _with_signature(buf: bytes, info: Mapping[str, Any]) -> bytes:
-    """`buf` with a ``serving_default`` signature (files exported before there was one)."""
-    model = parse_flatbuffer(buf)
+def _add_missing_signature(model: Any, outputs: Sequence[TensorDetails],
+                           info: Mapping[str, Any]) -> bool:
+    """Gives the parsed `model` (edited in place) a ``serving_default`` signature if it has
+    none (files exported before there was one); whether it did."""
     if any(decode_name(s.signatureKey) == SERVING_SIGNATURE for s in model.signatureDefs or []):
-        return buf
-    shapes = [t.shape_signature for t in summarize_flatbuffer(buf).outputs]
-    names = serving_output_names(shapes, str(info.get("output_kind") or "logits"))
-    return add_serving_signature(buf, names)
+        return False
+    shapes = [t.shape_signature for t in outputs]
+    set_serving_signature(model, serving_output_names(shapes, str(info.get("output_kind")
+                                                                  or "logits")))
+    return True
 
 
 # --------------------------------------------------------------------------------------

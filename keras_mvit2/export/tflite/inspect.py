@@ -19,14 +19,12 @@ from ai_edge_litert.interpreter import Interpreter
 
 from keras_mvit2.export.tflite.flatbuffer import (
     BUILTIN_NAMES,
-    TENSOR_TYPE_NAMES,
-    decode_name,
     op_names,
     parse_flatbuffer,
     tensor_indices,
 )
 from keras_mvit2.export.tflite.metadata import _metadata_entry
-from keras_mvit2.export.tflite.tensors import TensorDetails
+from keras_mvit2.export.tflite.tensors import TensorDetails, io_tensors
 
 __all__ = ["TFLiteReport", "TensorDetails", "inspect_tflite", "summarize_flatbuffer"]
 
@@ -146,12 +144,7 @@ def summarize_flatbuffer(buf: bytes) -> _FlatbufferSummary:
         for tensor in subgraph.tensors or []:
             shape = tensor.shapeSignature if tensor.shapeSignature is not None else tensor.shape
             max_rank = max(max_rank, 0 if shape is None else len(shape))
-    inputs: list[TensorDetails] = []
-    outputs: list[TensorDetails] = []
-    if model.subgraphs:
-        main = model.subgraphs[0]
-        inputs = [_flatbuffer_tensor(main.tensors[i]) for i in tensor_indices(main.inputs)]
-        outputs = [_flatbuffer_tensor(main.tensors[i]) for i in tensor_indices(main.outputs)]
+    inputs, outputs = io_tensors(model)
     return _FlatbufferSummary(
         dict(sorted(counts.items())),
         max_rank,
@@ -197,24 +190,6 @@ def _float_ops(model, names: list[str] | None = None) -> dict[str, int]:
 
 def _format_histogram(histogram: Mapping[str, int]) -> str:
     return ", ".join(f"{name} x{count}" for name, count in histogram.items())
-
-
-def _flatbuffer_tensor(tensor) -> TensorDetails:
-    shape = tuple(int(d) for d in (tensor.shape if tensor.shape is not None else ()))
-    signature = tensor.shapeSignature
-    signature = shape if signature is None else tuple(int(d) for d in signature)
-    q = tensor.quantization
-    scales = [] if q is None or q.scale is None else list(q.scale)
-    zeros = [] if q is None or q.zeroPoint is None else list(q.zeroPoint)
-    scale = float(scales[0]) if scales else 0.0
-    zero = int(zeros[0]) if zeros else 0
-    return TensorDetails(
-        name=decode_name(tensor.name),
-        shape=shape,
-        shape_signature=signature,
-        dtype=TENSOR_TYPE_NAMES.get(int(tensor.type), f"type_{tensor.type}"),
-        quantization=(scale, zero),
-    )
 
 
 def _xnnpack_coverage(interpreter: Interpreter) -> tuple[int, dict[str, int]]:

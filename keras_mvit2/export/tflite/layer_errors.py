@@ -166,7 +166,7 @@ def layer_errors(
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
         raise ValueError(f"depth must be a positive int or None. Received: depth={depth!r}")
     source = images if calibration_data is None else calibration_data
-    model, input_shape, _ = tflite_convert._checked_arguments(
+    model, input_shape, _, quant = tflite_convert._checked_arguments(
         model, quantization="int8", io_dtype="float32", representative_data=source,
         image_size=image_size, batch_size=1, class_names=None,
         num_calibration_samples=num_calibration_samples, metadata=None,
@@ -174,9 +174,9 @@ def layer_errors(
     )
     x = _debug_images(images, input_shape)
     calibration, _ = tflite_convert._calibration_data(
-        source, "int8", input_shape, num_calibration_samples, calibration_seed)
+        source, quant, input_shape, num_calibration_samples, calibration_seed)
     converter = tflite_convert._make_converter(
-        tflite_convert._concrete_function(model, input_shape), "int8", "float32",
+        tflite_convert._concrete_function(model, input_shape), quant, "float32",
         calibration, batch=1)
     if fuse_pointwise:
         tflite_convert._fuse_before_calibration(converter, [])

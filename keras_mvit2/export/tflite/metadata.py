@@ -5,10 +5,17 @@ quantization parameters, ...) is stored in the flatbuffer's ``metadata`` list un
 ``"keras_mvit2"`` (`embed_metadata`); `embed_all_metadata` adds it together with the
 standard TFLite Model Metadata (`keras_mvit2.export.tflite.standard_metadata`), and
 `read_tflite_metadata` reads both back.
+
+Every writer of our `.tflite` files (`to_tflite`, `to_tflite_via_torch`, the ai-edge-quantizer
+files, QAT) parses the converter's flatbuffer once, edits that one `ModelT` in place (1x1
+fusion, detection post-processing, then `serialize_with_metadata`: signature, JSON, standard
+metadata) and serializes it once; the bytes-to-bytes functions (`embed_all_metadata`,
+`embed_metadata`, ...) do the same edits on a file's bytes, for tools.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -20,12 +27,15 @@ from ai_edge_litert import schema_py_generated as tfl_schema
 
 from keras_mvit2.export.tflite.flatbuffer import decode_name, parse_flatbuffer, serialize_flatbuffer
 from keras_mvit2.export.tflite.pointwise_fusion import PointwiseFusion
-from keras_mvit2.export.tflite.signature import add_serving_signature, serving_output_names
+from keras_mvit2.export.tflite.signature import serving_output_names, set_serving_signature
 from keras_mvit2.export.tflite.standard_metadata import (
-    add_standard_metadata,
+    append_packed_files,
+    set_standard_metadata,
+    standard_metadata_for,
     standard_metadata_of,
 )
-from keras_mvit2.export.tflite.tensors import TensorDetails
+from keras_mvit2.export.tflite.tensors import TensorDetails, io_tensors
+from keras_mvit2.layers.export_forms import ExportForms
 
 __all__ = [
     "METADATA_FORMAT",
@@ -33,7 +43,10 @@ __all__ = [
     "METADATA_VERSION",
     "embed_all_metadata",
     "embed_metadata",
+    "forms_entry",
     "read_tflite_metadata",
+    "serialize_with_metadata",
+    "set_metadata_entry",
     "tensor_entry",
     "tflite_metadata",
 ]
@@ -56,6 +69,7 @@ def tflite_metadata(
     user: dict[str, Any] | None = None,
     fused_pointwise: Sequence[PointwiseFusion] | None = None,
     converter: Mapping[str, str] | None = None,
+    forms: ExportForms | None = None,
 ) -> dict[str, Any]:
     """The JSON document that `to_tflite` stores in the file (and the sidecar).
 
@@ -72,7 +86,9 @@ def tflite_metadata(
     ``None``), ``calibration`` (source and number of images, for int8/int16x8),
     ``graph_optimizations`` (``fused_pointwise_convolutions``: how many pairs of 1x1
     convolutions were fused and the ``macs_saved``; ``None`` when fusion was off),
-    ``user`` and, for a file made by the torch road (`to_tflite_via_torch`), ``converter``
+    ``forms`` (the export forms the graph was traced in, `forms_entry` of `forms`, a
+    `keras_mvit2.layers.export_forms.ExportForms`; ``None`` when not given), ``user``
+    and, for a file made by the torch road (`to_tflite_via_torch`), ``converter``
     (``{"road": "torch", "tool": "litert-torch", "version": ...}``; absent on the
     TensorFlow road).
     """
@@ -109,9 +125,21 @@ def tflite_metadata(
             "fused_pointwise_convolutions": len(fused_pointwise),
             "macs_saved": int(sum(f.macs_saved for f in fused_pointwise)),
         },
+        "forms": None if forms is None else forms_entry(
+            forms, (converter or {}).get("road", "tensorflow")),
         "user": user,
         **({"converter": dict(converter)} if converter is not None else {}),
     }
+
+
+def forms_entry(forms: ExportForms, road: str) -> dict[str, str]:
+    """The ``forms`` entry of `tflite_metadata`: which form of each step of the shared math
+    the file's graph computes (the fields of `forms`, a
+    `keras_mvit2.layers.export_forms.ExportForms`: ``token_pooling``, ``token_normaliser``,
+    ``variance`` (the GroupNorm's: ``"one_pass_matmul"`` in a full-int8 file), ``unfold``),
+    its ``layout`` (``"channels_last"``: every `.tflite` graph) and the ``road`` that
+    converted it (``"tensorflow"`` or ``"torch"``, `keras_mvit2.export.roads`)."""
+    return {**dataclasses.asdict(forms), "layout": "channels_last", "road": road}
 
 
 def tensor_entry(t: TensorDetails) -> dict[str, Any]:
@@ -130,6 +158,13 @@ def tensor_entry(t: TensorDetails) -> dict[str, Any]:
 def embed_metadata(flatbuffer: bytes, info: Mapping[str, Any]) -> bytes:
     """Adds (or replaces) the ``"keras_mvit2"`` metadata entry: a buffer holding the JSON."""
     model = parse_flatbuffer(flatbuffer)
+    size = set_metadata_entry(model, info)
+    return serialize_flatbuffer(model, len(flatbuffer) + size + 4096)
+
+
+def set_metadata_entry(model: Any, info: Mapping[str, Any]) -> int:
+    """`embed_metadata` on a parsed model (`ModelT`, edited in place); returns the JSON's
+    size in bytes."""
     data = json.dumps(info, sort_keys=False).encode("utf-8")
     buffer = tfl_schema.BufferT()
     buffer.data = np.frombuffer(data, dtype=np.uint8)
@@ -140,7 +175,7 @@ def embed_metadata(flatbuffer: bytes, info: Mapping[str, Any]) -> bytes:
     entry.buffer = len(model.buffers) - 1
     kept = [m for m in (model.metadata or []) if decode_name(m.name) != METADATA_NAME]
     model.metadata = [*kept, entry]
-    return serialize_flatbuffer(model, len(flatbuffer) + len(data) + 4096)
+    return len(data)
 
 
 def embed_all_metadata(flatbuffer: bytes, info: Mapping[str, Any],
@@ -149,16 +184,33 @@ def embed_all_metadata(flatbuffer: bytes, info: Mapping[str, Any],
     ``image``, outputs named by `serving_output_names`), our JSON entry `info`
     (`tflite_metadata`) and, for an RGB image model, the standard TFLite Model Metadata built
     from it (`outputs`: the file's output tensors, e.g.
-    `summarize_flatbuffer(flatbuffer).outputs`). Every writer of our `.tflite` files calls
-    this as its last edit of the model."""
+    `summarize_flatbuffer(flatbuffer).outputs`)."""
+    return serialize_with_metadata(parse_flatbuffer(flatbuffer), info, outputs,
+                                   size_hint=len(flatbuffer))
+
+
+def serialize_with_metadata(model: Any, info: Mapping[str, Any],
+                            outputs: Sequence[TensorDetails] | None = None, *,
+                            size_hint: int | None = None) -> bytes:
+    """The last step of every writer of our `.tflite` files: the parsed `model` (`ModelT`,
+    edited in place) with the ``serving_default`` signature, our JSON entry `info` and the
+    standard metadata (see `embed_all_metadata`), serialized once, then the standard
+    metadata's files appended (`outputs`: the model's output tensors; default read from
+    `model`; `size_hint`: the serialized size to reserve, default that of its buffers)."""
+    if size_hint is None:
+        size_hint = sum(len(b.data) for b in model.buffers or [] if b.data is not None)
+    outputs = io_tensors(model)[1] if outputs is None else outputs
     shapes = [t.shape_signature for t in outputs]
-    flatbuffer = add_serving_signature(
-        flatbuffer, serving_output_names(shapes, str(info.get("output_kind") or "logits"))
-    )
-    return add_standard_metadata(  # last: it appends the labels archive
-        embed_metadata(flatbuffer, info), info,
-        shapes, [t.name for t in outputs],
-    )
+    set_serving_signature(
+        model, serving_output_names(shapes, str(info.get("output_kind") or "logits")))
+    size_hint += set_metadata_entry(model, info) + 4096
+    standard = standard_metadata_for(info, shapes, [t.name for t in outputs])
+    if standard is None:
+        return serialize_flatbuffer(model, size_hint)
+    metadata, files = standard
+    set_standard_metadata(model, metadata)
+    return append_packed_files(  # last: the archive follows the serialized model
+        serialize_flatbuffer(model, size_hint + len(metadata)), files)
 
 
 def _metadata_entry(model, buf: bytes) -> dict[str, Any] | None:

@@ -46,7 +46,9 @@ from keras_mvit2.export.tflite.flatbuffer import (
     tensor_indices,
 )
 
-__all__ = ["PointwiseFusion", "fuse_pointwise_convolutions", "fusion_saves_macs"]
+__all__ = [
+    "PointwiseFusion", "fuse_pointwise_convolutions", "fuse_pointwise_pairs", "fusion_saves_macs",
+]
 
 _FLOAT32 = tfl_schema.TensorType.FLOAT32
 _FLOAT16 = tfl_schema.TensorType.FLOAT16
@@ -86,6 +88,15 @@ def fuse_pointwise_convolutions(flatbuffer: bytes) -> tuple[bytes, list[Pointwis
         and one `PointwiseFusion` per fused pair, in graph order.
     """
     model = parse_flatbuffer(flatbuffer)
+    fusions = fuse_pointwise_pairs(model)
+    if not fusions:
+        return flatbuffer, []
+    return serialize_flatbuffer(model, len(flatbuffer) + 4096), fusions
+
+
+def fuse_pointwise_pairs(model: Any) -> list[PointwiseFusion]:
+    """`fuse_pointwise_convolutions` on a parsed model (`ModelT`, edited in place): one
+    `PointwiseFusion` per fused pair, in graph order."""
     names = op_names(model)
     fusions: list[PointwiseFusion] = []
     for subgraph in model.subgraphs or []:
@@ -94,10 +105,9 @@ def fuse_pointwise_convolutions(flatbuffer: bytes) -> tuple[bytes, list[Pointwis
             if fusion is None:
                 break
             fusions.append(fusion)
-    if not fusions:
-        return flatbuffer, []
-    _drop_unused(model)
-    return serialize_flatbuffer(model, len(flatbuffer) + 4096), fusions
+    if fusions:
+        _drop_unused(model)
+    return fusions
 
 
 # --------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
 from keras_mvit2.export.tflite.inspect import _read_flatbuffer
+from keras_mvit2.export.tflite.quantization import TFLiteQuantization
 
 __all__ = ["run_tflite"]
 
@@ -179,7 +180,7 @@ def _sample_input(rng: np.random.Generator, shape: list[int], detail: dict[str, 
 
 
 def _sanity_check(
-    model: keras.Model, path: str, calibration: np.ndarray, quantization: str
+    model: keras.Model, path: str, calibration: np.ndarray, quantization: TFLiteQuantization
 ) -> None:
     """Warns when a calibrated model grossly disagrees with Keras on calibration images.
 
@@ -206,10 +207,10 @@ def _sanity_check(
         hint = (
             " A known cause: LiteRT 2.3's int16 SUM kernel gives wrong results (a custom "
             "layer that sums with reduce_sum); sum as N * mean, or use quantization='int8'."
-            if quantization == "int16x8" else ""
+            if quantization.int16_activations else ""
         )
         warnings.warn(
-            f"The {quantization} model disagrees with Keras on {len(x)} calibration images: "
+            f"The {quantization.name} model disagrees with Keras on {len(x)} calibration images: "
             f"max |diff| is {rel:.0%} of the largest output, top-1 agreement {agreement:.0%}."
             f"{hint} Check it with keras_mvit2.export.validate before shipping it.",
             stacklevel=4,  # here <- _write_checked <- to_tflite <- the caller of to_tflite

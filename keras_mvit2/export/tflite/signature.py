@@ -23,8 +23,10 @@ post-processed detector  ``location``, ``category``, ``score``, ``number of dete
 anything else            ``output_0``, ``output_1``, ...
 =======================  =====================================================================
 
-The input is ``image`` (one input; ``input_0``, ... for several). `embed_all_metadata` adds
-the signature together with the metadata, so every file we write carries it.
+The input is ``image`` (one input; ``input_0``, ... for several).
+`keras_mvit2.export.tflite.metadata.serialize_with_metadata` adds the signature together with
+the metadata (`set_serving_signature`, on the parsed model), so every file we write carries
+it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "SERVING_SIGNATURE",
     "add_serving_signature",
     "serving_output_names",
+    "set_serving_signature",
 ]
 
 #: The signature key every file gets (the one Keras, TF Serving and the quantizer use).
@@ -107,6 +110,13 @@ def add_serving_signature(flatbuffer: bytes, output_names: Sequence[str],
             a name repeats.
     """
     model = parse_flatbuffer(flatbuffer)
+    set_serving_signature(model, output_names, input_names)
+    return serialize_flatbuffer(model, len(flatbuffer) + 4096)
+
+
+def set_serving_signature(model: Any, output_names: Sequence[str],
+                          input_names: Sequence[str] | None = None) -> None:
+    """`add_serving_signature` on a parsed model (`ModelT`, edited in place)."""
     subgraph = model.subgraphs[0]
     inputs, outputs = tensor_indices(subgraph.inputs), tensor_indices(subgraph.outputs)
     if input_names is None:
@@ -127,7 +137,6 @@ def add_serving_signature(flatbuffer: bytes, output_names: Sequence[str],
     kept = [s for s in (model.signatureDefs or [])
             if decode_name(s.signatureKey) != SERVING_SIGNATURE]
     model.signatureDefs = [signature, *kept]
-    return serialize_flatbuffer(model, len(flatbuffer) + 4096)
 
 
 def _tensor_map(name: str, index: int) -> Any:

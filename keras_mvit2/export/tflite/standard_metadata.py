@@ -43,9 +43,12 @@ __all__ = [
     "LABELS_FILE",
     "STANDARD_METADATA_NAME",
     "add_standard_metadata",
+    "append_packed_files",
     "embed_standard_metadata",
     "image_model_metadata",
     "read_standard_metadata",
+    "set_standard_metadata",
+    "standard_metadata_for",
     "task_of_outputs",
 ]
 
@@ -255,6 +258,15 @@ def embed_standard_metadata(flatbuffer: bytes, metadata: bytes,
     drops the archive: call this last.
     """
     model = parse_flatbuffer(flatbuffer)
+    set_standard_metadata(model, metadata)
+    return append_packed_files(
+        serialize_flatbuffer(model, len(flatbuffer) + len(metadata) + 4096), files)
+
+
+def set_standard_metadata(model: Any, metadata: bytes) -> None:
+    """`model` (a parsed `ModelT`, edited in place) with `metadata` as its
+    ``TFLITE_METADATA`` entry (any previous one dropped); the packed files are appended to
+    the serialized bytes afterwards (`append_packed_files`)."""
     buffer = tfl_schema.BufferT()
     buffer.data = np.frombuffer(metadata, dtype=np.uint8)
     model.buffers = [*(model.buffers or []), buffer]
@@ -263,7 +275,12 @@ def embed_standard_metadata(flatbuffer: bytes, metadata: bytes,
     entry.buffer = len(model.buffers) - 1
     kept = [m for m in (model.metadata or []) if decode_name(m.name) != STANDARD_METADATA_NAME]
     model.metadata = [*kept, entry]
-    out = io.BytesIO(serialize_flatbuffer(model, len(flatbuffer) + len(metadata) + 4096))
+
+
+def append_packed_files(flatbuffer: bytes, files: Mapping[str, bytes]) -> bytes:
+    """`flatbuffer` (serialized, with no archive yet) with `files` appended as an
+    uncompressed zip archive, where the clients read the standard metadata's files."""
+    out = io.BytesIO(flatbuffer)
     out.seek(0, io.SEEK_END)
     if files:
         with zipfile.ZipFile(out, "a", compression=zipfile.ZIP_STORED) as archive:
@@ -365,11 +382,20 @@ def add_standard_metadata(flatbuffer: bytes, info: Mapping[str, Any],
     """`flatbuffer` with the standard metadata built from `to_tflite`'s JSON `info` (see
     `keras_mvit2.export.tflite.tflite_metadata`); unchanged when the input is not an RGB
     image ``(batch, height, width, 3)``."""
+    built = standard_metadata_for(info, output_shapes, output_names)
+    return flatbuffer if built is None else embed_standard_metadata(flatbuffer, *built)
+
+
+def standard_metadata_for(info: Mapping[str, Any], output_shapes: Sequence[Sequence[int]],
+                          output_names: Sequence[str]) -> tuple[bytes, dict[str, bytes]] | None:
+    """The standard metadata and its packed files (`image_model_metadata`) built from
+    `to_tflite`'s JSON `info`; None when the input is not an RGB image
+    ``(batch, height, width, 3)``."""
     tensor = info.get("input") or {}
     shape = tensor.get("shape") or []
     if len(shape) != 4 or shape[3] != 3:
-        return flatbuffer
-    metadata, files = image_model_metadata(
+        return None
+    return image_model_metadata(
         task=task_of_outputs(output_shapes),
         name=str(info.get("model") or "model"),
         input_name=tensor["name"],
@@ -381,4 +407,3 @@ def add_standard_metadata(flatbuffer: bytes, info: Mapping[str, Any],
         class_names=info.get("class_names"),
         version=info.get("keras_mvit2_version"),
     )
-    return embed_standard_metadata(flatbuffer, metadata, files)

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from keras_mvit2.export.roads import check_road
-from keras_mvit2.export.target import ExportTarget, register_target
-from keras_mvit2.export.tflite.formats import CALIBRATED, QUANTIZATIONS
+from keras_mvit2.export.target import ConvertArguments, ExportTarget, register_target
 from keras_mvit2.export.tflite.inspect import TFLiteReport, inspect_tflite
 from keras_mvit2.export.tflite.metadata import read_tflite_metadata
+from keras_mvit2.export.tflite.quantization import (
+    CALIBRATED,
+    QUANTIZATIONS,
+    TFLITE_QUANTIZATIONS,
+    TFLiteQuantization,
+    resolve_quantization,
+)
 from keras_mvit2.export.tflite.run import run_tflite
 
 #: ``--io-dtype`` values: every I/O type some quantization takes.
@@ -41,7 +46,8 @@ _TENSORFLOW_ROAD_FLAGS = {"--io-dtype": ("io_dtype", "float32"),
                           "--no-fuse-pointwise": ("fuse_pointwise", True)}
 
 
-def _torch_road_cli_arguments(args: Any, quantization: str) -> dict[str, Any]:
+def _torch_road_cli_arguments(args: Any, quantization: str | TFLiteQuantization
+                              ) -> dict[str, Any]:
     """`mvit2 export --road torch` to `.tflite`: the options `to_tflite_via_torch` takes (a
     calibrated format reads `--calibration-data` without TensorFlow); a ValueError naming
     the TensorFlow road's flags given."""
@@ -51,24 +57,26 @@ def _torch_road_cli_arguments(args: Any, quantization: str) -> dict[str, Any]:
         raise ValueError(f"{', '.join(given)}: options of the TensorFlow road (to_tflite), "
                          "which --road torch does not take; drop them or pass --road "
                          "tensorflow.")
-    _check_calibration_flags(args, quantization)
+    quant = resolve_quantization(quantization)
+    _check_calibration_flags(args, quant)
     calibration = ({"calibration_data": args.calibration_data,
                     "num_calibration_samples": args.num_calibration_samples}
-                   if quantization in CALIBRATED else {})
-    return {"road": "torch", "quantization": quantization, "sidecar": args.sidecar,
+                   if quant.calibrated else {})
+    return {"road": "torch", "quantization": quant.name, "sidecar": args.sidecar,
             **calibration}
 
 
-def _check_calibration_flags(args: Any, quantization: str) -> None:
+def _check_calibration_flags(args: Any, quantization: str | TFLiteQuantization) -> None:
     """`--calibration-data` given exactly when the format calibrates (both roads)."""
-    if args.calibration_data and quantization not in CALIBRATED:
+    quant = resolve_quantization(quantization)
+    if args.calibration_data and not quant.calibrated:
         raise ValueError(
             "--calibration-data is only used by --quantization int8/int16x8. Received: "
-            f"--quantization {quantization}"
+            f"--quantization {quant.name}"
         )
-    if quantization in CALIBRATED and not args.calibration_data:
+    if quant.calibrated and not args.calibration_data:
         raise ValueError(
-            f"--quantization {quantization} needs --calibration-data DIR|fashion_mnist: a "
+            f"--quantization {quant.name} needs --calibration-data DIR|fashion_mnist: a "
             "few hundred real images to calibrate the activation ranges (or use "
             "--quantization dynamic_int8, which needs no data)."
         )
@@ -91,28 +99,23 @@ class TFLiteTarget(ExportTarget):
     calibrated_formats = CALIBRATED
     runtime = "LiteRT"
 
-    def convert(self, model: Any, path: str | os.PathLike, *,
-                quantization: str | None = None,
-                class_names: Sequence[str] | None = None,
-                calibration_data: Any = None,
-                metadata: Mapping[str, Any] | None = None,
-                image_size: int | tuple[int, int] | None = None,
-                road: str | None = None,
-                **options: Any) -> TFLiteReport:
-        if check_road(road, self.name) == "torch":
+    def _convert(self, model: Any, path: str | os.PathLike, shared: ConvertArguments,
+                 options: dict[str, Any]) -> TFLiteReport:
+        if check_road(shared.road, self.name) == "torch":
             from keras_mvit2.export.tflite.torch_road import to_tflite_via_torch
 
             self.check_options(options, to_tflite_via_torch)
             return to_tflite_via_torch(
-                model, path, quantization=self.check_format(quantization),
-                calibration_data=calibration_data, class_names=class_names,
-                metadata=metadata, image_size=image_size, **options)
+                model, path, quantization=self.check_format(shared.quantization),
+                calibration_data=shared.calibration_data, class_names=shared.class_names,
+                metadata=shared.metadata, image_size=shared.image_size, **options)
         from keras_mvit2.export.tflite.convert import to_tflite
 
         self.check_options(options, to_tflite)
-        return to_tflite(model, path, quantization=self.check_format(quantization),
-                         representative_data=calibration_data, class_names=class_names,
-                         metadata=metadata, image_size=image_size, **options)
+        return to_tflite(model, path, quantization=self.check_format(shared.quantization),
+                         representative_data=shared.calibration_data,
+                         class_names=shared.class_names, metadata=shared.metadata,
+                         image_size=shared.image_size, **options)
 
     def add_cli_arguments(self, group: Any) -> None:
         group.add_argument("--calibration-data", metavar="DIR|fashion_mnist",
@@ -144,20 +147,21 @@ class TFLiteTarget(ExportTarget):
                                 "such pair is fused into one: same function, fewer MACs)")
 
     def cli_arguments(self, args: Any) -> dict[str, Any]:
-        quantization = self.check_format(args.quantization)
+        quant = resolve_quantization(self.check_format(args.quantization))
+        quantization = quant.name
         road = getattr(args, "road", None)
         if road is not None and check_road(road, self.name) == "torch":
-            return _torch_road_cli_arguments(args, quantization)
-        _check_calibration_flags(args, quantization)
+            return _torch_road_cli_arguments(args, quant)
+        _check_calibration_flags(args, quant)
         float_layers = [n.strip() for n in (args.float_layers or "").split(",") if n.strip()]
-        if float_layers and quantization != "int8":
+        if float_layers and not quant.float_layers:
             raise ValueError(
                 "--float-layers keeps layers in float inside a full-int8 model: it needs "
                 f"--quantization int8. Received: --quantization {quantization}"
             )
         options = {"float_layers": float_layers} if float_layers else {}
         if args.activation_ranges is not None:
-            if quantization not in CALIBRATED:
+            if not quant.calibrated:
                 raise ValueError(
                     "--activation-ranges applies to --quantization int8/int16x8. Received: "
                     f"--quantization {quantization}"
@@ -201,7 +205,7 @@ class TFLiteTarget(ExportTarget):
         rows.append(("size", f"{report.size_bytes / 1e6:.2f} MB"))
         rows.append(("ops", f"{report.num_ops}: " + ", ".join(
             f"{k} {v}" for k, v in report.op_histogram.items())))
-        if quant in CALIBRATED:
+        if getattr(TFLITE_QUANTIZATIONS.get(quant), "calibrated", False):
             left = ", ".join(f"{k} {v}" for k, v in report.float_ops.items()) or "none"
             rows.append(("float ops left", left))
         rows.append(("XNNPACK partitions", str(report.num_xnnpack_partitions)))
@@ -212,6 +216,9 @@ class TFLiteTarget(ExportTarget):
         rows.append(("fused 1x1 conv pairs", "off (--no-fuse-pointwise)" if fused is None else (
             f"{fused['fused_pointwise_convolutions']} "
             f"({fused['macs_saved'] / 1e6:.1f} M MACs saved)")))
+        forms = meta.get("forms")
+        rows.append(("export forms", "-" if not forms else ", ".join(
+            f"{k} {v}" for k, v in forms.items())))
         rows.append(("max tensor rank", str(report.max_tensor_rank)))
         rows.append(("flex / custom ops", str(report.flex_ops + report.custom_ops or "none")))
         names = meta.get("class_names")

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from keras_mvit2.export.tflite.flatbuffer import TENSOR_TYPE_NAMES, decode_name, tensor_indices
+
 
 @dataclasses.dataclass(frozen=True)
 class TensorDetails:
@@ -46,3 +48,30 @@ class TensorDetails:
             "dtype": self.dtype,
             "quantization": {"scale": self.quantization[0], "zero_point": self.quantization[1]},
         }
+
+
+def io_tensors(model: Any) -> tuple[list[TensorDetails], list[TensorDetails]]:
+    """The inputs and outputs of a parsed model's (`ModelT`'s) main subgraph."""
+    if not model.subgraphs:
+        return [], []
+    main = model.subgraphs[0]
+    return ([_tensor_details(main.tensors[i]) for i in tensor_indices(main.inputs)],
+            [_tensor_details(main.tensors[i]) for i in tensor_indices(main.outputs)])
+
+
+def _tensor_details(tensor: Any) -> TensorDetails:
+    shape = tuple(int(d) for d in (tensor.shape if tensor.shape is not None else ()))
+    signature = tensor.shapeSignature
+    signature = shape if signature is None else tuple(int(d) for d in signature)
+    q = tensor.quantization
+    scales = [] if q is None or q.scale is None else list(q.scale)
+    zeros = [] if q is None or q.zeroPoint is None else list(q.zeroPoint)
+    scale = float(scales[0]) if scales else 0.0
+    zero = int(zeros[0]) if zeros else 0
+    return TensorDetails(
+        name=decode_name(tensor.name),
+        shape=shape,
+        shape_signature=signature,
+        dtype=TENSOR_TYPE_NAMES.get(int(tensor.type), f"type_{tensor.type}"),
+        quantization=(scale, zero),
+    )

@@ -4,7 +4,7 @@
 with Keras 3's ``model.export(format="litert")``, which traces it with ``torch.export`` and
 lowers it with Google's litert-torch (0.10; no TensorFlow in the process), then gives the file
 what every `.tflite` of ours carries, written by the same functions as the TensorFlow road
-(`embed_all_metadata`): the ``serving_default`` signature (input ``image``, output ``logits``
+(`serialize_with_metadata`): the ``serving_default`` signature (input ``image``, output ``logits``
 or ``probabilities``), our JSON metadata and the standard TFLite Model Metadata with the class
 names packed as ``labels.txt`` (MediaPipe Tasks, `mvit2 web`). Quantized formats are made
 from that float32 file by ai-edge-quantizer (`quantize_with_edge_quantizer`, the recipes of
@@ -42,10 +42,16 @@ import numpy as np
 
 from keras_mvit2.export.class_names import check_class_names
 from keras_mvit2.export.roads import check_road, import_litert_torch
-from keras_mvit2.export.tflite.formats import CALIBRATED, QUANTIZATIONS
-from keras_mvit2.export.tflite.inspect import TFLiteReport, inspect_tflite, summarize_flatbuffer
-from keras_mvit2.export.tflite.metadata import embed_all_metadata, tflite_metadata
+from keras_mvit2.export.tflite.flatbuffer import parse_flatbuffer
+from keras_mvit2.export.tflite.inspect import TFLiteReport, inspect_tflite
+from keras_mvit2.export.tflite.metadata import serialize_with_metadata, tflite_metadata
+from keras_mvit2.export.tflite.quantization import (
+    CALIBRATED,
+    TFLiteQuantization,
+    resolve_quantization,
+)
 from keras_mvit2.export.tflite.run import _check_runs
+from keras_mvit2.export.tflite.tensors import io_tensors
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
 
@@ -107,9 +113,7 @@ def to_tflite_via_torch(
         RuntimeError: litert-torch could not convert the model, or the file does not run.
     """
     check_road("torch", "tflite")
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization must be one of {QUANTIZATIONS}. "
-                         f"Received: quantization={quantization!r}")
+    quant = resolve_quantization(quantization)
     path = os.fspath(path)
     names = check_class_names(class_names, model)
     if has_dynamic_size(model):
@@ -120,22 +124,22 @@ def to_tflite_via_torch(
     if len(shape) != 4 or None in shape[1:]:
         raise ValueError(f"to_tflite_via_torch exports image models (batch, H, W, C). "
                          f"Received: input shape {shape}")
-    images = _calibration(calibration_data, quantization, shape, num_calibration_samples,
+    images = _calibration(calibration_data, quant, shape, num_calibration_samples,
                           calibration_seed)
     litert_torch = import_litert_torch()
     converter = {"road": "torch", "tool": "litert-torch", "version": version("litert-torch")}
     with tempfile.TemporaryDirectory() as folder:
         float_path = os.path.join(folder, "float32.tflite")
         _write_float32(model, float_path, names, metadata, converter, litert_torch)
-        if quantization == "float32":
+        if not quant.optimized:  # float32: the file as litert-torch wrote it
             with atomic_output(path) as tmp:
                 os.replace(float_path, tmp)
         else:
             from keras_mvit2.export.tflite.edge_quantizer import quantize_with_edge_quantizer
 
             quantize_with_edge_quantizer(
-                float_path, path, recipe=TORCH_ROAD_RECIPES[quantization],
-                calibration_images=images, quantization_name=quantization)
+                float_path, path, recipe=TORCH_ROAD_RECIPES[quant.name],
+                calibration_images=images, quantization_name=quant.name)
     report = inspect_tflite(path)
     if sidecar:
         import json
@@ -161,31 +165,32 @@ def _write_float32(model: keras.Model, path: str, class_names: list[str] | None,
     # and 256x256 convert either way.
     with (contextlib.nullcontext() if export_forms.chosen()  # the caller's use_forms
           else export_forms.elementwise_token_pooling()):
+        forms = export_forms.current()  # recorded in the metadata
         model.export(raw, format="litert", verbose=False, enable_x64=True)
     with open(raw, "rb") as f:
-        flatbuffer = f.read()
-    summary = summarize_flatbuffer(flatbuffer)
-    info = tflite_metadata(model, inputs=summary.inputs, outputs=summary.outputs,
+        converted = parse_flatbuffer(f.read())  # edited in place, serialized once
+    inputs, outputs = io_tensors(converted)
+    info = tflite_metadata(model, inputs=inputs, outputs=outputs,
                            quantization="float32", batch_size=1, class_names=class_names,
                            user=dict(user) if user is not None else None,
-                           converter=converter)
-    flatbuffer = embed_all_metadata(flatbuffer, info, summary.outputs)
+                           converter=converter, forms=forms)
+    flatbuffer = serialize_with_metadata(converted, info, outputs)
     with open(path, "wb") as f:
         f.write(flatbuffer)
     os.remove(raw)
     _check_runs(path, dynamic_batch=False)
 
 
-def _calibration(data: Any, quantization: str, shape: tuple, limit: int,
+def _calibration(data: Any, quant: TFLiteQuantization, shape: tuple, limit: int,
                  seed: int) -> np.ndarray | None:
     """The calibration images as float32 `(N, H, W, 3)` in [0, 1], or None when unused."""
-    if quantization not in CALIBRATED:
+    if not quant.calibrated:
         if data is not None:
             raise ValueError(f"calibration_data is only used by quantization {CALIBRATED}. "
-                             f"Received: quantization={quantization!r}")
+                             f"Received: quantization={quant.name!r}")
         return None
     if data is None:
-        raise ValueError(f"quantization={quantization!r} calibrates activation ranges: pass "
+        raise ValueError(f"quantization={quant.name!r} calibrates activation ranges: pass "
                          "calibration_data, images (N, H, W, 3) in [0, 1] or uint8 pixels.")
     if isinstance(data, str | os.PathLike):
         data = _read_images(os.fspath(data), tuple(shape[1:3]), limit, seed)

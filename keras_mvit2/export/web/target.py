@@ -12,15 +12,20 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from keras_mvit2.export.target import ExportTarget, get_target, register_target
-from keras_mvit2.export.tflite.convert import CALIBRATED, QUANTIZATIONS
+from keras_mvit2.export.target import (
+    ConvertArguments,
+    ExportTarget,
+    get_target,
+    register_target,
+)
 from keras_mvit2.export.tflite.inspect import TFLiteReport, inspect_tflite
+from keras_mvit2.export.tflite.quantization import CALIBRATED, QUANTIZATIONS
 from keras_mvit2.export.web.browser import Browser, WebPage, browser_unavailable
 from keras_mvit2.export.web.runtime import TASKS_VISION_VERSION
 from keras_mvit2.export.web.server import serve
@@ -98,26 +103,19 @@ class WebTarget(ExportTarget):
     calibrated_formats = CALIBRATED
     runtime = "MediaPipe Tasks web"
 
-    def convert(self, model: Any, path: str | os.PathLike, *,
-                quantization: str | None = None,
-                class_names: Sequence[str] | None = None,
-                calibration_data: Any = None,
-                metadata: Mapping[str, Any] | None = None,
-                image_size: int | tuple[int, int] | None = None,
-                images: str | os.PathLike | None = None,
-                **options: Any) -> WebReport:
-        """The TFLite export (`to_tflite`) inside a page folder (`build_site`); `images`:
-        a folder of example images the page lists."""
+    def _convert(self, model: Any, path: str | os.PathLike, shared: ConvertArguments,
+                 options: dict[str, Any]) -> WebReport:
+        """The TFLite export (`to_tflite`) inside a page folder (`build_site`); the option
+        `images`: a folder of example images the page lists."""
         from keras_mvit2.export.web.runtime import runtime_dir
+
+        images = options.pop("images", None)
 
         runtime_dir()  # a missing runtime fails before the conversion, not after
         with tempfile.TemporaryDirectory() as work:
             stem = os.path.basename(os.fspath(path).rstrip("/" + os.sep)).removesuffix(".web")
             tflite = os.path.join(work, f"{stem or 'model'}.tflite")  # the page shows the name
-            get_target("tflite").convert(
-                model, tflite, quantization=quantization, class_names=class_names,
-                calibration_data=calibration_data, metadata=metadata, image_size=image_size,
-                **options)
+            get_target("tflite").convert(model, tflite, **vars(shared), **options)
             build_site(tflite, path, images=images)
         return self.inspect(path)
 

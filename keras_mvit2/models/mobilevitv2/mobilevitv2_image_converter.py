@@ -10,8 +10,9 @@ import numpy as np
 from keras_hub.src.utils.tensor_utils import in_tf_function
 
 from keras_mvit2.api_export import serializable
-from keras_mvit2.kerashub.mobilevitv2_backbone import MobileViTV2Backbone
+from keras_mvit2.backend import keras_backend_name
 from keras_mvit2.layers.eval_resize_crop import EvalResizeCrop
+from keras_mvit2.models.mobilevitv2.mobilevitv2_backbone import MobileViTV2Backbone
 from keras_mvit2.preprocessing import DEFAULT_CROP_PCT
 
 
@@ -116,7 +117,7 @@ class MobileViTV2ImageConverter(keras_hub.layers.ImageConverter):
 
     @staticmethod
     def _in_tf_data() -> bool:
-        return keras.backend.backend() != "tensorflow" and in_tf_function()
+        return keras_backend_name() != "tensorflow" and in_tf_function()
 
     def _call_python(self, inputs):
         if isinstance(inputs, list | tuple):

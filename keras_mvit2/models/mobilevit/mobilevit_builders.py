@@ -9,8 +9,8 @@ import keras
 
 from keras_mvit2.layers.initializers import conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import InvertedResidual, batch_norm
-from keras_mvit2.layers.mobilevit_block import MobileViTBlock
 from keras_mvit2.models.builder_utils import classifier_head, load_weights, model_input
+from keras_mvit2.models.mobilevit.mobilevit_block import MobileViTBlock
 from keras_mvit2.models.registry import register_model
 
 
@@ -74,7 +74,7 @@ def MobileViT(  # noqa: N802 (keras.applications naming)
     """Builds a MobileViT v1 image classifier or backbone (channels-last).
 
     The architecture and every tensor follow timm's `mobilevit_xxs/xs/s` (so
-    that timm checkpoints port with `keras_mvit2.weights.load_timm_weights`):
+    that timm checkpoints port with `keras_mvit2.models.timm_port.load_timm_weights`):
     stem conv 3x3 / 2 (BN, SiLU), MobileNetV2 blocks (expansion 2 for XXS, 4
     otherwise), three MobileViT blocks (patch 2x2, 4 heads, MLP ratio 2, SiLU,
     fusion with the block input), a 1x1 conv to 320 / 384 / 640 channels, global

@@ -1,14 +1,14 @@
 """Resolves the `from_preset` names of `MobileViTV2ImageClassifier` / `MobileViTV2Backbone`:
-a published name (`mobilevitv2_presets.PRESETS`, the rows of
-`keras_mvit2.weights.pretrained`) or a timm MobileViTv2 checkpoint is
-downloaded, ported and turned, once, into an ordinary KerasHub preset directory
-(`save_to_preset`), cached under `$KERAS_HOME/keras_mvit2/presets` keyed by the SHA-256
-of the downloaded file; KerasHub's own loader then reads it.
+a published name (`mobilevitv2_presets.PRESETS`, the rows of the one table) or a timm
+MobileViTv2 checkpoint is downloaded, ported and turned, once, into an ordinary KerasHub
+preset directory (`save_to_preset`), cached under `$KERAS_HOME/keras_mvit2/presets` keyed
+by the SHA-256 of the downloaded file; KerasHub's own loader then reads it.
 
 The port to a KerasHub classifier is `keras_mvit2.kerashub.convert.classifier_from_model`,
 which registers itself here (`register_classifier_factory`) when `keras_mvit2.kerashub`
 imports it: `convert` imports the classes whose `from_preset` calls `resolve_preset`,
-so this module does not import `convert`.
+so this module does not import `convert` (`keras_mvit2.kerashub` stands above
+`keras_mvit2.models`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from keras_mvit2.models.mobilevitv2 import MobileViTV2
-from keras_mvit2.weights.pretrained import PretrainedWeights, find_preset
+from keras_mvit2.models.mobilevitv2.mobilevitv2_builders import MobileViTV2
+from keras_mvit2.models.mobilevitv2.mobilevitv2_port import load_torch_weights
+from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import find_preset
+from keras_mvit2.weights.pretrained import PretrainedWeights
 
 __all__ = ["presets_home", "register_classifier_factory", "resolve_preset"]
 
@@ -87,7 +89,7 @@ def _published(name: str, entry: PretrainedWeights) -> str:
     size = entry.input_size
     model = MobileViTV2(entry.width_multiplier, input_shape=(size, size, 3),
                         classifier_activation=None)
-    load_pretrained(model, resolved, include_top=True)
+    load_pretrained(model, resolved, include_top=True, port=load_torch_weights)
     model._keras_mvit2_weights = entry
     classifier = _classifier_factory()(model, entry.width_multiplier,
                                        interpolation=entry.interpolation)
@@ -126,7 +128,6 @@ def _timm(preset: str, config: dict) -> str:
     from keras_hub.src.utils.preset_utils import get_file
 
     from keras_mvit2.utils.files import sha256_file
-    from keras_mvit2.weights import load_torch_weights
 
     architecture = config["architecture"]
     width = _timm_width(architecture)

@@ -6,9 +6,9 @@ import keras
 import keras_hub
 
 from keras_mvit2.api_export import serializable
-from keras_mvit2.kerashub.mobilevitv2_presets import PresetsProperty
 from keras_mvit2.layers import attention_registry
-from keras_mvit2.models.mobilevitv2 import MobileViTV2
+from keras_mvit2.models.mobilevitv2.mobilevitv2_builders import MobileViTV2
+from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import PresetsProperty
 
 
 @serializable
@@ -104,7 +104,7 @@ class MobileViTV2Backbone(keras_hub.models.Backbone):
         names (`"mobilevitv2_050_imagenet"`, ...) and timm MobileViTv2 checkpoints
         (`"hf://timm/mobilevitv2_050.cvnets_in1k"`); see
         `MobileViTV2ImageClassifier.from_preset`."""
-        from keras_mvit2.kerashub.preset_resolver import resolve_preset
+        from keras_mvit2.models.mobilevitv2.mobilevitv2_preset_resolver import resolve_preset
 
         return super().from_preset(resolve_preset(preset), load_weights, **kwargs)
 

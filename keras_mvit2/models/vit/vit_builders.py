@@ -3,14 +3,14 @@ any attention of `keras_mvit2.attention`, as timm's `deit_*_patch16_224`."""
 
 import keras
 
-from keras_mvit2.layers.vit_layers import (
+from keras_mvit2.models.builder_utils import load_weights, model_input
+from keras_mvit2.models.registry import register_model
+from keras_mvit2.models.vit.vit_layers import (
     ClassTokenPositionEmbedding,
     PatchEmbedding,
     TokenPooling,
     ViTBlock,
 )
-from keras_mvit2.models.builder_utils import load_weights, model_input
-from keras_mvit2.models.registry import register_model
 
 #: timm's DeiT configurations (patch 16, input 224).
 DEIT_CONFIGS: dict[str, dict] = {

@@ -30,9 +30,9 @@ import keras
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.inverted_residual import InvertedResidual
-from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.models.builder_utils import model_input
-from keras_mvit2.models.mobilevitv2 import (
+from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
+from keras_mvit2.models.mobilevitv2.mobilevitv2_builders import (
     ATTENTION_LAYERS,
     mobilevitv2_stem,
     mobilevitv2_widths,
@@ -249,7 +249,7 @@ def load_backbone_weights(
 
     - PyTorch checkpoints (ml-cvnets `.pt`, timm `.pth`/`.bin`/`.safetensors`, HF),
       or such a state dict (name -> array): every backbone tensor is checked, the
-      classifier tensors are ignored (`keras_mvit2.weights.load_torch_weights`);
+      classifier tensors are ignored (`keras_mvit2.load_torch_weights`);
     - a Keras `.weights.h5` saved from a `MobileViTV2` classifier (any number of
       classes, with or without top): it is loaded into a temporary
       `MobileViTV2(width_multiplier, include_top=False, attention=attention)` and
@@ -273,7 +273,7 @@ def load_backbone_weights(
     if weights is None:
         return
     if isinstance(weights, Mapping):
-        from keras_mvit2.weights import load_torch_weights
+        from keras_mvit2.models.torch_weights import load_torch_weights
 
         _backbone_layers(model)
         load_torch_weights(model, weights)
@@ -312,7 +312,7 @@ def load_backbone_weights(
             width_multiplier = _infer_width(model)
         _copy_from_classifier_h5(layers, path, width_multiplier, attention)
         return
-    from keras_mvit2.weights import load_torch_weights
+    from keras_mvit2.models.torch_weights import load_torch_weights
 
     load_torch_weights(model, path)
 
@@ -346,7 +346,7 @@ def _infer_width(model: keras.Model) -> float:
 def _copy_from_classifier_h5(
     layers: list[keras.layers.Layer], path: str, width_multiplier: float, attention
 ) -> None:
-    from keras_mvit2.models.mobilevitv2 import MobileViTV2
+    from keras_mvit2.models.mobilevitv2.mobilevitv2_builders import MobileViTV2
 
     source = MobileViTV2(
         width_multiplier, include_top=False, input_shape=(64, 64, 3), attention=attention

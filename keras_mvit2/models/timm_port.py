@@ -33,15 +33,10 @@ import keras
 import numpy as np
 
 from keras_mvit2.layers.inverted_residual import InvertedResidual
-from keras_mvit2.layers.mobilevit_block import MobileViTBlock
 from keras_mvit2.layers.multi_head_attention import MultiHeadSelfAttention
-from keras_mvit2.layers.vit_layers import ClassTokenPositionEmbedding, PatchEmbedding, ViTBlock
-from keras_mvit2.weights.mobilevitv2_port import (
-    PortTarget,
-    _listing,
-    assign_values,
-    match_state,
-)
+from keras_mvit2.models.mobilevit.mobilevit_block import MobileViTBlock
+from keras_mvit2.models.vit.vit_layers import ClassTokenPositionEmbedding, PatchEmbedding, ViTBlock
+from keras_mvit2.weights.port import PortTarget, assign_values, listing, match_state
 from keras_mvit2.weights.torch_checkpoint import (
     read_torch_state_dict,
 )
@@ -233,7 +228,7 @@ def _find_network(model: keras.Model) -> tuple[keras.Model, str]:
         return nested[0]
     raise ValueError(
         f"load_timm_weights ports MobileViT v1 and ViT / DeiT models of keras_mvit2; model "
-        f"{model.name!r} is neither (for MobileViTv2 use keras_mvit2.weights.load_torch_weights)."
+        f"{model.name!r} is neither (for MobileViTv2 use keras_mvit2.load_torch_weights)."
     )
 
 
@@ -321,13 +316,13 @@ def load_timm_weights(
                  "nothing was loaded."]
         if mismatched:
             parts.append(f"- {len(mismatched)} tensor(s) with a wrong shape:\n"
-                         + _listing(mismatched) + _hints(state, targets, family))
+                         + listing(mismatched) + _hints(state, targets, family))
         if missing:
             parts.append(f"- {len(missing)} tensor(s) the model needs are missing from the "
-                         "checkpoint:\n" + _listing(missing))
+                         "checkpoint:\n" + listing(missing))
         if unexpected:
             parts.append(f"- {len(unexpected)} unexpected tensor(s) in the checkpoint (not in "
-                         "this model):\n" + _listing(unexpected))
+                         "this model):\n" + listing(unexpected))
         raise ValueError("\n".join(parts))
 
     assign_values(values)

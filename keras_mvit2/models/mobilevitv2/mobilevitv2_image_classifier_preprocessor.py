@@ -5,8 +5,8 @@ from __future__ import annotations
 import keras_hub
 
 from keras_mvit2.api_export import serializable
-from keras_mvit2.kerashub.mobilevitv2_backbone import MobileViTV2Backbone
-from keras_mvit2.kerashub.mobilevitv2_image_converter import MobileViTV2ImageConverter
+from keras_mvit2.models.mobilevitv2.mobilevitv2_backbone import MobileViTV2Backbone
+from keras_mvit2.models.mobilevitv2.mobilevitv2_image_converter import MobileViTV2ImageConverter
 
 
 @serializable

@@ -121,7 +121,7 @@ class PatchEmbedding(keras.layers.Layer):
 
     Example:
     >>> x = keras.random.normal((2, 64, 64, 3))
-    >>> keras_mvit2.layers.PatchEmbedding(16, 48)(x).shape
+    >>> keras_mvit2.models.PatchEmbedding(16, 48)(x).shape
     (2, 16, 48)
 
     Reference:
@@ -219,7 +219,7 @@ class ClassTokenPositionEmbedding(keras.layers.Layer):
 
     Example:
     >>> x = keras.random.normal((2, 16, 48))
-    >>> keras_mvit2.layers.ClassTokenPositionEmbedding()(x).shape
+    >>> keras_mvit2.models.ClassTokenPositionEmbedding()(x).shape
     (2, 17, 48)
 
     Reference:
@@ -321,7 +321,7 @@ class ViTBlock(keras.layers.Layer):
 
     Example:
     >>> x = keras.random.normal((2, 17, 48))
-    >>> keras_mvit2.layers.ViTBlock(num_heads=3)(x).shape
+    >>> keras_mvit2.models.ViTBlock(num_heads=3)(x).shape
     (2, 17, 48)
 
     Reference:
@@ -437,7 +437,7 @@ class TokenPooling(keras.layers.Layer):
 
     Example:
     >>> x = keras.random.normal((2, 17, 48))
-    >>> keras_mvit2.layers.TokenPooling("avg")(x).shape
+    >>> keras_mvit2.models.TokenPooling("avg")(x).shape
     (2, 48)
     """
 

@@ -1,7 +1,7 @@
-"""`keras.ops` forms of the TensorFlow-only steps (`keras_mvit2.layers.tf_forms`).
+"""`keras.ops` forms of the TensorFlow-only steps (`keras_mvit2.backend.tf_forms`).
 
 The same functions, with the same arguments and results, for the backends that are not
-TensorFlow (JAX, PyTorch); `keras_mvit2.layers.backend_forms` picks this module there. Each
+TensorFlow (JAX, PyTorch); `keras_mvit2.backend.forms` picks this module there. Each
 function computes what its TensorFlow twin computes (the same index orders, the same
 interpolation weights in float32), so the layers give the same outputs on every backend.
 

@@ -2,8 +2,8 @@
 
 `keras_mvit2.layers.functional` and the layers write the math in `keras.ops`; these are
 the steps that have no `keras.ops` form converting to the same TFLite / Core ML program.
-The other backends (JAX, PyTorch) run `keras_mvit2.layers.ops_forms`, the same functions in
-`keras.ops`; `keras_mvit2.layers.backend_forms` picks one of the two modules, once:
+The other backends (JAX, PyTorch) run `keras_mvit2.backend.ops_forms`, the same functions in
+`keras.ops`; `keras_mvit2.backend.forms` picks one of the two modules, once:
 
 * `space_to_depth` / `depth_to_space`: SPACE_TO_DEPTH / DEPTH_TO_SPACE, no TRANSPOSE;
 * `depthwise_patch_conv`: the unfold as a depthwise 0/1 convolution (Core ML);
@@ -28,7 +28,7 @@ from __future__ import annotations
 import tensorflow as tf
 from keras import ops
 
-from keras_mvit2.layers.ops_forms import patch_pixel_kernel
+from keras_mvit2.backend.ops_forms import patch_pixel_kernel
 
 
 def space_to_depth(x: tf.Tensor, block_size: int) -> tf.Tensor:

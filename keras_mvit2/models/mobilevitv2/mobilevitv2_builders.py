@@ -12,12 +12,16 @@ from keras import ops
 
 from keras_mvit2.layers.initializers import conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import InvertedResidual, batch_norm, make_divisible
-from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.layers.transformer_layer import default_ffn_dim
 from keras_mvit2.models.builder_utils import classifier_head, load_weights, model_input
+from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
+from keras_mvit2.models.mobilevitv2.mobilevitv2_port import load_torch_weights
+from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import (
+    check_pretrained_config,
+    is_weights_tag,
+)
 from keras_mvit2.models.registry import register_model
 from keras_mvit2.weights.download import download_weights, load_pretrained
-from keras_mvit2.weights.pretrained import check_pretrained_config, is_weights_tag
 
 #: Transformer layers per MobileViTv2 block in stages 2, 3, 4 (B in Table 6).
 ATTENTION_LAYERS = (2, 4, 3)
@@ -191,7 +195,8 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
     else:
         # Where the weights came from (the download, or the cached .weights.h5), and the
         # checkpoint, whose evaluation transform preprocess_images uses.
-        model._keras_mvit2_weights_file = load_pretrained(model, resolved, include_top)
+        model._keras_mvit2_weights_file = load_pretrained(
+            model, resolved, include_top, port=load_torch_weights)
         model._keras_mvit2_weights = resolved.entry
     return model
 
@@ -210,7 +215,8 @@ def preprocess_input(x):
 @functools.cache
 def imagenet_classes() -> tuple[tuple[str, str], ...]:
     """The 1000 ImageNet-1k classes in training-index order: `(synset id, name)`."""
-    path = os.path.join(os.path.dirname(__file__), "imagenet_classes.tsv")
+    # beside the builders of every family: keras_mvit2/models/imagenet_classes.tsv
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "imagenet_classes.tsv")
     with open(path, encoding="utf-8") as f:
         rows = [line.rstrip("\n").split("\t") for line in f if not line.startswith("#")]
     return tuple((synset, lemmas.split(",")[0]) for synset, lemmas in rows)

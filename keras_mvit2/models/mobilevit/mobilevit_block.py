@@ -6,7 +6,8 @@ import keras
 from keras import ops
 
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers import attention_registry, backend_forms
+from keras_mvit2.backend import forms as backend_forms
+from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import batch_norm
 from keras_mvit2.layers.patching import (
@@ -16,7 +17,7 @@ from keras_mvit2.layers.patching import (
     spatial_size,
     unfold,
 )
-from keras_mvit2.layers.vit_layers import ViTBlock
+from keras_mvit2.models.vit.vit_layers import ViTBlock
 
 
 def resize_bilinear(x, size: tuple):
@@ -82,7 +83,7 @@ class MobileViTBlock(keras.layers.Layer):
 
     Example:
     >>> x = keras.random.normal((1, 16, 16, 48))
-    >>> keras_mvit2.layers.MobileViTBlock(64, num_layers=2)(x).shape
+    >>> keras_mvit2.models.MobileViTBlock(64, num_layers=2)(x).shape
     (1, 16, 16, 48)
 
     Reference:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import keras_hub
 
 from keras_mvit2.api_export import serializable
-from keras_mvit2.kerashub.mobilevitv2_backbone import MobileViTV2Backbone
-from keras_mvit2.kerashub.mobilevitv2_image_classifier_preprocessor import (
+from keras_mvit2.models.mobilevitv2.mobilevitv2_backbone import MobileViTV2Backbone
+from keras_mvit2.models.mobilevitv2.mobilevitv2_image_classifier_preprocessor import (
     MobileViTV2ImageClassifierPreprocessor,
 )
-from keras_mvit2.kerashub.mobilevitv2_presets import PresetsProperty
+from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import PresetsProperty
 
 
 @serializable
@@ -61,6 +61,6 @@ class MobileViTV2ImageClassifier(keras_hub.models.ImageClassifier):
 
     @classmethod
     def from_preset(cls, preset: str, load_weights: bool = True, **kwargs):
-        from keras_mvit2.kerashub.preset_resolver import resolve_preset
+        from keras_mvit2.models.mobilevitv2.mobilevitv2_preset_resolver import resolve_preset
 
         return super().from_preset(resolve_preset(preset), load_weights, **kwargs)

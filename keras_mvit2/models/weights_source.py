@@ -29,14 +29,14 @@ import json
 import os
 from typing import Any
 
-from keras_mvit2.weights.pretrained import (
+from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import (
     PRETRAINED_WEIGHTS,
-    PretrainedWeights,
     find_preset,
     find_weights,
     is_weights_tag,
     list_weights,
 )
+from keras_mvit2.weights.pretrained import PretrainedWeights
 
 __all__ = [
     "APPLE_LICENSE",

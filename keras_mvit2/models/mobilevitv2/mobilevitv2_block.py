@@ -7,7 +7,8 @@ import keras
 from keras import ops
 
 from keras_mvit2.api_export import serializable
-from keras_mvit2.layers import attention_registry, backend_forms, export_forms, functional
+from keras_mvit2.backend import forms as backend_forms
+from keras_mvit2.layers import attention_registry, export_forms, functional
 
 # Importable from here, as before (keras_mvit2.export.coreml.layout imports it).
 from keras_mvit2.layers.export_forms import export_call
@@ -79,7 +80,7 @@ class MobileViTV2Block(keras.layers.Layer):
 
     Example:
     >>> x = keras.random.normal((1, 16, 16, 64))
-    >>> keras_mvit2.layers.MobileViTV2Block(32, num_layers=2)(x).shape
+    >>> keras_mvit2.models.MobileViTV2Block(32, num_layers=2)(x).shape
     (1, 16, 16, 64)
     """
 

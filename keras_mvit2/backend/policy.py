@@ -1,15 +1,10 @@
-"""Which Keras backend runs, and the TensorFlow-only features' message on the other ones.
+"""Which Keras backend runs, what runs on it, and the TensorFlow-only features' guard.
 
-The models and layers run on every Keras backend (TensorFlow, JAX, PyTorch; the steps that
-differ are chosen in `keras_mvit2.layers.backend_forms`). Some features still need
-TensorFlow itself: the TFLite / Core ML / web export (`keras_mvit2.export`), the task
-models' training and data (`keras_mvit2.tasks.train`, `keras_mvit2.tasks.data`; the task
-models, their losses and metrics run everywhere), quantization (`keras_mvit2.quantize`) and
-the profiler. On JAX and PyTorch they say so when imported (`require_tensorflow`) instead of
-loading TensorFlow beside the backend (on this stack a PyTorch convolution crashes in a
-process that has imported TensorFlow). Classifier training (`keras_mvit2.training`) runs on
-every backend; its `tf.data` input loads TensorFlow on TensorFlow and JAX only
-(`tensorflow_loadable`), PyTorch reads its images with numpy and PIL.
+The policy is read in `keras_mvit2.backend` (the table there); this module holds its
+functions: `keras_backend_name` (the one place the backend is read), `require_tensorflow`
+and `lazy_attributes` (the guards of the TensorFlow-only parts), `tensorflow_loadable` and
+`tensorflow_hidden_from_keras` (where TensorFlow may be loaded beside the backend), and
+`variants` (the data and training variant of each backend).
 
 This module imports neither Keras nor TensorFlow.
 """
@@ -17,6 +12,7 @@ This module imports neither Keras nor TensorFlow.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -25,11 +21,13 @@ from typing import Any
 
 __all__ = [
     "TensorFlowBackendRequiredError",
+    "Variants",
     "keras_backend_name",
     "lazy_attributes",
     "require_tensorflow",
     "tensorflow_hidden_from_keras",
     "tensorflow_loadable",
+    "variants",
 ]
 
 
@@ -74,6 +72,55 @@ def tensorflow_loadable() -> bool:
     return keras_backend_name() != "torch"
 
 
+@dataclasses.dataclass(frozen=True)
+class Variants:
+    """The data and training variant a backend runs (`variants`).
+
+    Attributes:
+        backend: the Keras backend.
+        input_pipeline: ``"tf.data"`` (`keras_mvit2.data`'s pipelines: TensorFlow and JAX)
+            or ``"py"`` (its numpy / PIL `py_*` twins: PyTorch, which cannot load
+            TensorFlow beside it).
+        train_step: ``"tensorflow"`` (`keras_mvit2.training.train_step.ClassifierTrainer`,
+            the TensorFlow train step with the recipe's global-batch clipping) or
+            ``"keras"`` (`keras_mvit2.training.keras_trainer.KerasClassifierTrainer`,
+            Keras' own train step: JAX and PyTorch).
+    """
+
+    backend: str
+    input_pipeline: str
+    train_step: str
+
+    @property
+    def tf_data(self) -> bool:
+        """Whether the input is tf.data (TensorFlow may be loaded beside the backend)."""
+        return self.input_pipeline == "tf.data"
+
+    @property
+    def tensorflow_train_step(self) -> bool:
+        """Whether training runs the TensorFlow train step (`ClassifierTrainer`)."""
+        return self.train_step == "tensorflow"
+
+
+def variants(backend: str | None = None) -> Variants:
+    """The variants of `backend` (None: this process's, `keras_backend_name`).
+
+    | backend      | input pipeline       | train step                        |
+    |--------------|----------------------|-----------------------------------|
+    | `tensorflow` | `"tf.data"`          | `"tensorflow"` (`ClassifierTrainer`) |
+    | `jax`        | `"tf.data"`          | `"keras"` (`KerasClassifierTrainer`) |
+    | `torch`      | `"py"` (numpy / PIL) | `"keras"` (`KerasClassifierTrainer`) |
+
+    `keras_mvit2.data` and `keras_mvit2.training` choose their variant here, and only here.
+    """
+    backend = keras_backend_name() if backend is None else backend
+    return Variants(
+        backend=backend,
+        input_pipeline="py" if backend == "torch" else "tf.data",
+        train_step="tensorflow" if backend == "tensorflow" else "keras",
+    )
+
+
 @contextlib.contextmanager
 def tensorflow_hidden_from_keras() -> Iterator[None]:
     """On PyTorch: within the block, Keras sees TensorFlow as not installed.
@@ -89,15 +136,10 @@ def tensorflow_hidden_from_keras() -> Iterator[None]:
     if tensorflow_loadable() or "tensorflow" in sys.modules:
         yield
         return
-    from keras.src.utils import module_utils
+    from keras_mvit2.backend.keras_internals import tensorflow_availability
 
-    lazy = module_utils.tensorflow
-    saved = lazy._available
-    lazy._available = False
-    try:
+    with tensorflow_availability(False):
         yield
-    finally:
-        lazy._available = saved
 
 
 def require_tensorflow(feature: str) -> None:

@@ -27,7 +27,6 @@ running_mean / running_var -> gamma / beta / moving_mean / moving_variance).
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import keras
@@ -35,18 +34,9 @@ import numpy as np
 
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.inverted_residual import InvertedResidual
-from keras_mvit2.layers.mobilevitv2_block import MobileViTV2Block
+from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
+from keras_mvit2.weights.port import PortTarget, assign_values, listing, match_state
 from keras_mvit2.weights.torch_checkpoint import read_torch_state_dict
-
-#: torch -> Keras permutations, by kind of tensor.
-TRANSFORMS: dict[str, tuple[int, ...] | None] = {
-    "conv": (2, 3, 1, 0),       # (O, I, kh, kw) -> (kh, kw, I, O)
-    "depthwise": (2, 3, 0, 1),  # (C, 1, kh, kw) -> (kh, kw, C, 1)
-    "dense": (1, 0),            # (out, in) -> (in, out)
-    "copy": None,
-}
-
-_MAX_LISTED = 10
 
 # --------------------------------------------------------------------------------------
 # Key renaming: ml-cvnets / HF transformers -> timm
@@ -201,37 +191,6 @@ def _detect_naming(keys: list[str]) -> str:
 # --------------------------------------------------------------------------------------
 # The Keras side: expected tensors from the model's layers
 # --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PortTarget:
-    """One Keras variable and how a torch tensor is turned into it."""
-
-    variable: Any  # keras.Variable
-    transform: str  # a key of TRANSFORMS
-
-    @property
-    def keras_shape(self) -> tuple[int, ...]:
-        return tuple(int(s) for s in self.variable.shape)
-
-    @property
-    def torch_shape(self) -> tuple[int, ...]:
-        """The torch shape that transforms into `keras_shape`."""
-        perm = TRANSFORMS[self.transform]
-        if perm is None:
-            return self.keras_shape
-        shape = [0] * len(perm)
-        for keras_axis, torch_axis in enumerate(perm):
-            shape[torch_axis] = self.keras_shape[keras_axis]
-        return tuple(shape)
-
-    def to_keras(self, array: np.ndarray) -> np.ndarray:
-        perm = TRANSFORMS[self.transform]
-        if perm is None:
-            return array
-        if array.ndim != len(perm):
-            raise ValueError(f"expected a rank-{len(perm)} tensor")
-        return np.transpose(array, perm)
 
 
 def _not_a_mobilevitv2(model: keras.Model, why: str) -> ValueError:
@@ -397,49 +356,6 @@ def model_port_targets(model: keras.Model) -> tuple[dict[str, PortTarget], bool]
 # --------------------------------------------------------------------------------------
 
 
-def match_state(
-    state: Mapping[str, Any], targets: Mapping[str, PortTarget], label=repr
-) -> tuple[list[str], list[str], list[tuple[PortTarget, np.ndarray]]]:
-    """Checks every target tensor of `state` before anything is assigned.
-
-    Returns `(missing, mismatched, values)`: the target keys absent from `state`, one
-    message per tensor whose shape does not convert to its variable's (named with
-    `label(key)`), and the `(target, converted array)` pairs ready to assign.
-    """
-    missing = [k for k in targets if k not in state]
-    mismatched: list[str] = []
-    values: list[tuple[PortTarget, np.ndarray]] = []
-    for key, target in targets.items():
-        if key not in state:
-            continue
-        array = np.asarray(state[key])
-        try:
-            converted = target.to_keras(array)
-        except ValueError:
-            converted = None
-        if converted is None or tuple(converted.shape) != target.keras_shape:
-            mismatched.append(
-                f"{label(key)}: torch shape {tuple(array.shape)}, but Keras variable "
-                f"{target.variable.path!r} has shape {target.keras_shape} "
-                f"(expects torch shape {target.torch_shape}, {target.transform} transform)"
-            )
-            continue
-        values.append((target, converted))
-    return missing, mismatched, values
-
-
-def assign_values(values: list[tuple[PortTarget, np.ndarray]]) -> None:
-    for target, converted in values:
-        target.variable.assign(converted.astype(target.variable.dtype, copy=False))
-
-
-def _listing(items: list[str]) -> str:
-    shown = "\n".join(f"    {item}" for item in items[:_MAX_LISTED])
-    if len(items) > _MAX_LISTED:
-        shown += f"\n    ... and {len(items) - _MAX_LISTED} more"
-    return shown
-
-
 def _width_hint(state: dict[str, np.ndarray], targets: dict[str, PortTarget]) -> str:
     key = "stages.4.0.conv3_1x1.conv.weight"
     if key not in state or key not in targets or state[key].ndim != 4:
@@ -554,7 +470,7 @@ def _port(
         ]
         if mismatched:
             parts.append(f"- {len(mismatched)} tensor(s) with a wrong shape:\n"
-                         + _listing(mismatched)
+                         + listing(mismatched)
                          + _head_hint(state, targets) + _width_hint(state, targets))
         if missing:
             hint = ""
@@ -562,10 +478,10 @@ def _port(
                 hint = ("\n  The checkpoint has no classifier: build the model with "
                         "include_top=False to load the backbone only.")
             parts.append(f"- {len(missing)} tensor(s) the model needs are missing from the "
-                         "checkpoint (timm names):\n" + _listing(missing) + hint)
+                         "checkpoint (timm names):\n" + listing(missing) + hint)
         if unexpected:
             parts.append(f"- {len(unexpected)} unexpected tensor(s) in the checkpoint "
-                         "(not in this model):\n" + _listing(unexpected))
+                         "(not in this model):\n" + listing(unexpected))
         raise ValueError("\n".join(parts))
 
     assign_values(values)
