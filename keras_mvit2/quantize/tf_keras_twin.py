@@ -558,7 +558,7 @@ def build_twin(spec: Mapping[str, Any], class_override=None):
     import tf_keras
 
     # Registers the layer classes and the model families' blocks, on the shim.
-    import keras_mvit2.layers  # noqa: F401
+    import keras_mvit2.layers
     import keras_mvit2.models  # noqa: F401
 
     config = spec["config"]
