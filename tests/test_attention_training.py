@@ -92,15 +92,6 @@ def test_the_attention_reaches_the_model():
 # --------------------------------------------------------------------------------------
 
 
-class _StepLosses(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.losses: list[float] = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.losses.append(float(logs["loss"]))
-
-
 def _attention_gradients(model: keras.Model, images, labels) -> dict[str, list[np.ndarray]]:
     """Gradients of the cross-entropy w.r.t. each attention layer's weights."""
     layers = [layer for layer in model._flatten_layers()
@@ -126,9 +117,11 @@ def test_every_attention_learns_with_the_recipe(mechanism, tmp_path):
         "ema.enabled=false", "training.epochs=1", "training.steps_per_epoch=24",
         f"output.dir={tmp_path / mechanism}", "output.verbose=0", "output.tensorboard=false",
     ])
-    steps = _StepLosses()
-    result = training.train(config, callbacks=[steps])
-    losses = np.array(steps.losses)
+    step_losses: list[float] = []
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: step_losses.append(float(logs["loss"])))
+    result = training.train(config, callbacks=[record])
+    losses = np.array(step_losses)
     print(f"{mechanism}: loss {losses[:4].mean():.3f} -> {losses[-4:].mean():.3f}")
     assert len(losses) == 24 and np.isfinite(losses).all(), losses
     # 64 images seen six times: a mechanism whose gradients are broken does not fit them.

@@ -48,7 +48,8 @@ WORKER = textwrap.dedent(
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     sys.path.insert(0, sys.argv[3])
-    from test_training import _StepLosses, tiny_config  # registers tiny_mvit2
+    import keras
+    from test_training import tiny_config  # registers tiny_mvit2
     from keras_mvit2 import training
 
     def run(name, strategy, batch_per_replica):
@@ -61,9 +62,11 @@ WORKER = textwrap.dedent(
             optimizer={"reference_batch_size": 16},
             training={"epochs": 2, "steps_per_epoch": 5, "strategy": strategy},
         )
-        losses = _StepLosses()
-        result = training.train(config, callbacks=[losses])
-        return {"losses": losses.losses, "model": result.model_path,
+        losses = []
+        record = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: losses.append(float(logs["loss"])))
+        result = training.train(config, callbacks=[record])
+        return {"losses": losses, "model": result.model_path,
                 "replicas": result.num_replicas, "global_batch": result.global_batch_size,
                 "lr": result.learning_rate, "step": result.optimizer_step}
 
