@@ -8,7 +8,8 @@ photo folder it trained on. For each variance form of `keras_mvit2.layers.export
 (``one_pass``: MEAN of ``x * x``, the default; ``one_pass_matmul``: ``E[x^2]`` as one
 BATCH_MATMUL per sample), the model is exported as the default int8 file
 (`to_tflite(quantization="int8")`, 200 of the photos for calibration) inside
-``use_forms(variance=...)`` and run in LiteRT on `--test-images` Fashion-MNIST *test*
+``to_tflite(..., forms=ExportForms(variance=...))``
+and run in LiteRT on `--test-images` Fashion-MNIST *test*
 images written as PNG files in class folders: top-1, drop against Keras in points, argmax
 agreement, the output's relative error, op count. Results: `groupnorm_variance_int8.json` /
 `.md` under `--out`, one entry per run folder name.
@@ -36,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     from keras_mvit2.export import to_tflite
     from keras_mvit2.export.tflite.run import run_tflite
-    from keras_mvit2.layers.export_forms import use_forms
+    from keras_mvit2.layers.export_forms import ExportForms
 
     model, test, train, reference, keras_top1 = run_on_test_photos(
         args.run, args.photos, args.test_images, args.work)
@@ -47,9 +48,9 @@ def main() -> None:
     entry["keras_top1"] = keras_top1
     for form in args.forms.split(","):
         path = os.path.join(args.work, f"{form}.tflite")
-        with use_forms(variance=form):
-            report = to_tflite(model, path, quantization="int8",
-                               representative_data=train.images[:200])
+        report = to_tflite(model, path, quantization="int8",
+                           representative_data=train.images[:200],
+                           forms=ExportForms(variance=form))
         out = run_tflite(path, test.images)
         entry[form] = {
             **file_figures(out, reference, test.labels, keras_top1),

@@ -42,7 +42,6 @@ to `--out`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -254,10 +253,10 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
                 out = os.path.join(folder, f"{arch}_{name.replace(' ', '_')}.tflite")
                 if not os.path.exists(out):
                     variance = options.pop("variance", None)  # None: the default int8 forms
-                    with (export_forms.use_forms(variance=variance) if variance
-                          else contextlib.nullcontext()):
-                        mv.export.to_tflite(model, out, quantization="int8",
-                                            representative_data=calibration, **options)
+                    forms = export_forms.ExportForms(variance=variance) if variance else None
+                    mv.export.to_tflite(model, out, quantization="int8",
+                                        representative_data=calibration, forms=forms,
+                                        **options)
                 rows[name] = out
             out = os.path.join(folder, f"{arch}_int8_equalized.tflite")
             if not os.path.exists(out):

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -355,13 +356,12 @@ def convert_variant(model, path: str, calibration, *, forms=None, float_ops=None
                     fuse_pointwise=True) -> None:
     """The default int8 file with one thing changed (`SUSPECTS`)."""
     import keras_mvit2 as mv
-    from keras_mvit2.layers.export_forms import use_forms
+    from keras_mvit2.layers import export_forms
 
     if float_ops is None:
-        with use_forms(**(forms or {})):
-            mv.export.to_tflite(model, path, quantization="int8",
-                                representative_data=calibration,
-                                fuse_pointwise=fuse_pointwise, allow_float_ops=True)
+        mv.export.to_tflite(model, path, quantization="int8", representative_data=calibration,
+                            fuse_pointwise=fuse_pointwise, allow_float_ops=True,
+                            forms=dataclasses.replace(export_forms.INT8, **(forms or {})))
         return
     from keras_mvit2.export.tflite import convert
     from keras_mvit2.export.tflite.activation_ranges import select_ranges

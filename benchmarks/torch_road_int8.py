@@ -48,7 +48,7 @@ def _torch_worker(model_path: str, folder: str) -> None:
     import keras
 
     import keras_mvit2 as mv
-    from keras_mvit2.layers.export_forms import use_forms
+    from keras_mvit2.layers.export_forms import ExportForms
 
     model = keras.saving.load_model(model_path)
     with np.load(os.path.join(folder, "calibration.npz")) as data:
@@ -58,9 +58,9 @@ def _torch_worker(model_path: str, folder: str) -> None:
     errors = {}
     for key, pooling in (("torch_int8", "matmul"), ("torch_int8_product_mean", "product_mean")):
         try:  # a file that does not run in LiteRT is refused by the road: recorded, not fatal
-            with use_forms(token_pooling=pooling):
-                target.convert(model, os.path.join(folder, f"{key}.tflite"),
-                               quantization="int8", calibration_data=calibration, road="torch")
+            target.convert(model, os.path.join(folder, f"{key}.tflite"), quantization="int8",
+                           calibration_data=calibration, road="torch",
+                           forms=ExportForms(token_pooling=pooling))
         except RuntimeError as err:
             errors[key] = str(err)[:400]
     with open(os.path.join(folder, "torch_errors.json"), "w") as f:

@@ -161,18 +161,32 @@ def test_separable_attention_forms_agree(pooling, normaliser, layout, rng):
     np.testing.assert_allclose(keras.ops.convert_to_numpy(got), want, atol=1e-5)
 
 
-def test_chosen_forms_are_told_apart_from_the_default_even_when_equal():
-    """An exporter with forms of its own (the PyTorch road's token sum) keeps the forms a
-    caller chose with `use_forms`, also when they are the default ones."""
+def test_tracing_sets_the_forms_and_block_call_and_restores_them():
+    """A conversion's `tracing(forms, block_call=...)` is what the layers read inside it,
+    nested traces restore the outer one, and leaving it restores `KERAS` and no redirect."""
     from keras_mvit2.layers import export_forms
 
-    assert not export_forms.chosen() and export_forms.current() == export_forms.KERAS
-    with export_forms.use_forms(token_pooling="matmul") as forms:
-        assert forms == export_forms.KERAS and export_forms.chosen()
-        with export_forms.elementwise_token_pooling():
-            assert export_forms.current().token_pooling == "product_mean"
-        assert export_forms.current() == export_forms.KERAS and export_forms.chosen()
-    assert not export_forms.chosen()
+    def redirect(block, inputs):
+        return None
+
+    assert export_forms.current() == export_forms.KERAS
+    assert export_forms.current_block_call() is None
+    with export_forms.tracing(export_forms.FLOAT_RUNTIME, block_call=redirect) as forms:
+        assert forms == export_forms.current() == export_forms.FLOAT_RUNTIME
+        assert forms.token_pooling == "product_mean"
+        assert export_forms.current_block_call() is redirect
+        with export_forms.tracing(export_forms.INT8):
+            assert export_forms.current().variance == "one_pass_matmul"
+            assert export_forms.current_block_call() is None
+        assert export_forms.current() == export_forms.FLOAT_RUNTIME
+        assert export_forms.current_block_call() is redirect
+    assert export_forms.current() == export_forms.KERAS
+    assert export_forms.current_block_call() is None
+    with pytest.raises(TypeError, match="forms must be an ExportForms"):
+        with export_forms.tracing({"variance": "centred"}):
+            pass
+    with pytest.raises(ValueError, match=r"ExportForms\.variance must be one of"):
+        export_forms.ExportForms(variance="two_pass")
 
 
 @pytest.mark.parametrize("form", ["space_to_depth", "depthwise_conv"])

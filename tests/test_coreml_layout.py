@@ -20,7 +20,8 @@ from model_utils import TORCH_READY, perturb_norms
 
 import keras_mvit2 as mv
 from keras_mvit2.export.coreml import to_coreml
-from keras_mvit2.export.coreml.layout import coreml_layout
+from keras_mvit2.export.coreml.layout import channels_first_block
+from keras_mvit2.layers import export_forms
 from keras_mvit2.tasks.detection import AnchorConfig, SSDLite
 from keras_mvit2.tasks.segmentation import DeepLabV3
 
@@ -80,7 +81,7 @@ def _task_models():
 
 def _assert_same_function(model, images):
     want = tf.function(lambda x: model(x, training=False))(tf.constant(images))
-    with coreml_layout():
+    with export_forms.tracing(export_forms.KERAS, block_call=channels_first_block):
         graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(
             tf.TensorSpec(images.shape, tf.float32))
     kinds = {op.type for op in graph.graph.get_operations()}

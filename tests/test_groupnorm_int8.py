@@ -3,12 +3,13 @@
 `E[x^2]` as the MEAN of `x * x` rounds every square to 8 bits before the mean; with heavy
 tails (a few large activations, as after MobileViTv2's attention) most squares round to
 zero and the variance comes out too small (docs/int8.md section 6). Full int8 traces it as
-one matrix product per sample instead (`export_forms.int8_forms`), summed in int32.
+one matrix product per sample instead (`export_forms.INT8`, the forms of "int8"), summed in int32.
 """
+
+import dataclasses
 
 import keras
 import numpy as np
-import pytest
 
 import keras_mvit2 as mv
 from keras_mvit2.export import to_tflite
@@ -43,7 +44,7 @@ def _group_norm_in_int8(variance: str, calibration: np.ndarray, path) -> None:
     calibrated on `calibration` (not images: the converter is driven directly)."""
     inputs = keras.Input(calibration.shape[1:])
     model = keras.Model(inputs, GroupNorm1(name="norm")(inputs))
-    with export_forms.use_forms(variance=variance):
+    with export_forms.tracing(export_forms.ExportForms(variance=variance)):
         function = _concrete_function(model, (1, *calibration.shape[1:]))
         path.write_bytes(_make_converter(function, "int8", "float32", calibration).convert())
 
@@ -64,7 +65,7 @@ def test_int8_variance_as_a_matrix_product_follows_the_formula(tmp_path):
     assert errors["one_pass"] > 2 * errors["one_pass_matmul"], errors
 
 
-def test_full_int8_traces_the_matrix_product_unless_the_caller_chose_forms(tmp_path):
+def test_full_int8_traces_the_matrix_product_unless_the_caller_passes_forms(tmp_path):
     keras.utils.set_random_seed(0)
     inputs = keras.Input((32, 32, 3))
     features = mv.models.MobileViTV2Block(16, 2)(keras.layers.Conv2D(16, 3)(inputs))
@@ -74,9 +75,8 @@ def test_full_int8_traces_the_matrix_product_unless_the_caller_chose_forms(tmp_p
     images = np.random.default_rng(1).random((8, 32, 32, 3)).astype("float32")
     default = to_tflite(model, tmp_path / "default.tflite", quantization="int8",
                         representative_data=images)
-    with export_forms.use_forms(variance="one_pass"):
-        chosen = to_tflite(model, tmp_path / "chosen.tflite", quantization="int8",
-                           representative_data=images)
+    chosen = to_tflite(model, tmp_path / "chosen.tflite", quantization="int8",
+                       representative_data=images, forms=export_forms.KERAS)
     assert default.float_ops == {} == chosen.float_ops
     # One BATCH_MATMUL per GroupNorm1 more, one MEAN fewer.
     histogram, other = default.op_histogram, chosen.op_histogram
@@ -87,13 +87,11 @@ def test_full_int8_traces_the_matrix_product_unless_the_caller_chose_forms(tmp_p
     assert float_file.op_histogram["BATCH_MATMUL"] == other["BATCH_MATMUL"]
 
 
-@pytest.mark.parametrize("chosen", [None, "centred"])
-def test_int8_forms_keep_what_the_caller_chose(chosen):
-    assert export_forms.current() == export_forms.KERAS
-    if chosen is None:
-        with export_forms.int8_forms() as forms:
-            assert forms == export_forms.INT8 == export_forms.current()
-    else:
-        with export_forms.use_forms(variance=chosen), export_forms.int8_forms() as forms:
-            assert forms.variance == chosen
-    assert export_forms.current() == export_forms.KERAS
+def test_int8_resolves_to_the_matrix_product_forms_and_the_float_formats_to_keras():
+    from keras_mvit2.export.tflite.quantization import TFLITE_QUANTIZATIONS
+
+    assert TFLITE_QUANTIZATIONS["int8"].forms == export_forms.INT8
+    assert export_forms.INT8 == dataclasses.replace(export_forms.KERAS,
+                                                    variance="one_pass_matmul")
+    for name in ("float32", "float16", "dynamic_int8", "int16x8"):
+        assert TFLITE_QUANTIZATIONS[name].forms == export_forms.KERAS, name

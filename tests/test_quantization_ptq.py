@@ -321,7 +321,7 @@ def _attention_in_full_int8(model, calibration, path, token_pooling: str) -> Non
     from keras_mvit2.export.tflite.convert import _concrete_function, _make_converter
     from keras_mvit2.layers import export_forms
 
-    with export_forms.use_forms(token_pooling=token_pooling):
+    with export_forms.tracing(export_forms.ExportForms(token_pooling=token_pooling)):
         function = _concrete_function(model, (1, *calibration.shape[1:]))
         path.write_bytes(_make_converter(function, "int8", "float32", calibration).convert())
 

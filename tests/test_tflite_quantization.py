@@ -37,10 +37,10 @@ def test_each_quantization_resolves_to_one_description():
                          "dynamic_int8": ("float32",), "int8": ("float32", "int8", "uint8"),
                          "int16x8": ("float32", "int16")}
     int8, int16x8 = resolve_quantization("int8"), resolve_quantization("int16x8")
-    assert (int8.op_set, int8.activation_ranges, int8.int8_forms, int8.integer_only) == (
-        "builtins_int8", "p99.99", True, True)
-    assert (int16x8.op_set, int16x8.activation_ranges, int16x8.int8_forms) == (
-        "int16x8", "minmax", False)
+    assert (int8.op_set, int8.activation_ranges, int8.forms, int8.integer_only) == (
+        "builtins_int8", "p99.99", export_forms.INT8, True)
+    assert (int16x8.op_set, int16x8.activation_ranges, int16x8.forms) == (
+        "int16x8", "minmax", export_forms.KERAS)
     assert [q.name for q in TFLITE_QUANTIZATIONS.values() if q.float_weights] == [
         "float32", "float16"]
     assert resolve_quantization(int8) is int8
@@ -64,7 +64,7 @@ def _pack_counter(monkeypatch) -> list[int]:
 
 def test_files_record_the_forms_they_were_traced_in(tmp_path, monkeypatch):
     """float32 keeps the one-pass variance (a MEAN of x * x); full int8 traces E[x^2] as a
-    BATCH_MATMUL (`export_forms.int8_forms`); a caller's `use_forms` wins. The metadata
+    BATCH_MATMUL (`export_forms.INT8`); a caller's `forms=` wins. The metadata
     says which, and the file's ops agree with it. The float32 writer serializes once."""
     model = _tiny_with_group_norm()
     packs = _pack_counter(monkeypatch)
@@ -72,8 +72,8 @@ def test_files_record_the_forms_they_were_traced_in(tmp_path, monkeypatch):
     assert packs[0] == 1  # signature, JSON and standard metadata: one serialization
     int8 = to_tflite(model, tmp_path / "int8.tflite", quantization="int8",
                      representative_data=CALIBRATION, num_calibration_samples=8)
-    with export_forms.use_forms(variance="centred"):
-        centred = to_tflite(model, tmp_path / "centred.tflite")
+    centred = to_tflite(model, tmp_path / "centred.tflite",
+                        forms=export_forms.ExportForms(variance="centred"))
 
     forms = {name: read_tflite_metadata(report.path)["forms"]
              for name, report in (("float32", float32), ("int8", int8), ("centred", centred))}

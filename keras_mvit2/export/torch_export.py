@@ -5,8 +5,8 @@ PyTorch road that starts from an ``ExportedProgram`` (Core ML through coremltool
 
 Forms: MobileViTv2 blocks are traced in the channels-first layout of Apple's runtimes
 (`keras_mvit2.export.coreml.layout`: no layout transposes in the transformer) and the other
-attentions pool tokens element-wise (`elementwise_token_pooling`, the form float runtimes
-get). TensorFlow-free.
+attentions pool tokens element-wise (`keras_mvit2.layers.export_forms.FLOAT_RUNTIME`, the
+form float runtimes get). TensorFlow-free.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bo
     import torch
 
     from keras_mvit2.backend.keras_internals import torch_device, torch_device_scope
-    from keras_mvit2.export.coreml.layout import coreml_layout
-    from keras_mvit2.layers.export_forms import elementwise_token_pooling
+    from keras_mvit2.export.coreml.layout import channels_first_block
+    from keras_mvit2.layers import export_forms
 
     class Serve(torch.nn.Module):
         def __init__(self, net: Any) -> None:
@@ -55,7 +55,8 @@ def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bo
         for v in model.variables:
             v.value.data = v.value.data.to("cpu")
     try:
-        with torch_device_scope("cpu"), elementwise_token_pooling(), coreml_layout():
+        with torch_device_scope("cpu"), export_forms.tracing(
+                export_forms.FLOAT_RUNTIME, block_call=channels_first_block):
             serve = Serve(model).eval()
             program = torch.export.export(serve, (torch.zeros((1, *shape)),))
         program = program.run_decompositions(decompositions)

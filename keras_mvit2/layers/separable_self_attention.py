@@ -7,14 +7,10 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry, export_forms, functional
-
-# Importable from here, as before (keras_mvit2.export.coreml imports it).
-from keras_mvit2.layers.export_forms import elementwise_token_pooling
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 
 __all__ = [
     "SeparableSelfAttention",
-    "elementwise_token_pooling",
     "exp_over_tokens",
     "pool_tokens",
     "softmax_over_tokens",

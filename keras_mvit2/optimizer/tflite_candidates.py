@@ -39,7 +39,6 @@ attention have one form.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -69,18 +68,16 @@ def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
     def convert(quantization: str, path: str, *, product_mean: bool = False,
                 float_layers: Sequence[str] | None = None) -> None:
         from keras_mvit2.export.tflite.convert import to_tflite
-        from keras_mvit2.layers.export_forms import elementwise_token_pooling
+        from keras_mvit2.layers.export_forms import FLOAT_RUNTIME
 
-        context = elementwise_token_pooling() if product_mean else contextlib.nullcontext()
-        with context:
-            to_tflite(model, path, quantization=quantization,
-                      class_names=list(class_names) if class_names is not None else None,
-                      representative_data=(calibration_data
-                                           if TFLITE_QUANTIZATIONS[quantization].calibrated
-                                           else None),
-                      num_calibration_samples=len(calibration_data),
-                      float_layers=float_layers,
-                      metadata={"token_sum": "product_mean" if product_mean else "matmul"})
+        to_tflite(model, path, quantization=quantization,
+                  class_names=list(class_names) if class_names is not None else None,
+                  representative_data=(calibration_data
+                                       if TFLITE_QUANTIZATIONS[quantization].calibrated
+                                       else None),
+                  num_calibration_samples=len(calibration_data),
+                  float_layers=float_layers, forms=FLOAT_RUNTIME if product_mean else None,
+                  metadata={"token_sum": "product_mean" if product_mean else "matmul"})
 
     two_forms = "separable" in names_in(model)
     candidates = []

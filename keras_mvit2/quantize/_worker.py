@@ -249,8 +249,8 @@ def main(argv: list[str]) -> int:
         ctx.log(f"task {job['task']!r}: TensorFlow + tf_keras + TFMOT worker started")
         from keras_mvit2.layers import export_forms
 
-        # The forms the parent's export traces (`export_forms.int8_forms` for QAT).
-        with export_forms.use_forms(export_forms.ExportForms(**job.get("forms", {}))):
+        # The forms the parent's export traces (`export_forms.INT8` for QAT).
+        with export_forms.tracing(export_forms.ExportForms(**job.get("forms", {}))):
             result = _tasks()[job["task"]](ctx)
         result = {"ok": True, **result, "worker_seconds": time.monotonic() - ctx.start}
         code = 0

@@ -72,6 +72,7 @@ from typing import Any
 
 import numpy as np
 
+from keras_mvit2.layers import export_forms
 from keras_mvit2.quantize import _worker_client, _worker_common, twin_transfer
 
 __all__ = ["IO_DTYPES", "QATResult", "qat", "qat_installed"]
@@ -312,7 +313,8 @@ def qat(
             fake_quantize_functions=bool(fake_quantize_functions),
             activation_ranges=activation_ranges,
             tflite_path=os.path.join(workdir, "qat_model.tflite"),
-            forms=_int8_forms(),
+            # The twin traces the full-int8 forms of `to_tflite(quantization="int8")`.
+            forms=dataclasses.asdict(export_forms.INT8),
         )
         result = _worker_client.run_worker("qat", job, workdir, verbose=verbose, timeout=timeout)
         with open(result["tflite_path"], "rb") as f:
@@ -325,15 +327,6 @@ def qat(
         steps=steps, calibration_steps=calibration_steps, start=start, verbose=verbose,
         class_names=class_names, activation_ranges=activation_ranges,
     )
-
-
-def _int8_forms() -> dict[str, str]:
-    """The forms the twin traces in the worker (`export_forms.int8_forms`: the caller's
-    `use_forms`, else `export_forms.INT8`), as the job's JSON carries them."""
-    from keras_mvit2.layers import export_forms
-
-    with export_forms.int8_forms() as forms:
-        return dataclasses.asdict(forms)
 
 
 def qat_installed() -> bool:
@@ -416,8 +409,6 @@ def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int,
     from keras_mvit2.export.tflite.flatbuffer import parse_flatbuffer
     from keras_mvit2.export.tflite.metadata import serialize_with_metadata, tflite_metadata
     from keras_mvit2.export.tflite.tensors import io_tensors
-    from keras_mvit2.layers import export_forms
-
     converted = parse_flatbuffer(bytes(flatbuffer))
     inputs, outputs = io_tensors(converted)
     info = tflite_metadata(
@@ -426,6 +417,6 @@ def _with_metadata(model, flatbuffer: bytes, io_dtype: str, rep_count: int,
         calibration={"source": "representative images (QAT)", "num_samples": rep_count,
                      "activation_ranges": activation_ranges},
         user={"quantization_aware_training": True, "io_dtype": io_dtype},
-        forms=export_forms.ExportForms(**_int8_forms()),
+        forms=export_forms.INT8,
     )
     return serialize_with_metadata(converted, info, outputs)

@@ -6,7 +6,8 @@ cancelling the pairs that meet. In the MobileViTv2 block they cannot all meet: t
 ends in a reshape of the channels-last tensor `(B, N, P, d)`, so every 1x1 convolution of
 the transformer keeps its transposes (MobileViTV2-0.5: 61 `transpose` ops).
 
-`coreml_layout()` traces each `MobileViTV2Block` (separable attention) in the layout that
+`channels_first_block`, given to `keras_mvit2.layers.export_forms.tracing` as its
+`block_call`, traces each `MobileViTV2Block` (separable attention) in the layout that
 Core ML runs, with the tokens channels-first, `(B, d, P, N)`: P pixel positions as the
 height axis and the N patches as the width axis, like ml-cvnets' own Core ML path. The
 function and the weights are the same (checked against the Keras model in TensorFlow):
@@ -28,27 +29,19 @@ redirected; any other attention keeps the usual call.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
 
 from keras_mvit2.layers import functional
-from keras_mvit2.layers.export_forms import COREML_CHANNELS_FIRST, ExportForms, export_call
+from keras_mvit2.layers.export_forms import COREML_CHANNELS_FIRST, ExportForms
 from keras_mvit2.layers.functional import CHANNELS_FIRST
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.separable_self_attention import SeparableSelfAttention
 from keras_mvit2.layers.transformer_layer import TransformerLayer
 from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
 
-__all__ = ["channels_first_block", "coreml_layout"]
-
-
-@contextlib.contextmanager
-def coreml_layout():
-    """Within it, MobileViTV2 blocks trace their transformer in Core ML's layout."""
-    with export_call(channels_first_block):
-        yield
+__all__ = ["channels_first_block"]
 
 
 def _supported(block: MobileViTV2Block) -> bool:

@@ -11,7 +11,7 @@ plus ``keras_mvit2.converter`` (JSON: road, tool, versions).
 
 Forms: MobileViTv2 blocks are traced in Core ML's channels-first layout
 (`keras_mvit2.export.coreml.layout`, as on the TensorFlow road) and the other attentions
-pool tokens element-wise (`elementwise_token_pooling`).
+pool tokens element-wise (`keras_mvit2.layers.export_forms.FLOAT_RUNTIME`).
 
 No TensorFlow in the process: coremltools imports TensorFlow when it is installed, and on
 this stack a PyTorch convolution crashes beside it, so coremltools is imported with

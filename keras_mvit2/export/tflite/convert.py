@@ -38,7 +38,6 @@ Notes (measured with Keras 3.15, TF 2.21 and LiteRT 2.3):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -107,6 +106,7 @@ def to_tflite(
     image_size: int | tuple[int, int] | None = None,
     float_layers: Sequence[str] | None = None,
     activation_ranges: str | None = None,
+    forms: export_forms.ExportForms | None = None,
 ) -> TFLiteReport:
     """Converts a Keras 3 model to a TFLite file with builtin ops only, optionally quantized.
 
@@ -201,6 +201,10 @@ def to_tflite(
             clipped), ``"mse"`` (the range of least squared quantization error) or
             ``"minmax"`` (the converter's global min / max; the int16x8 default). Recorded
             in the metadata as ``calibration["activation_ranges"]``.
+        forms: the forms of the shared math the model is traced in
+            (`keras_mvit2.layers.export_forms.ExportForms`); None: the quantization's own
+            (`TFLiteQuantization.forms`: `export_forms.INT8` for ``"int8"``, else
+            `export_forms.KERAS`). Recorded in the metadata as ``forms``.
 
     Returns:
         The `TFLiteReport` of the written file (with `float_ops` and `metadata`).
@@ -239,10 +243,10 @@ def to_tflite(
         calibration_info = {**(calibration_info or {}), "activation_ranges": activation_ranges}
     if float_layers:
         calibration_info = {**(calibration_info or {}), "float_layers": list(float_layers)}
-    # Full int8 traces the forms int8 represents best (export_forms.int8_forms: the
-    # GroupNorm's E[x^2] as a matrix product), unless the caller chose forms.
-    with (export_forms.int8_forms() if quant.int8_forms else contextlib.nullcontext()):
-        forms = export_forms.current()  # recorded in the metadata
+    # The forms traced (and recorded in the metadata): the caller's, else the quantization's
+    # (full int8: export_forms.INT8, the GroupNorm's E[x^2] as a matrix product).
+    forms = quant.forms if forms is None else forms
+    with export_forms.tracing(forms):
         converted, fusions = _convert_model(
             model, input_shape, quant, io_dtype, calibration, fuse_pointwise,
             float_layers=float_layers, activation_ranges=activation_ranges,

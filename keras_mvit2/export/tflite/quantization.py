@@ -3,15 +3,19 @@
 A `quantization` string (``"float32"``, ``"float16"``, ``"dynamic_int8"``, ``"int8"``,
 ``"int16x8"``) is what users pass; `resolve_quantization` turns it, at the entry of a
 conversion, into the frozen description that the converters, the targets and the optimizer
-read: the converter's op set, whether it calibrates, the forms it traces, the activation
-range method, the I/O types it allows, the float-op checks and what the metadata records.
-Shared by both roads (`to_tflite`, `to_tflite_via_torch`); no TensorFlow import.
+read: the converter's op set, whether it calibrates, the forms the TensorFlow road traces,
+the activation range method, the I/O types it allows, the float-op checks and what the
+metadata records. Shared by both roads (`to_tflite`, `to_tflite_via_torch`); no TensorFlow
+import.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Literal
+
+from keras_mvit2.layers import export_forms
+from keras_mvit2.layers.export_forms import ExportForms
 
 __all__ = [
     "CALIBRATED",
@@ -39,9 +43,9 @@ class TFLiteQuantization:
         float16_weights: whether the weights are stored in float16.
         calibrated: whether activation ranges are calibrated on representative images.
         io_dtypes: the allowed `io_dtype` values, the default first.
-        int8_forms: whether the model is traced in the full-int8 forms
-            (`keras_mvit2.layers.export_forms.int8_forms`: the GroupNorm's ``E[x^2]`` as a
-            matrix product) unless the caller chose forms.
+        forms: the forms `to_tflite` traces unless its caller passes others
+            (`keras_mvit2.layers.export_forms`): full int8 takes `export_forms.INT8` (the
+            GroupNorm's ``E[x^2]`` as a matrix product), the others `export_forms.KERAS`.
         activation_ranges: the default activation range method of a calibrated format
             (`keras_mvit2.export.tflite.activation_ranges`), ``None`` for the others.
         float_layers: whether `float_layers` (layers kept float in an integer model) apply.
@@ -56,7 +60,7 @@ class TFLiteQuantization:
     float16_weights: bool = False
     calibrated: bool = False
     io_dtypes: tuple[str, ...] = ("float32",)
-    int8_forms: bool = False
+    forms: ExportForms = export_forms.KERAS
     activation_ranges: str | None = None
     float_layers: bool = False
     integer_only: bool = False
@@ -80,7 +84,7 @@ TFLITE_QUANTIZATIONS: dict[str, TFLiteQuantization] = {q.name: q for q in (
     TFLiteQuantization("dynamic_int8", optimized=True),
     # int8 clips heavy tails (docs/int8.md); int16 has 256x finer steps and keeps min / max.
     TFLiteQuantization("int8", op_set="builtins_int8", optimized=True, calibrated=True,
-                       io_dtypes=("float32", "int8", "uint8"), int8_forms=True,
+                       io_dtypes=("float32", "int8", "uint8"), forms=export_forms.INT8,
                        activation_ranges="p99.99", float_layers=True, integer_only=True),
     TFLiteQuantization("int16x8", op_set="int16x8", optimized=True, calibrated=True,
                        io_dtypes=("float32", "int16"), activation_ranges="minmax",

@@ -89,7 +89,8 @@ class TFLiteTarget(ExportTarget):
     ``"tensorflow"``, `to_tflite`; ``"torch"``, `to_tflite_via_torch`; default the Keras
     backend's) and those of the road's converter (TensorFlow: `io_dtype`, `batch_size`,
     `num_calibration_samples`, `sidecar`, `allow_float_ops`, `calibration_seed`,
-    `fuse_pointwise`, `float_layers`, `activation_ranges`; torch: `TORCH_ROAD_OPTIONS`).
+    `fuse_pointwise`, `float_layers`, `activation_ranges`, `forms`; torch:
+    `TORCH_ROAD_OPTIONS`).
     """
 
     name = "tflite"

@@ -11,14 +11,13 @@ from that float32 file by ai-edge-quantizer (`quantize_with_edge_quantizer`, the
 `TORCH_ROAD_RECIPES`), since litert-torch's own quantizer is configured for Keras through
 TensorFlow's ``tf.lite.Optimize`` constants.
 
-Forms: the separable attention's token sum is traced as a product and a mean
-(`keras_mvit2.layers.export_forms.elementwise_token_pooling`) unless the caller chose forms
-with `use_forms`. The TensorFlow road's matrix-product form also converts here (its 0/1
-diagonal mask is a numpy constant: ``keras.ops.eye`` traced as an op that litert-torch
-lowered to ``STABLEHLO_IOTA``, which LiteRT's interpreter does not have), but with
-ai-edge-quantizer's int8 it measured no better and slower (``benchmarks/torch_road_int8.py``,
-a fine-tuned MobileViTV2-0.5 at 256x256: agreement with Keras 65.9 % against 66.6 %, 2.81
-against 2.59 ms at 1 thread).
+Forms: the model is traced in `forms`, by default
+`keras_mvit2.layers.export_forms.FLOAT_RUNTIME` (the token sum as a product and a mean). The
+TensorFlow road's matrix-product form also converts here (its 0/1 diagonal mask is a numpy
+constant: ``keras.ops.eye`` traced as an op that litert-torch lowered to ``STABLEHLO_IOTA``,
+which LiteRT's interpreter does not have), but with ai-edge-quantizer's int8 it measured no
+better and slower (``benchmarks/torch_road_int8.py``, a fine-tuned MobileViTV2-0.5 at 256x256:
+agreement with Keras 65.9 % against 66.6 %, 2.81 against 2.59 ms at 1 thread).
 
 litert-torch is called with ``enable_x64=True`` (see `_write_float32`).
 
@@ -30,7 +29,6 @@ converter (no per-tensor 99.99 % ranges, no `float_layers`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -52,6 +50,8 @@ from keras_mvit2.export.tflite.quantization import (
 )
 from keras_mvit2.export.tflite.run import _check_runs
 from keras_mvit2.export.tflite.tensors import io_tensors
+from keras_mvit2.layers import export_forms
+from keras_mvit2.layers.export_forms import ExportForms
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
 
@@ -65,7 +65,7 @@ TORCH_ROAD_RECIPES = {
     "int16x8": "static_wi8_ai16",
 }
 #: The options of `to_tflite` that the torch road takes (the others are refused by name).
-TORCH_ROAD_OPTIONS = ("num_calibration_samples", "calibration_seed", "sidecar")
+TORCH_ROAD_OPTIONS = ("num_calibration_samples", "calibration_seed", "sidecar", "forms")
 
 
 def to_tflite_via_torch(
@@ -80,6 +80,7 @@ def to_tflite_via_torch(
     num_calibration_samples: int = 200,
     calibration_seed: int = 0,
     sidecar: bool = False,
+    forms: ExportForms = export_forms.FLOAT_RUNTIME,
 ) -> TFLiteReport:
     """Converts a Keras model running on PyTorch to a `.tflite` through litert-torch.
 
@@ -102,6 +103,8 @@ def to_tflite_via_torch(
         num_calibration_samples: at most this many calibration images are used.
         calibration_seed: seed of the calibration subset.
         sidecar: also write what `read_tflite_metadata` returns to ``<path>.json``.
+        forms: the forms of the shared math the model is traced in
+            (`keras_mvit2.layers.export_forms.ExportForms`), recorded in the metadata.
 
     Returns:
         The `TFLiteReport` of the written file.
@@ -130,7 +133,7 @@ def to_tflite_via_torch(
     converter = {"road": "torch", "tool": "litert-torch", "version": version("litert-torch")}
     with tempfile.TemporaryDirectory() as folder:
         float_path = os.path.join(folder, "float32.tflite")
-        _write_float32(model, float_path, names, metadata, converter, litert_torch)
+        _write_float32(model, float_path, names, metadata, converter, litert_torch, forms)
         if not quant.optimized:  # float32: the file as litert-torch wrote it
             with atomic_output(path) as tmp:
                 os.replace(float_path, tmp)
@@ -151,10 +154,8 @@ def to_tflite_via_torch(
 
 def _write_float32(model: keras.Model, path: str, class_names: list[str] | None,
                    user: Mapping[str, Any] | None, converter: dict[str, str],
-                   litert_torch: Any) -> None:
+                   litert_torch: Any, forms: ExportForms) -> None:
     """The float32 file: Keras' litert-torch export, then signature and metadata; run once."""
-    from keras_mvit2.layers import export_forms
-
     raw = path[:-len(".tflite")] + ".litert-torch.tflite"
     # Keras' export (keras/src/export/litert.py): eval mode, batch 1, torch.export, then
     # litert_torch.convert; its errors are a RuntimeError naming litert-torch's.
@@ -163,9 +164,7 @@ def _write_float32(model: keras.Model, path: str, class_names: list[str] | None,
     # they fold into int32 constants (the files have float32 and int32 tensors only). This
     # fixes MobileViTV2-0.5 at 32x32 with 3 classes, not with 10 (litert-torch 0.10); 64x64
     # and 256x256 convert either way.
-    with (contextlib.nullcontext() if export_forms.chosen()  # the caller's use_forms
-          else export_forms.elementwise_token_pooling()):
-        forms = export_forms.current()  # recorded in the metadata
+    with export_forms.tracing(forms):
         model.export(raw, format="litert", verbose=False, enable_x64=True)
     with open(raw, "rb") as f:
         converted = parse_flatbuffer(f.read())  # edited in place, serialized once

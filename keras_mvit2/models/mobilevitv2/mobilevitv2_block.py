@@ -11,7 +11,6 @@ from keras_mvit2.backend import forms as backend_forms
 from keras_mvit2.layers import attention_registry, export_forms, functional
 
 # Importable from here, as before (keras_mvit2.export.coreml.layout imports it).
-from keras_mvit2.layers.export_forms import export_call
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import batch_norm
@@ -22,7 +21,7 @@ from keras_mvit2.layers.patching import (
 )
 from keras_mvit2.layers.transformer_layer import TransformerLayer
 
-__all__ = ["MobileViTV2Block", "export_call"]
+__all__ = ["MobileViTV2Block"]
 
 def _resize_align_corners(x, size):
     """Bilinear resize with `align_corners=True` (ml-cvnets / timm), to ints or tensors."""
@@ -222,7 +221,7 @@ class MobileViTV2Block(keras.layers.Layer):
         return tuple(side // self.patch_size for side in spatial_size(x))
 
     def call(self, inputs, training=None):
-        override = export_forms.block_call_override()
+        override = export_forms.current_block_call()
         if override is not None and not training:
             outputs = override(self, inputs)
             if outputs is not None:
