@@ -97,10 +97,9 @@ def run_pretrained_demo(
     Returns:
         A `PretrainedDemoResult` (also written to `summary.json`, atomically).
     """
-    import importlib.util
-
     import numpy as np
 
+    from keras_mvit2.demo import coreml_available
     from keras_mvit2.export import get_target
     from keras_mvit2.models import create_model
     from keras_mvit2.models.mobilevitv2.mobilevitv2_builders import imagenet_classes
@@ -124,7 +123,7 @@ def run_pretrained_demo(
                                    calibration_data=images, num_calibration_samples=len(files),
                                    class_names=names)
     coreml_size = None
-    if coreml and importlib.util.find_spec("coremltools") is not None:
+    if coreml and coreml_available():
         log("exporting Core ML")
         paths["coreml"] = os.path.join(out, "model.mlpackage")
         coreml_size = get_target("coreml").convert(

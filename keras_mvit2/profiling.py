@@ -126,8 +126,8 @@ def _dilation_corrected(op, macs: int) -> int:
 
     TensorFlow runs a dilated convolution as SpaceToBatchND -> convolution (VALID) ->
     BatchToSpaceND; the space-to-batch pads the map to a multiple of the rate, so the
-    inner convolution computes more outputs than the layer returns (1.27x for rate-12/24/36
-    ASPP branches on a 64x64 map). Counted over the cropped BatchToSpaceND output instead:
+    inner convolution computes more outputs than the layer returns. Counted over the
+    cropped BatchToSpaceND output instead:
     the paper's convention, and what TFLite runs (one dilated CONV_2D / DEPTHWISE_CONV_2D).
     """
     if not macs or op.type not in ("Conv2D", "DepthwiseConv2dNative"):

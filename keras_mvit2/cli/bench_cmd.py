@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+from keras_mvit2.cli.failure import CommandFailedError
 
 
 def register(sub) -> None:
@@ -48,9 +51,7 @@ def register(sub) -> None:
     p.add_argument("--rounds", type=int, default=5, help="interleaving rounds per k")
     p.add_argument("--profile-tokens", type=int, nargs="*", default=[256],
                    help="k values for the per-op breakdown (default 256, as the paper)")
-    p.add_argument("--out", default="bench_attention", help="output folder")
-    p.add_argument("--keep-models", action="store_true",
-                   help="keep the .tflite files in OUT/models")
+    _add_output_arguments(p, "bench_attention")
     p.set_defaults(handler=_bench_attention)
 
     p = sub.add_parser(
@@ -73,9 +74,7 @@ def register(sub) -> None:
     p.add_argument("--peer", nargs="*", default=[], metavar="TFLITE",
                    help="extra .tflite files timed in the same run (e.g. shared anchors)")
     p.add_argument("--no-memory", action="store_true")
-    p.add_argument("--out", default="bench_models", help="output folder")
-    p.add_argument("--keep-models", action="store_true",
-                   help="keep the .tflite files in OUT/models")
+    _add_output_arguments(p, "bench_models")
     p.set_defaults(handler=_bench_models)
 
     p = sub.add_parser(
@@ -89,9 +88,26 @@ def register(sub) -> None:
     p.set_defaults(handler=_bench_report)
 
 
-def _fail(command: str, err: Exception) -> int:
-    print(f"mvit2 {command}: error: {err}", file=sys.stderr)
-    return 2
+def _add_output_arguments(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--out", default=default, help="output folder")
+    p.add_argument("--keep-models", action="store_true",
+                   help="keep the .tflite files in OUT/models")
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _models_dir(args: argparse.Namespace) -> str | None:
+    return os.path.join(args.out, "models") if args.keep_models else None
+
+
+def _print_report(markdown: str, paths: dict[str, str]) -> int:
+    """Prints a harness's markdown table, then the files it wrote (on stderr)."""
+    print(markdown)
+    for kind, path in paths.items():
+        _log(f"{kind}: {path}")
+    return 0
 
 
 def _print_results(results) -> None:
@@ -136,39 +152,29 @@ def _bench(args: argparse.Namespace) -> int:
             results.append(bench(
                 spec, threads=args.threads, runs=args.runs, warmup=args.warmup,
                 xnnpack=not args.no_xnnpack, input_size=args.input_size,
-                measure_memory=not args.no_memory, compute_units=args.compute_units,
-                log=lambda message: print(message, file=sys.stderr),
+                measure_memory=not args.no_memory, compute_units=args.compute_units, log=_log,
             ))
         except RuntimeError as err:
-            return _fail("bench", err)
+            raise CommandFailedError(str(err), status=2) from None
     _print_results(results)
     if args.json_path:
         save_results(results, args.json_path)
-        print(f"wrote {args.json_path}", file=sys.stderr)
+        _log(f"wrote {args.json_path}")
     return 0
 
 
 def _bench_attention(args: argparse.Namespace) -> int:
-    import os
-
     from keras_mvit2.latency.attention_sweep import run_attention_sweep, sweep_markdown, write_sweep
 
     sweep = run_attention_sweep(
         args.mechanisms, args.tokens, dim=args.dim, threads=args.threads, runs=args.runs,
         warmup=args.warmup, rounds=args.rounds, profile_tokens=args.profile_tokens,
-        models_dir=os.path.join(args.out, "models") if args.keep_models else None,
-        log=lambda message: print(message, file=sys.stderr),
+        models_dir=_models_dir(args), log=_log,
     )
-    paths = write_sweep(sweep, args.out)
-    print(sweep_markdown(sweep))
-    for kind, path in paths.items():
-        print(f"{kind}: {path}", file=sys.stderr)
-    return 0
+    return _print_report(sweep_markdown(sweep), write_sweep(sweep, args.out))
 
 
 def _bench_models(args: argparse.Namespace) -> int:
-    import os
-
     from keras_mvit2.latency.models_table import (
         DEFAULT_MODELS,
         models_markdown,
@@ -180,14 +186,9 @@ def _bench_models(args: argparse.Namespace) -> int:
         args.models or DEFAULT_MODELS, precisions=args.precisions, input_size=args.input_size,
         threads=args.threads, runs=args.runs, warmup=args.warmup, rounds=args.rounds,
         measure_memory=not args.no_memory, peers=args.peer,
-        models_dir=os.path.join(args.out, "models") if args.keep_models else None,
-        log=lambda message: print(message, file=sys.stderr),
+        models_dir=_models_dir(args), log=_log,
     )
-    paths = write_models_table(table, args.out)
-    print(models_markdown(table))
-    for kind, path in paths.items():
-        print(f"{kind}: {path}", file=sys.stderr)
-    return 0
+    return _print_report(models_markdown(table), write_models_table(table, args.out))
 
 
 def _bench_report(args: argparse.Namespace) -> int:

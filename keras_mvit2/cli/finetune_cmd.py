@@ -17,14 +17,14 @@ DATA_DIR (`--data`), `--model`, the input size (`--image-size`; without it and w
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any
 
 from keras_mvit2.cli.train_cmd import (
     DEFAULT_VALIDATION_FRACTION,
-    _data_section,
     _print_plan,
+    _set_data,
+    _with_overrides,
 )
 
 #: The recipe used without `--config`.
@@ -148,8 +148,7 @@ def build_config(args: argparse.Namespace):
                          "photos per class (e.g. photos/cats/*.jpg, photos/dogs/*.jpg).")
     d = config.to_dict()
     if data_dir:
-        d["data"].update(_data_section(data_dir, config.data))
-        d["model"]["num_classes"] = None
+        _set_data(d, data_dir, config.data)
     d["model"]["name"] = _model_name(args, config.model.name)
     try:
         source = resolve_weights_source(args.weights, d["model"]["name"])
@@ -166,12 +165,7 @@ def build_config(args: argparse.Namespace):
         d["training"]["epochs"] = args.epochs
     if args.val is not None:
         d["data"].update(_val_fields(args.val))
-    overrides = list(args.overrides)
-    if args.output:
-        overrides.append(f"output.dir={json.dumps(args.output)}")
-    if args.strategy:
-        overrides.append(f"training.strategy={args.strategy}")
-    return training.load_config(d, overrides), source
+    return _with_overrides(d, args), source
 
 
 def _finetune(args: argparse.Namespace) -> int:

@@ -1,9 +1,8 @@
 """`mvit2 list` and `mvit2 profile`."""
 
 import argparse
-import json
 
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import write_json
 
 
 def register(sub) -> None:
@@ -87,10 +86,7 @@ def _profile(args: argparse.Namespace) -> int:
         for r in rows
     ]
     if args.markdown:
-        print("| " + " | ".join(headers) + " |")
-        print("|" + "---|" * len(headers))
-        for row in table:
-            print("| " + " | ".join(row) + " |")
+        print_markdown(headers, table)
     else:
         from rich.table import Table
 
@@ -101,6 +97,13 @@ def _profile(args: argparse.Namespace) -> int:
             out.add_row(*row)
         output_console().print(out)
     if args.json_path:
-        with atomic_output(args.json_path) as tmp, open(tmp, "w") as f:
-            json.dump([r.to_dict() for r in rows], f, indent=2)
+        write_json(args.json_path, [r.to_dict() for r in rows])
     return 0
+
+
+def print_markdown(headers, rows) -> None:
+    """Prints a Markdown table: the header row, its rule, then `rows` (strings)."""
+    print("| " + " | ".join(headers) + " |")
+    print("|" + "---|" * len(headers))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")

@@ -47,8 +47,7 @@ def register(sub) -> None:
                    help="what to minimise within the budget: size_fast (default) the "
                         "smallest file that is not slower than float32 on this host (by "
                         "size alone where float32 is not timed here); size the smallest "
-                        "file whatever its speed (this option's meaning before size_fast "
-                        "became the default; it may ship a file slower than float32); "
+                        "file whatever its speed (it may ship a file slower than float32); "
                         "latency the fastest on this host")
     p.add_argument("-o", "--output", required=True, metavar="OUT_DIR",
                    help="folder for best.<suffix>, candidates/, report.json, pareto.png")
@@ -108,8 +107,7 @@ def _optimize(args: argparse.Namespace) -> int:
                           threads=args.threads, only=only, qat=qat)
     except OverBudgetError as err:
         output_console().print(format_table(err.result))
-        print(f"wrote {err.result.report_path}" + (
-            f" and {err.result.plot_path}" if err.result.plot_path else ""))
+        _print_wrote(err.result)
         raise CommandFailedError(str(err), status=1) from None
     output_console().print(format_table(result))
     data = result.data
@@ -121,6 +119,10 @@ def _optimize(args: argparse.Namespace) -> int:
     print(f"best: {result.best.name} -> {result.best_path} "
           f"({result.best.size_bytes / 1e6:.2f} MB, drop {result.best.drop_points:+.2f} "
           f"points{speed})")
+    _print_wrote(result)
+    return 0
+
+
+def _print_wrote(result) -> None:
     print(f"wrote {result.report_path}" + (f" and {result.plot_path}" if result.plot_path
                                            else ""))
-    return 0

@@ -7,8 +7,9 @@ these commands only parse arguments, call the library and print the result.
 from __future__ import annotations
 
 import argparse
-import sys
+import functools
 
+from keras_mvit2.cli.failure import CommandFailedError
 from keras_mvit2.utils.files import atomic_output, write_json
 
 
@@ -59,10 +60,9 @@ def register(sub) -> None:
             p.add_argument("--sparsity", type=float, default=0.5, help="target sparsity")
             p.add_argument("--frequency", type=int, default=None,
                            help="steps between mask updates")
-            p.set_defaults(handler=_prune)
         else:
             p.add_argument("--clusters", type=int, default=16, help="values per kernel")
-            p.set_defaults(handler=_cluster)
+        p.set_defaults(handler=functools.partial(_prune_or_cluster, name))
 
 
 def _write_json(path: str | None, data) -> None:
@@ -70,25 +70,25 @@ def _write_json(path: str | None, data) -> None:
         write_json(path, data)
 
 
-def _worker_failed(command: str, err) -> int:
-    print(f"mvit2 {command}: error: {err}", file=sys.stderr)
-    return 1
+def _call_worker(name: str, *args, **kwargs):
+    """`keras_mvit2.quantize.<name>(...)`; a failure of its worker is the command's own."""
+    from keras_mvit2 import quantize
+
+    try:
+        return getattr(quantize, name)(*args, **kwargs)
+    except quantize.QuantizationWorkerError as err:
+        raise CommandFailedError(str(err)) from None
 
 
 def _qat(args: argparse.Namespace) -> int:
-    from keras_mvit2.quantize import QuantizationWorkerError, qat
-
-    try:
-        result = qat(
-            args.model, args.data, epochs=args.epochs, steps_per_epoch=args.steps,
-            learning_rate=args.lr, output_path=args.output,
-            representative_data=args.representative_data, io_dtype=args.io_dtype,
-            validation_data=args.validation_data, batch_size=args.batch_size,
-            calibration_steps=args.calibration_steps, verbose=not args.quiet,
-            timeout=args.timeout,
-        )
-    except QuantizationWorkerError as err:
-        return _worker_failed("qat", err)
+    result = _call_worker(
+        "qat", args.model, args.data, epochs=args.epochs, steps_per_epoch=args.steps,
+        learning_rate=args.lr, output_path=args.output,
+        representative_data=args.representative_data, io_dtype=args.io_dtype,
+        validation_data=args.validation_data, batch_size=args.batch_size,
+        calibration_steps=args.calibration_steps, verbose=not args.quiet,
+        timeout=args.timeout,
+    )
     report = result.report
     print(f"wrote {result.tflite_path}: {report.size_bytes:,} bytes, {report.num_ops} ops, "
           f"{result.io_dtype} I/O, float ops: {result.float_ops or 'none'}")
@@ -120,31 +120,13 @@ def _save_and_report(command: str, args, result) -> int:
     return 0
 
 
-def _prune(args: argparse.Namespace) -> int:
-    from keras_mvit2.quantize import QuantizationWorkerError, prune
-
-    try:
-        result = prune(
-            args.model, args.data, target_sparsity=args.sparsity, epochs=args.epochs,
-            steps_per_epoch=args.steps, learning_rate=args.lr, batch_size=args.batch_size,
-            frequency=args.frequency, output_path=args.tflite, quantization=args.quantization,
-            validation_data=args.validation_data, verbose=not args.quiet, timeout=args.timeout,
-        )
-    except QuantizationWorkerError as err:
-        return _worker_failed("prune", err)
-    return _save_and_report("prune", args, result)
-
-
-def _cluster(args: argparse.Namespace) -> int:
-    from keras_mvit2.quantize import QuantizationWorkerError, cluster
-
-    try:
-        result = cluster(
-            args.model, args.data, num_clusters=args.clusters, epochs=args.epochs,
-            steps_per_epoch=args.steps, learning_rate=args.lr, batch_size=args.batch_size,
-            output_path=args.tflite, quantization=args.quantization,
-            validation_data=args.validation_data, verbose=not args.quiet, timeout=args.timeout,
-        )
-    except QuantizationWorkerError as err:
-        return _worker_failed("cluster", err)
-    return _save_and_report("cluster", args, result)
+def _prune_or_cluster(command: str, args: argparse.Namespace) -> int:
+    own = ({"target_sparsity": args.sparsity, "frequency": args.frequency}
+           if command == "prune" else {"num_clusters": args.clusters})
+    result = _call_worker(
+        command, args.model, args.data, epochs=args.epochs, steps_per_epoch=args.steps,
+        learning_rate=args.lr, batch_size=args.batch_size, output_path=args.tflite,
+        quantization=args.quantization, validation_data=args.validation_data,
+        verbose=not args.quiet, timeout=args.timeout, **own,
+    )
+    return _save_and_report(command, args, result)

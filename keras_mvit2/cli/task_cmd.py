@@ -17,6 +17,7 @@ import json
 import os
 
 from keras_mvit2.backend import require_tensorflow
+from keras_mvit2.cli.models_cmd import print_markdown
 from keras_mvit2.utils.files import atomic_output, write_json
 
 TASKS = ("segmentation", "detection")
@@ -49,23 +50,6 @@ def register(sub) -> None:
 def add_train_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The task-training options of `mvit2 train --task ...` (`--task` and `--output` are
     `mvit2 train`'s own)."""
-    _common(p)
-    p.add_argument("--steps", type=int, default=300, help="optimizer steps (default 300)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (AdamW)")
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--warmup-steps", type=int, default=20)
-    p.add_argument("--ema", type=float, default=None, metavar="DECAY",
-                   help="weight EMA decay (Table 11 uses EMA; off by default for short runs)")
-    p.add_argument("--no-augment", action="store_true",
-                   help="disable the Table 11 augmentations")
-    p.add_argument("--train-images", type=int, default=512)
-    p.add_argument("--backbone-weights",
-                   help="backbone to start from: a classifier checkpoint (.pt/.pth/.safetensors/"
-                        ".weights.h5) or a trained model's .keras (e.g. a segmenter's)")
-
-
-def _common(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     p.add_argument("--head", help="deeplabv3 (default) or pspnet for segmentation; ssdlite")
     p.add_argument("--width", type=float, default=0.5, help="width multiplier (default 0.5)")
     p.add_argument("--attention", default="separable",
@@ -87,6 +71,19 @@ def _common(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
                    "default auto")
     p.add_argument("--val-images", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps (default 300)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (AdamW)")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--warmup-steps", type=int, default=20)
+    p.add_argument("--ema", type=float, default=None, metavar="DECAY",
+                   help="weight EMA decay (Table 11 uses EMA; off by default for short runs)")
+    p.add_argument("--no-augment", action="store_true",
+                   help="disable the Table 11 augmentations")
+    p.add_argument("--train-images", type=int, default=512)
+    p.add_argument("--backbone-weights",
+                   help="backbone to start from: a classifier checkpoint (.pt/.pth/.safetensors/"
+                        ".weights.h5) or a trained model's .keras (e.g. a segmenter's)")
 
 
 #: SSD anchors for small inputs (the maps of strides 64..256 are 1x1 below 160 px).
@@ -272,10 +269,7 @@ def _profile(args: argparse.Namespace) -> int:
         for r in rows
     ]
     if args.markdown:
-        print("| " + " | ".join(headers) + " |")
-        print("|" + "---|" * len(headers))
-        for row in table:
-            print("| " + " | ".join(row) + " |")
+        print_markdown(headers, table)
     else:
         for row in [headers, *table]:
             print("  ".join(f"{c:>14}" for c in row))

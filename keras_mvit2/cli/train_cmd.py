@@ -133,21 +133,33 @@ def _data_section(path: str, current: DataConfig) -> dict[str, Any]:
             "validation_fraction": current.validation_fraction or DEFAULT_VALIDATION_FRACTION}
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The `TrainConfig` of `--config`, `--data`, `--set`, `--output`, `--strategy`."""
+def _set_data(d: dict[str, Any], path: str, current: DataConfig) -> None:
+    """Points the config dict `d` at `--data` (the folder's classes size the classifier)."""
+    d["data"].update(_data_section(path, current))
+    d["model"]["num_classes"] = None
+
+
+def _with_overrides(d: dict[str, Any], args: argparse.Namespace) -> TrainConfig:
+    """The `TrainConfig` of the config dict `d` with `--set`, then `--output` / `--strategy`."""
     from keras_mvit2 import training
 
-    config = training.load_config(args.config)
-    data = config.to_dict()
-    if args.data:
-        data["data"].update(_data_section(args.data, config.data))
-        data["model"]["num_classes"] = None  # the folder's classes
     overrides = list(args.overrides)
     if args.output:
         overrides.append(f"output.dir={json.dumps(args.output)}")
     if args.strategy:
         overrides.append(f"training.strategy={args.strategy}")
-    return training.load_config(data, overrides)
+    return training.load_config(d, overrides)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The `TrainConfig` of `--config`, `--data`, `--set`, `--output`, `--strategy`."""
+    from keras_mvit2 import training
+
+    config = training.load_config(args.config)
+    d = config.to_dict()
+    if args.data:
+        _set_data(d, args.data, config.data)
+    return _with_overrides(d, args)
 
 
 # --------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import keras
 import tensorflow as tf
 
 from keras_mvit2.data.augment_config import AugmentConfig, _is_number
+from keras_mvit2.data.batching import to_size
 
 # --------------------------------------------------------------------------------------
 # Seeds
@@ -73,22 +74,6 @@ def seeded_layer(layer: keras.layers.Layer, seed: tf.Tensor) -> Iterator[keras.l
 # --------------------------------------------------------------------------------------
 # Geometry
 # --------------------------------------------------------------------------------------
-
-
-def to_size(image_size: int | Sequence[int]) -> tuple[int, int]:
-    """`image_size` (int or (height, width)) as a (height, width) pair of positive ints."""
-    size = (image_size, image_size) if isinstance(image_size, int) else image_size
-    if (
-        isinstance(image_size, bool)
-        or not isinstance(size, (tuple, list))
-        or len(size) != 2
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)
-    ):
-        raise ValueError(
-            "`image_size` must be a positive int or a (height, width) pair of positive ints. "
-            f"Received: image_size={image_size!r}"
-        )
-    return int(size[0]), int(size[1])
 
 
 def to_rgb(image: tf.Tensor) -> tf.Tensor:

@@ -17,6 +17,33 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
+def to_size(image_size: int | Sequence[int]) -> tuple[int, int]:
+    """`image_size` (int or (height, width)) as a (height, width) pair of positive ints."""
+    size = (image_size, image_size) if isinstance(image_size, int) else image_size
+    if (
+        isinstance(image_size, bool)
+        or not isinstance(size, (tuple, list))
+        or len(size) != 2
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)
+    ):
+        raise ValueError(
+            "`image_size` must be a positive int or a (height, width) pair of positive ints. "
+            f"Received: image_size={image_size!r}"
+        )
+    return int(size[0]), int(size[1])
+
+
+def _num_classes(class_names: Sequence[str], num_classes: Any) -> int:
+    """`num_classes` checked: a positive int, at least the source's number of classes."""
+    num_classes, known = _positive_int("num_classes", num_classes), len(class_names or ())
+    if num_classes < known:
+        raise ValueError(
+            f"The source has {known} classes but num_classes={num_classes}; "
+            f"pass num_classes >= {known}. Received: num_classes={num_classes}"
+        )
+    return num_classes
+
+
 def _make_divisible(value: float, divisor: int) -> int:
     """Nearest multiple of `divisor` (at least `divisor`, and not below 90% of `value`)."""
     new = max(divisor, int(value + divisor / 2) // divisor * divisor)

@@ -35,7 +35,6 @@ _FOLDER_LAYOUT = (
 )
 
 
-
 def _list_class_folder(folder: str) -> list[str]:
     files = []
     for root, dirs, names in os.walk(folder, followlinks=True):
@@ -46,8 +45,6 @@ def _list_class_folder(folder: str) -> list[str]:
             if not n.startswith(".") and n.lower().endswith(IMAGE_EXTENSIONS)
         )
     return files
-
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,14 +71,8 @@ def list_image_folder(
     validation_fraction: float = 0.0,
     seed: int = 0,
 ) -> ImageFiles:
-    """The image files of a folder with one sub-folder of images per class.
-
-    Class names are the sorted sub-folder names; sub-folders are searched recursively for
-    files ending in .jpg/.jpeg/.png/.gif/.bmp (any case). With `validation_fraction > 0`,
-    each class's files are shuffled with `seed` and the last `round(fraction * n)` of them
-    form the "validation" split, the rest the "training" split (stratified, deterministic
-    for a given seed and file set, disjoint). Arguments as
-    `keras_mvit2.data.image_folder`.
+    """The image files of a folder with one sub-folder of images per class: the classes,
+    files and split of `keras_mvit2.data.image_folder` (arguments as there).
 
     Raises:
         FileNotFoundError, NotADirectoryError, ValueError: the folder is missing, a file,
@@ -206,3 +197,22 @@ def load_fashion_mnist_arrays(
     return images, labels
 
 
+def _limited_fashion_mnist(split: str, data_dir, limit: int | None):
+    """`load_fashion_mnist_arrays` cut to the first `limit` examples (`None`: all)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"`limit` must be a positive int or None. Received: limit={limit!r}")
+    images, labels = load_fashion_mnist_arrays(split, data_dir=data_dir)
+    return (images, labels) if limit is None else (images[:limit], labels[:limit])
+
+
+def _skipped_report(counter, max_names: int, verb: str) -> str:
+    """The `report()` of `SkippedImages` / `SkippedFiles`: the count and the first names."""
+    n = counter.count
+    if n == 0:
+        return f"No unreadable images were skipped in {counter.where}."
+    more = f" and {n - max_names} more" if n > max_names else ""
+    return (
+        f"Skipped {n} unreadable image{'s' if n != 1 else ''} in {counter.where} "
+        f"(corrupt, truncated or not an image; {counter.events} {verb}(s) over all epochs): "
+        f"{', '.join(counter.names()[:max_names])}{more}."
+    )

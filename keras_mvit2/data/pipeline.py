@@ -35,12 +35,17 @@ from keras_mvit2.data.augment import (
     eval_transform,
     to_size,
 )
-from keras_mvit2.data.batching import DEFAULT_SCALES, _positive_int, multiscale_batch_pairs
+from keras_mvit2.data.batching import (
+    DEFAULT_SCALES,
+    _num_classes,
+    _positive_int,
+    multiscale_batch_pairs,
+)
 from keras_mvit2.data.sources import ImageSource, SkippedImages, decode_encoded_image
 
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 10_000
-_GUARD_CYCLE = 16  # nested decode datasets open at once (measured: as fast as a plain map)
+_GUARD_CYCLE = 16  # nested decode datasets open at once
 
 # Offsets that give each random stream of a pipeline its own seed.
 _SHUFFLE_INDEX, _SHUFFLE_RECORDS, _EXAMPLE_SEEDS, _BATCH_SEEDS, _SCALE_SEEDS = range(5)
@@ -57,13 +62,7 @@ def _check_source(source: Any, num_classes: Any) -> int:
             "Expected an ImageSource (from keras_mvit2.data.image_folder, tfrecords, "
             f"tfds_source or fashion_mnist). Received: {type(source).__name__}"
         )
-    num_classes = _positive_int("num_classes", num_classes)
-    if source.class_names and num_classes < len(source.class_names):
-        raise ValueError(
-            f"The source has {len(source.class_names)} classes but num_classes={num_classes}; "
-            f"pass num_classes >= {len(source.class_names)}. Received: num_classes={num_classes}"
-        )
-    return num_classes
+    return _num_classes(source.class_names, num_classes)
 
 
 def _check_seed(seed: Any) -> int | None:
@@ -128,7 +127,8 @@ def guarded_decode(
     `ignore_errors()`, followed by a fallback element that records `name` in `skipped`;
     `take(1)` keeps the decoded image, or the fallback when the decode failed (the fallback
     is only evaluated then). The nested datasets run in a parallel `interleave` with
-    `block_length=1`, so the output keeps the input order; flagged fallbacks are filtered out.
+    `block_length=1` (as fast as a plain parallel map), so the output keeps the input order;
+    flagged fallbacks are filtered out.
     """
     if decode is None:
         return records.map(lambda name, image, label: (image, tf.cast(label, tf.int32)))

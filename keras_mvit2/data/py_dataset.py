@@ -26,19 +26,12 @@ import keras
 import numpy as np
 
 from keras_mvit2.data.augment_config import AugmentConfig
-from keras_mvit2.data.batching import _positive_int
+from keras_mvit2.data.batching import _num_classes, _positive_int, to_size
 from keras_mvit2.data.py_augment import augment_example, check_supported, eval_transform
 from keras_mvit2.data.py_sources import PySource
 
 # Salts of the two random streams of a pipeline seed.
 _PERMUTATION, _EXAMPLE = 0, 1
-
-
-def _size(image_size: int | Sequence[int]) -> tuple[int, int]:
-    if isinstance(image_size, int) and not isinstance(image_size, bool):
-        return _positive_int("image_size", image_size), image_size
-    height, width = image_size
-    return _positive_int("image_size", height), _positive_int("image_size", width)
 
 
 def _one_hot(labels: np.ndarray, num_classes: int) -> np.ndarray:
@@ -52,16 +45,28 @@ def _check_source(source: PySource, num_classes: int) -> int:
     if not isinstance(source, PySource):
         raise TypeError("Expected a PySource (keras_mvit2.data.py_image_folder or "
                         f"py_fashion_mnist). Received: {type(source).__name__}")
-    num_classes = _positive_int("num_classes", num_classes)
-    if num_classes < len(source.class_names):
-        raise ValueError(
-            f"The source has {len(source.class_names)} classes but num_classes={num_classes}; "
-            f"pass num_classes >= {len(source.class_names)}. Received: num_classes={num_classes}"
-        )
-    return num_classes
+    return _num_classes(source.class_names, num_classes)
 
 
-class PyTrainBatches(keras.utils.PyDataset):
+class _Batches(keras.utils.PyDataset):
+    """What both batch streams check and keep: the source, output size, batch size, classes."""
+
+    def __init__(self, source: PySource, image_size: int | Sequence[int], batch_size: int,
+                 num_classes: int, workers: int, use_multiprocessing: bool,
+                 max_queue_size: int):
+        super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
+                         max_queue_size=max_queue_size)
+        self.num_classes = _check_source(source, num_classes)
+        self.source = source
+        self.size = to_size(image_size)
+        self.batch_size = _positive_int("batch_size", batch_size)
+
+    @property
+    def num_batches(self) -> int:
+        return len(self)
+
+
+class PyTrainBatches(_Batches):
     """An epoch of training batches: shuffled, augmented, one-hot, every batch full.
 
     Args:
@@ -86,12 +91,8 @@ class PyTrainBatches(keras.utils.PyDataset):
                  num_classes: int, steps: int, augment: AugmentConfig | None = None,
                  seed: int = 0, backend: str = "torch", workers: int = 1,
                  use_multiprocessing: bool = False, max_queue_size: int = 10):
-        super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
-                         max_queue_size=max_queue_size)
-        self.num_classes = _check_source(source, num_classes)
-        self.source = source
-        self.size = _size(image_size)
-        self.batch_size = _positive_int("batch_size", batch_size)
+        super().__init__(source, image_size, batch_size, num_classes, workers,
+                         use_multiprocessing, max_queue_size)
         self.steps = _positive_int("steps", steps)
         self.augment = augment or AugmentConfig()
         check_supported(self.augment, backend)
@@ -104,10 +105,6 @@ class PyTrainBatches(keras.utils.PyDataset):
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return self.steps
-
-    @property
-    def num_batches(self) -> int:
         return self.steps
 
     def _permutation(self, pass_index: int) -> np.ndarray:
@@ -142,7 +139,7 @@ class PyTrainBatches(keras.utils.PyDataset):
         return np.stack(images), _one_hot(np.asarray(labels), self.num_classes)
 
 
-class PyEvalBatches(keras.utils.PyDataset):
+class PyEvalBatches(_Batches):
     """Evaluation batches in source order: resize to `size / crop_ratio`, center crop.
 
     The last batch may be smaller; an unreadable image is skipped (and counted).
@@ -161,22 +158,14 @@ class PyEvalBatches(keras.utils.PyDataset):
     def __init__(self, source: PySource, *, image_size: int | Sequence[int], batch_size: int,
                  num_classes: int, crop_ratio: float = 0.875, workers: int = 1,
                  use_multiprocessing: bool = False, max_queue_size: int = 10):
-        super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
-                         max_queue_size=max_queue_size)
-        self.num_classes = _check_source(source, num_classes)
-        self.source = source
-        self.size = _size(image_size)
-        self.batch_size = _positive_int("batch_size", batch_size)
+        super().__init__(source, image_size, batch_size, num_classes, workers,
+                         use_multiprocessing, max_queue_size)
         if isinstance(crop_ratio, bool) or not 0.0 < float(crop_ratio) <= 1.0:
             raise ValueError(f"`crop_ratio` must be in (0, 1]. Received: crop_ratio={crop_ratio!r}")
         self.crop_ratio = float(crop_ratio)
 
     def __len__(self) -> int:
         return -(-self.source.num_examples // self.batch_size)
-
-    @property
-    def num_batches(self) -> int:
-        return len(self)
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         if not 0 <= index < len(self):

@@ -25,8 +25,9 @@ import numpy as np
 from keras_mvit2.data.files import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
+    _limited_fashion_mnist,
+    _skipped_report,
     list_image_folder,
-    load_fashion_mnist_arrays,
 )
 
 
@@ -71,16 +72,7 @@ class SkippedFiles:
 
     def report(self, max_names: int = 5) -> str:
         """One message with the count and the first `max_names` names."""
-        n = self.count
-        if n == 0:
-            return f"No unreadable images were skipped in {self.where}."
-        names = self.names()
-        more = f" and {n - max_names} more" if n > max_names else ""
-        return (
-            f"Skipped {n} unreadable image{'s' if n != 1 else ''} in {self.where} "
-            f"(corrupt, truncated or not an image; {self.events} skip(s) over all epochs): "
-            f"{', '.join(names[:max_names])}{more}."
-        )
+        return _skipped_report(self, max_names, "skip")
 
     def __repr__(self) -> str:
         return f"SkippedFiles(where={self.where!r}, count={self.count})"
@@ -168,11 +160,7 @@ def py_fashion_mnist(
         data_dir: folder holding Debian's `*-ubyte.gz` files.
         limit: keep only the first `limit` examples.
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"`limit` must be a positive int or None. Received: limit={limit!r}")
-    images, labels = load_fashion_mnist_arrays(split, data_dir=data_dir)
-    if limit is not None:
-        images, labels = images[:limit], labels[:limit]
+    images, labels = _limited_fashion_mnist(split, data_dir, limit)
     return PySource(
         num_examples=len(images),
         class_names=list(FASHION_MNIST_CLASSES),

@@ -5,14 +5,10 @@ its size, class names and a `SkippedImages` counter. `make_train_dataset` /
 `make_eval_dataset` (in `keras_mvit2.data.pipeline`) turn a source into batches.
 
 Unreadable images (truncated JPEGs, garbage bytes, a text file named `x.jpg`) never stop a
-run. The pipelines decode each image inside a guard: a one-element nested `tf.data` dataset
-`decode(payload)` with `ignore_errors()`, followed by a fallback element that is only
-evaluated when the decode failed, `take(1)`; the nested datasets run in a parallel, ordered
-`interleave` (graph mode, as fast as a plain parallel map in our measurements). The fallback
-records the element's name (the file path, `shard#record`, the TFDS id, or `#index`) in a
-`tf.lookup.experimental.MutableHashTable` held by `source.skipped` and is filtered out. Read
-it after (or during) iteration with `source.skipped.count` and `source.skipped.report()`.
-Files are not pre-validated: that would cost a full decode pass before training starts.
+run: the pipelines decode each image inside a guard (`keras_mvit2.data.pipeline.guarded_decode`)
+that drops it and records its name (the file path, `shard#record`, the TFDS id, or `#index`)
+in `source.skipped`; read `source.skipped.count` and `source.skipped.report()` after (or
+during) iteration. Files are not pre-validated: that would cost a full decode pass first.
 """
 
 from __future__ import annotations
@@ -27,8 +23,9 @@ import tensorflow as tf
 from keras_mvit2.data.files import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
+    _limited_fashion_mnist,
+    _skipped_report,
     list_image_folder,
-    load_fashion_mnist_arrays,
 )
 
 
@@ -79,17 +76,7 @@ class SkippedImages:
 
     def report(self, max_names: int = 5) -> str:
         """One message with the count and the first `max_names` names."""
-        n = self.count
-        if n == 0:
-            return f"No unreadable images were skipped in {self.where}."
-        names = self.names()
-        shown = ", ".join(names[:max_names])
-        more = f" and {n - max_names} more" if n > max_names else ""
-        return (
-            f"Skipped {n} unreadable image{'s' if n != 1 else ''} in {self.where} "
-            f"(corrupt, truncated or not an image; {self.events} drop(s) over all epochs): "
-            f"{shown}{more}."
-        )
+        return _skipped_report(self, max_names, "drop")
 
     def __repr__(self) -> str:
         return f"SkippedImages(where={self.where!r}, count={self.count})"
@@ -411,11 +398,7 @@ def fashion_mnist(
         An `ImageSource` whose `dataset` yields `(uint8 (28, 28, 1), int32 label)`; the
         pipelines repeat the gray channel to RGB.
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"`limit` must be a positive int or None. Received: limit={limit!r}")
-    images, labels = load_fashion_mnist_arrays(split, data_dir=data_dir)
-    if limit is not None:
-        images, labels = images[:limit], labels[:limit]
+    images, labels = _limited_fashion_mnist(split, data_dir, limit)
     images_t = tf.constant(images[..., None])
     labels_t = tf.constant(labels.astype(np.int32))
     n = len(images)

@@ -280,18 +280,10 @@ def load_labelled_images(
     Returns:
         `LabelledImages` (float32 images in [0, 1], int64 labels).
     """
-    try:
-        from keras_mvit2.data import fashion_mnist, image_folder, make_eval_dataset
-    except ImportError as err:  # pragma: no cover - depends on the checkout
-        raise ImportError(
-            f"Reading {os.fspath(data)!r} needs keras_mvit2.data (image_folder, fashion_mnist, "
-            f"make_eval_dataset), which failed to import: {err}. Pass a numpy array or a "
-            "tf.data.Dataset instead."
-        ) from err
+    from keras_mvit2.data import ImageSource, fashion_mnist, image_folder, make_eval_dataset
 
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive int or None. Received: limit={limit!r}")
-    from keras_mvit2.data import ImageSource
 
     spec = data.skipped.where if isinstance(data, ImageSource) else os.fspath(data)
     fm_split = None if isinstance(data, ImageSource) else _parse_fashion_mnist(spec, split)

@@ -14,7 +14,6 @@ JSON (atomically).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +22,7 @@ import keras
 import numpy as np
 
 from keras_mvit2.export.coreml.target import PREDICTIONS_NOTE
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import write_json
 
 __all__ = [
     "ValidationReport",
@@ -310,8 +309,7 @@ def validate(
     )
 
 
-def _ref_outputs(model: keras.Model, x: np.ndarray) -> np.ndarray:
-    return reference_outputs(model, x)
+_ref_outputs = reference_outputs  # `validate`'s argument of that name shadows the function
 
 
 def _sums_to_one(z: np.ndarray) -> bool:
@@ -405,6 +403,4 @@ def print_reports(reports: Sequence[ValidationReport], console: Any = None) -> N
 
 def save_reports(reports: Sequence[ValidationReport], path: str | os.PathLike) -> None:
     """Writes ``{"reports": [...]}`` as JSON, atomically."""
-    payload = {"reports": [r.to_dict() for r in reports]}
-    with atomic_output(path) as tmp, open(tmp, "w") as f:
-        json.dump(payload, f, indent=2)
+    write_json(path, {"reports": [r.to_dict() for r in reports]})

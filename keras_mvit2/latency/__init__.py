@@ -6,6 +6,7 @@ file, timed in its export target's runtime), `run_attention_sweep` (the paper's 
 devices). All write the shared `BenchResult` record.
 """
 
+from keras_mvit2.backend import lazy_attributes
 from keras_mvit2.latency.schema import (
     SCHEMA,
     BenchResult,
@@ -14,30 +15,15 @@ from keras_mvit2.latency.schema import (
     save_results,
 )
 
-_LAZY = {
-    "bench": "keras_mvit2.latency.host",
-    "bench_tflite": "keras_mvit2.latency.host",
-    "bench_coreml": "keras_mvit2.latency.host",
-    "bench_file": "keras_mvit2.latency.host",
-    "op_profile": "keras_mvit2.latency.host",
-    "peak_memory_mb": "keras_mvit2.latency.host",
-    "tflite_macs": "keras_mvit2.latency.host",
-    "run_attention_sweep": "keras_mvit2.latency.attention_sweep",
-    "run_models_table": "keras_mvit2.latency.models_table",
-    "compare": "keras_mvit2.latency.report",
-    "load_many": "keras_mvit2.latency.report",
-}
-
-
-def __getattr__(name: str):
-    # The harness modules are imported on first use, so `keras_mvit2.latency.schema`
-    # stays importable without ai_edge_litert.
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'keras_mvit2.latency' has no attribute {name!r}")
-
+#: Imported on first use, so that `keras_mvit2.latency.schema` loads without ai_edge_litert.
+_LAZY = {name: (f"keras_mvit2.latency.{module}", name) for module, names in (
+    ("host", ("bench", "bench_tflite", "bench_coreml", "bench_file", "op_profile",
+              "peak_memory_mb", "tflite_macs")),
+    ("attention_sweep", ("run_attention_sweep",)),
+    ("models_table", ("run_models_table",)),
+    ("report", ("compare", "load_many")),
+) for name in names}
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "SCHEMA",

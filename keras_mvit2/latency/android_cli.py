@@ -72,15 +72,18 @@ def run_from_args(args: argparse.Namespace) -> int:
         results = run_android_benchmarks(config, log=lambda m: print(m, file=sys.stderr))
     except PartialRunError as err:
         if err.results:
-            save_results(err.results, args.output)
-            print(format_table(err.results))
-            print(f"Wrote {len(err.results)} record(s) to {args.output}")
+            _write(err.results, args.output)
         print(f"error: {err}", file=sys.stderr)
         return 1
-    save_results(results, args.output)
-    print(format_table(results))
-    print(f"Wrote {len(results)} record(s) to {args.output}")
+    _write(results, args.output)
     return 0
+
+
+def _write(results, output: Path) -> None:
+    """Writes the records' JSON and prints their table."""
+    save_results(results, output)
+    print(format_table(results))
+    print(f"Wrote {len(results)} record(s) to {output}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

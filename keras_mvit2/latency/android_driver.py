@@ -142,6 +142,14 @@ def benchmark_flags(graph: str, *, delegate: str, threads: int, runs: int, warmu
     return flags + list(extra_flags)
 
 
+def _job_flags(config: AndroidBenchConfig, job: _Job, remote_model: str) -> list[str]:
+    return benchmark_flags(
+        remote_model, delegate=job.delegate, threads=job.threads, runs=config.runs,
+        warmup=config.warmup, peak_memory=config.peak_memory,
+        op_profiling=config.op_profiling, extra_flags=config.extra_flags,
+    )
+
+
 class _RunError(Exception):
     """One configuration failed on the phone (collected, the others go on)."""
 
@@ -284,13 +292,8 @@ def _record(config: AndroidBenchConfig, job: _Job, runs: list[BenchmarkModelOutp
         "delegate": job.delegate,
         "batch_size": 1,
     }
-    flags = benchmark_flags(
-        remote_model, delegate=job.delegate, threads=job.threads,
-        runs=config.runs, warmup=config.warmup, peak_memory=config.peak_memory,
-        op_profiling=config.op_profiling, extra_flags=config.extra_flags,
-    )
     extra = {
-        "flags": flags,
+        "flags": _job_flags(config, job, remote_model),
         "taskset": config.taskset,
         "binary_sha256": binary_sha,
         "op_profiling": config.op_profiling,
@@ -307,11 +310,7 @@ def _record(config: AndroidBenchConfig, job: _Job, runs: list[BenchmarkModelOutp
 def _run_one(adb: Adb, config: AndroidBenchConfig, job: _Job, k: int, round_index: int,
              remote: str, remote_binary: str, remote_model: str, local_tmp: Path,
              raw_dir: Path | None) -> BenchmarkModelOutput:
-    flags = benchmark_flags(
-        remote_model, delegate=job.delegate, threads=job.threads, runs=config.runs,
-        warmup=config.warmup, peak_memory=config.peak_memory,
-        op_profiling=config.op_profiling, extra_flags=config.extra_flags,
-    )
+    flags = _job_flags(config, job, remote_model)
     log_name = f"run{k}_r{round_index}.log"
     remote_log = posixpath.join(remote, log_name)
     prefix = f"taskset {config.taskset} " if config.taskset else ""

@@ -22,11 +22,11 @@ microseconds, the record holds milliseconds):
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Sequence
 from typing import Any
 
 from keras_mvit2.latency.android_log import BenchmarkModelOutput, OpProfile
+from keras_mvit2.latency.host_info import _timestamp
 from keras_mvit2.latency.schema import BenchResult, LatencyStats
 
 
@@ -113,12 +113,8 @@ def to_bench_result(
         peak_memory_mb=output.peak_memory_mb,
         op_histogram=dict(op_histogram or {}),
         extra=info,
-        timestamp=timestamp or _now(),
+        timestamp=timestamp or _timestamp(),
     )
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

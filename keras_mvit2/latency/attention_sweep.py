@@ -27,11 +27,13 @@ import dataclasses
 import json
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from keras_mvit2.latency.host import (
+    Log,
     _histogram_and_report,
+    _quiet,
     host_device,
     make_interpreter,
     make_result,
@@ -41,7 +43,7 @@ from keras_mvit2.latency.host import (
     tflite_model_entry,
 )
 from keras_mvit2.latency.schema import BenchResult, save_results
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import atomic_output, write_json
 
 __all__ = [
     "DEFAULT_LAYER_KWARGS",
@@ -68,12 +70,6 @@ DEFAULT_LAYER_KWARGS: dict[str, dict[str, Any]] = {
 }
 #: The mechanism everything is compared with.
 REFERENCE = "separable"
-
-Log = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 def layer_kwargs(mechanism: str, dim: int) -> dict[str, Any]:
@@ -285,6 +281,23 @@ def machine_label(device: dict[str, Any], runtime: dict[str, Any] | None) -> str
     )
 
 
+def results_label(results: Sequence[BenchResult]) -> str:
+    """`machine_label` of the first record's machine and runtime (this host without one)."""
+    if not results:
+        return machine_label(host_device(), None)
+    return machine_label(results[0].device, results[0].runtime)
+
+
+def save_figure(fig, path: str | os.PathLike) -> None:
+    """Lays out `fig`, writes it as a PNG (atomically) and closes it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
@@ -418,13 +431,8 @@ def plot_sweep(sweep: AttentionSweep, path: str | os.PathLike) -> None:
         bx.set_xlabel("summed isolated op time (ms)")
         bx.set_title(f"time per op type at k={k}")
         bx.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.14))
-    device = sweep.results[0].device if sweep.results else host_device()
-    runtime = sweep.results[0].runtime if sweep.results else None
-    fig.suptitle(machine_label(device, runtime), fontsize=8)
-    fig.tight_layout()
-    with atomic_output(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    fig.suptitle(results_label(sweep.results), fontsize=8)
+    save_figure(fig, path)
 
 
 def load_sweep(json_path: str | os.PathLike,
@@ -460,11 +468,8 @@ def write_sweep(sweep: AttentionSweep, out_dir: str | os.PathLike,
         "png": os.path.join(out_dir, f"{stem}.png"),
     }
     save_results(sweep.results, paths["json"])
-    with atomic_output(paths["summary"]) as tmp, open(tmp, "w") as f:
-        json.dump(sweep.summary(), f, indent=2)
-    device = sweep.results[0].device if sweep.results else host_device()
-    runtime = sweep.results[0].runtime if sweep.results else None
-    text = (f"Machine: {machine_label(device, runtime)}\n\n" + sweep_markdown(sweep)
+    write_json(paths["summary"], sweep.summary())
+    text = (f"Machine: {results_label(sweep.results)}\n\n" + sweep_markdown(sweep)
             + f"\n![latency vs tokens]({os.path.basename(paths['png'])})\n")
     with atomic_output(paths["markdown"]) as tmp, open(tmp, "w") as f:
         f.write(text)

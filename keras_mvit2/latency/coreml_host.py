@@ -82,12 +82,10 @@ def bench_coreml(
         "macs": None,
         "input_shape": None,
     }
-    import coremltools
-
     return BenchResult(
         model=entry,
         device={**host_device(), "platform": "macos"},
-        runtime={"name": "coremltools", "version": coremltools.__version__, "threads": None,
+        runtime={"name": "coremltools", "version": ct.__version__, "threads": None,
                  "delegate": compute_units, "batch_size": 1},
         latency_ms=LatencyStats.from_samples(samples, warmup),
         op_histogram=report.op_histogram,

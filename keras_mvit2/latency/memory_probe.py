@@ -1,12 +1,7 @@
-"""The peak-memory probe of `keras_mvit2.latency.host.peak_memory_mb`, run as a script in a
-fresh process: ``python memory_probe.py MODEL.tflite THREADS XNNPACK(0|1) RUNS``.
-
-It imports only numpy and ``ai_edge_litert`` (run by its path, not with ``-m``, so that
-the package's own imports stay out of the measured process), reads its resident set size
-(``VmRSS``), resets the kernel's high-water mark (``echo 5 > /proc/self/clear_refs``),
-then loads the model, allocates the tensors and runs `RUNS` inferences. It prints one
-JSON line: ``peak_mb`` (the high-water mark ``VmHWM`` minus that baseline, or
-``ru_maxrss`` minus it where the mark cannot be reset), ``baseline_mb`` and ``method``.
+"""The peak-memory probe of `keras_mvit2.latency.host.peak_memory_mb` (the method is in
+that module's docstring), run by its path in a fresh process so that the package's own
+imports stay out of it: ``python memory_probe.py MODEL.tflite THREADS XNNPACK(0|1) RUNS``.
+Prints one JSON line: ``peak_mb``, ``baseline_mb`` and ``method``.
 """
 
 import json

@@ -23,14 +23,16 @@ import inspect
 import json
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from keras_mvit2.latency.attention_sweep import results_label, save_figure
 from keras_mvit2.latency.host import (
+    Log,
     _histogram_and_report,
-    host_device,
+    _quiet,
     make_interpreter,
     make_result,
     measure_interleaved,
@@ -38,7 +40,7 @@ from keras_mvit2.latency.host import (
     tflite_model_entry,
 )
 from keras_mvit2.latency.schema import BenchResult, save_results
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import atomic_output, write_json
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -71,12 +73,6 @@ DEFAULT_MODELS = (
     "efficientnetb0",
 )
 PRECISIONS = ("float32", "int8")
-
-Log = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 def _ensure_registered() -> None:
@@ -388,8 +384,6 @@ def plot_models(table: ModelsTable, path: str | os.PathLike) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from keras_mvit2.latency.attention_sweep import machine_label
-
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     markers = {"float32": "o", "int8": "s"}
     for ax, key, label in ((axes[0], "macs", "MACs (G)"), (axes[1], "params", "parameters (M)")):
@@ -413,20 +407,13 @@ def plot_models(table: ModelsTable, path: str | os.PathLike) -> None:
         ax.legend()
     axes[0].set_title("latency vs MACs")
     axes[1].set_title("latency vs parameters")
-    device = table.results[0].device if table.results else host_device()
-    runtime = table.results[0].runtime if table.results else None
-    fig.suptitle(f"{machine_label(device, runtime)}; random weights", fontsize=8)
-    fig.tight_layout()
-    with atomic_output(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    fig.suptitle(f"{results_label(table.results)}; random weights", fontsize=8)
+    save_figure(fig, path)
 
 
 def write_models_table(table: ModelsTable, out_dir: str | os.PathLike,
                        stem: str = "model_latency") -> dict[str, str]:
     """Writes ``<stem>.json`` (BenchResult list), ``<stem>.md``, ``<stem>.png``, skipped list."""
-    from keras_mvit2.latency.attention_sweep import machine_label
-
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     paths = {
@@ -436,11 +423,8 @@ def write_models_table(table: ModelsTable, out_dir: str | os.PathLike,
         "skipped": os.path.join(out_dir, f"{stem}_skipped.json"),
     }
     save_results(table.results, paths["json"])
-    with atomic_output(paths["skipped"]) as tmp, open(tmp, "w") as f:
-        json.dump(table.skipped, f, indent=2)
-    device = table.results[0].device if table.results else host_device()
-    runtime = table.results[0].runtime if table.results else None
-    text = (f"Machine: {machine_label(device, runtime)}. Random weights; int8 calibrated on "
+    write_json(paths["skipped"], table.skipped)
+    text = (f"Machine: {results_label(table.results)}. Random weights; int8 calibrated on "
             "random images (latency only).\n\n" + models_markdown(table)
             + f"\n![latency vs MACs and parameters]({os.path.basename(paths['png'])})\n")
     with atomic_output(paths["markdown"]) as tmp, open(tmp, "w") as f:

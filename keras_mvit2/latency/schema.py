@@ -7,7 +7,7 @@ import os
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import write_json
 
 SCHEMA = "keras_mvit2.bench/1"
 
@@ -82,8 +82,7 @@ class BenchResult:
 
 def save_results(results: list[BenchResult], path: str | os.PathLike) -> None:
     """Writes results as a JSON list, atomically."""
-    with atomic_output(path) as tmp, open(tmp, "w") as f:
-        json.dump([r.to_dict() for r in results], f, indent=2)
+    write_json(path, [r.to_dict() for r in results])
 
 
 def load_results(path: str | os.PathLike) -> list[BenchResult]:

@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.backend import forms
+from keras_mvit2.layers.multi_head_attention import validate_positive_ints
 
 
 @serializable
@@ -22,8 +23,8 @@ class EvalResizeCrop(keras.layers.Layer):
     `keras.ops.image.resize` runs on the TF backend; it also traces in `tf.function`), whose
     bicubic is the Keys kernel with a = -0.5 like PIL's, so downscaling matches PIL's
     area-aware resize. On JAX and PyTorch it is `keras.ops.image.resize` with the backend's
-    own antialiased kernels (a 400x300 photo to 256x256: within 5e-5 of TensorFlow's output
-    in [0, 1], 1 / 80 of a 0-255 level). Images of any size go in; batches must share one size.
+    own antialiased kernels (close to TensorFlow's). Images of any size go in; batches must
+    share one size.
 
     Input shape: `(batch, height, width, channels)`, RGB values in [0, 255] (any dtype).
     Output shape: `(batch, size, size, channels)`, float32 in [0, 1] (`scale=True`) or
@@ -47,8 +48,7 @@ class EvalResizeCrop(keras.layers.Layer):
     def __init__(self, size: int, crop_pct: float = 0.888, interpolation: str = "bicubic",
                  antialias: bool = True, scale: bool = True, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be a positive int. Received: size={size!r}")
+        validate_positive_ints(size=size)
         if not 0.0 < float(crop_pct) <= 1.0:
             raise ValueError(f"crop_pct must be in (0, 1]. Received: crop_pct={crop_pct!r}")
         self.size = size

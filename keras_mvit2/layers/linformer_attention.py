@@ -13,8 +13,8 @@ from keras_mvit2.layers.multi_head_attention import (
     merge_heads,
     softmax_last_axis,
     split_heads,
-    validate_heads,
-    validate_rate,
+    validate_positive_ints,
+    validate_rates,
 )
 from keras_mvit2.layers.token_mixer import TokenMixer
 
@@ -113,17 +113,9 @@ class LinformerSelfAttention(TokenMixer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        validate_heads("LinformerSelfAttention", num_heads)
-        if (
-            not isinstance(projected_tokens, int)
-            or isinstance(projected_tokens, bool)
-            or projected_tokens <= 0
-        ):
-            raise ValueError(
-                "LinformerSelfAttention: projected_tokens must be a positive int. "
-                f"Received: projected_tokens={projected_tokens!r}"
-            )
-        validate_rate("attn_dropout", attn_dropout)
+        validate_positive_ints(
+            "LinformerSelfAttention", num_heads=num_heads, projected_tokens=projected_tokens)
+        validate_rates(attn_dropout=attn_dropout)
         self.num_heads = num_heads
         self.projected_tokens = projected_tokens
         self.qkv_bias = qkv_bias

@@ -5,7 +5,12 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
-from keras_mvit2.layers.initializers import clone_initializer
+from keras_mvit2.layers.multi_head_attention import (
+    dense_on_tokens,
+    head_dim_of,
+    validate_positive_ints,
+    validate_rates,
+)
 from keras_mvit2.layers.token_mixer import TokenMixer
 
 NORMALIZERS = ("head_flow", "tokens")
@@ -79,11 +84,9 @@ class MobileAttention(TokenMixer):
             per-token source weights, the role attention scores play in other
             mechanisms; the official code has none). Defaults to `0.0`.
         proj_dropout: float. Dropout after the output projection. Defaults to
-            `0.0`: the standalone `Mobile_Attention.py` uses 0.05, but the vision
-            code the authors point to for the experiments (Flowformer_CV) has no
-            dropout inside the attention, and our blocks already own the dropout
-            on the attention output (`TransformerLayer(dropout=...)`), so a hidden
-            0.05 would stack on top of it. Pass `0.05` to match the standalone file.
+            `0.0`, as the authors' vision code (Flowformer_CV; the blocks own the
+            dropout on the attention output); `0.05` matches the standalone
+            `Mobile_Attention.py`.
         kernel_initializer: initializer of both projection kernels. Defaults to
             a truncated normal with stddev 0.02 (timm / Flowformer_CV).
         bias_initializer: initializer of both projection biases. Defaults to
@@ -129,19 +132,14 @@ class MobileAttention(TokenMixer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(
-                f"num_heads must be a positive int. Received: num_heads={num_heads!r}"
-            )
+        validate_positive_ints("MobileAttention", num_heads=num_heads)
         if normalizer not in NORMALIZERS:
             raise ValueError(
                 f"normalizer must be one of {NORMALIZERS}. Received: normalizer={normalizer!r}"
             )
         if not eps > 0.0:
             raise ValueError(f"eps must be positive. Received: eps={eps}")
-        for label, rate in (("attn_dropout", attn_dropout), ("proj_dropout", proj_dropout)):
-            if not 0.0 <= rate < 1.0:
-                raise ValueError(f"{label} must be in [0, 1). Received: {label}={rate}")
+        validate_rates(attn_dropout=attn_dropout, proj_dropout=proj_dropout)
         self.num_heads = num_heads
         self.normalizer = normalizer
         self.qkv_bias = qkv_bias
@@ -157,28 +155,12 @@ class MobileAttention(TokenMixer):
 
     def build_tokens(self, token_shape):
         dim = int(token_shape[-1])
-        if dim % self.num_heads:
-            raise ValueError(
-                "MobileAttention needs dim divisible by num_heads. "
-                f"Received: dim={dim}, num_heads={self.num_heads}"
-            )
         self.dim = dim
-        self.head_dim = dim // self.num_heads
-        def common():
-            return dict(
-                kernel_initializer=clone_initializer(self.kernel_initializer),
-                bias_initializer=clone_initializer(self.bias_initializer),
-                dtype=self.dtype_policy,
-            )
-
-        self.qkv = keras.layers.EinsumDense(
-            "abc,cd->abd", output_shape=(None, 3 * dim),
-            bias_axes="d" if self.qkv_bias else None, name="qkv", **common(),
-        )
+        self.head_dim = head_dim_of("MobileAttention", dim, self.num_heads)
+        inits = (self.kernel_initializer, self.bias_initializer)
+        self.qkv = dense_on_tokens(3 * dim, self.qkv_bias, "qkv", self.dtype_policy, *inits)
         self.qkv.build(tuple(token_shape))
-        self.proj = keras.layers.EinsumDense(
-            "abc,cd->abd", output_shape=(None, dim), bias_axes="d", name="proj", **common()
-        )
+        self.proj = dense_on_tokens(dim, True, "proj", self.dtype_policy, *inits)
         self.proj.build(tuple(token_shape))
         # on the float32 competition weights, also under mixed precision
         self.competition_dropout = keras.layers.Dropout(self.attn_dropout, dtype="float32")
@@ -241,11 +223,8 @@ class MobileAttention(TokenMixer):
     def _token_mixing(self, q, k, v):
         """`q (k^T v)` per head: `(B, M, N, d)` -> `(B, M, N, d)` via a `(d, d)` state.
 
-        Two BATCH_MATMUL (the transpose folds into `adj_x`). The matmul-free
-        form (d multiply + reduce passes, attention-variants.md §2.7) also
-        converts, but measured slower in LiteRT, 1 thread, N = 256, D = 128:
-        0.55-0.71 ms vs 2.3-2.7 ms with 4 heads (d = 32), 1.05-1.19 ms vs
-        2.16-2.33 ms with 16 heads (d = 8), so it is not offered.
+        Two BATCH_MATMUL (the transpose folds into `adj_x`); a matmul-free form
+        (d multiply + reduce passes) runs slower in LiteRT, so it is not offered.
         """
         kv = ops.matmul(ops.transpose(k, (0, 1, 3, 2)), v)          # (B, M, d, d)
         return ops.matmul(q, kv)                                    # (B, M, N, d)

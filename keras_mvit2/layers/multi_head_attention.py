@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
+from keras_mvit2.layers.initializers import clone_initializer
 from keras_mvit2.layers.token_mixer import TokenMixer
 
 
@@ -46,33 +47,45 @@ def softmax_last_axis(x):
         return ops.softmax(x, axis=-1)
 
 
-def dense_on_tokens(units: int, use_bias: bool, name: str, dtype) -> keras.layers.EinsumDense:
-    """A per-token linear map `(B, N, d) -> (B, N, units)`, kernel `(d, units)`.
+def dense_on_tokens(units: int, use_bias: bool, name: str, dtype,
+                    kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                    rank: int = 3) -> keras.layers.EinsumDense:
+    """A per-token linear map on the last axis of a rank-3 (or rank-4) tensor, kernel `(d, units)`.
 
     `EinsumDense` rather than `Dense`: on 3-D input it lowers to one
-    FULLY_CONNECTED in TFLite, without the shape ops that `Dense` adds.
+    FULLY_CONNECTED in TFLite, without the shape ops that `Dense` adds. Each call
+    gets its own clone of the initializers.
     """
+    if rank == 3:
+        equation, output_shape, bias_axes = "abc,cd->abd", (None, units), "d"
+    else:
+        equation, output_shape, bias_axes = "abcd,de->abce", (None, None, units), "e"
     return keras.layers.EinsumDense(
-        "abc,cd->abd",
-        output_shape=(None, units),
-        bias_axes="d" if use_bias else None,
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
+        equation,
+        output_shape=output_shape,
+        bias_axes=bias_axes if use_bias else None,
+        kernel_initializer=clone_initializer(kernel_initializer),
+        bias_initializer=clone_initializer(bias_initializer),
         name=name,
         dtype=dtype,
     )
 
 
-def validate_heads(layer_name: str, num_heads: int) -> None:
-    if not isinstance(num_heads, int) or isinstance(num_heads, bool) or num_heads <= 0:
-        raise ValueError(
-            f"{layer_name}: num_heads must be a positive int. Received: num_heads={num_heads!r}"
-        )
+def validate_positive_ints(owner: str | None = None, **values) -> None:
+    """ValueError unless each value is a positive int (bools refused), named by `owner`."""
+    prefix = f"{owner}: " if owner else ""
+    for label, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(
+                f"{prefix}{label} must be a positive int. Received: {label}={value!r}"
+            )
 
 
-def validate_rate(label: str, rate: float) -> None:
-    if not 0.0 <= rate < 1.0:
-        raise ValueError(f"{label} must be in [0, 1). Received: {label}={rate}")
+def validate_rates(**rates: float) -> None:
+    """ValueError unless each (dropout) rate is in [0, 1)."""
+    for label, rate in rates.items():
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"{label} must be in [0, 1). Received: {label}={rate}")
 
 
 def head_dim_of(layer_name: str, dim: int, num_heads: int) -> int:
@@ -152,9 +165,8 @@ class MultiHeadSelfAttention(TokenMixer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        validate_heads("MultiHeadSelfAttention", num_heads)
-        validate_rate("attn_dropout", attn_dropout)
-        validate_rate("proj_dropout", proj_dropout)
+        validate_positive_ints("MultiHeadSelfAttention", num_heads=num_heads)
+        validate_rates(attn_dropout=attn_dropout, proj_dropout=proj_dropout)
         self.num_heads = num_heads
         self.qkv_bias = qkv_bias
         self.attn_dropout = attn_dropout

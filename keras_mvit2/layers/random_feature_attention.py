@@ -9,6 +9,14 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
+from keras_mvit2.layers.multi_head_attention import (
+    dense_on_tokens,
+    head_dim_of,
+    merge_heads,
+    split_heads,
+    validate_positive_ints,
+    validate_rates,
+)
 from keras_mvit2.layers.token_mixer import TokenMixer
 
 #: Feature maps of `RandomFeatureAttention`.
@@ -109,7 +117,7 @@ class RandomFeatureAttention(TokenMixer):
     normalisation. So `tau` (and `1 / sigma`, learned per dimension) play the role
     of the paper's `sigma` in eq. (3)-(5). The projection is `sigma * W0 / tau` with
     standard-normal `W0`, as the authors' code (`build_random_matrices`), not the
-    literal `w ~ N(0, sigma^2 I)` of the paper text (see attention-variants.md §0.4).
+    literal `w ~ N(0, sigma^2 I)` of the paper text.
 
     Random matrices: a non-trainable pool of `pool_size` matrices `W0`, shape
     `(pool_size, d, D)`, is drawn at build from `seed` (numpy, so a seed gives the
@@ -122,11 +130,10 @@ class RandomFeatureAttention(TokenMixer):
     Stability and precision, as the authors' code: the denominators are clamped,
     `max(|.|, eps)` for the non-causal form (`cross_attention.py`) and `max(., eps)`
     for the causal forms (`causal_attention.py`), with `eps` relative to the
-    `sqrt(1/D)` scaling used here (the authors scale by 0.1 with `EPS = 1`;
-    attention-variants.md §3.6). Everything from the normalisation of `q`, `k`,
-    `v` to the division is computed in float32, also under a mixed-precision
-    policy (`sigma` and the pool are never autocast); only the projections run in
-    the compute dtype.
+    `sqrt(1/D)` scaling used here (the authors scale by 0.1 with `EPS = 1`).
+    Everything from the normalisation of `q`, `k`, `v` to the division is computed
+    in float32, also under a mixed-precision policy (`sigma` and the pool are never
+    autocast); only the projections run in the compute dtype.
 
     Cost: O(N M D d) time and O(M D d) extra memory for the non-causal form (no
     N x N tensor). The causal parallel form keeps the prefix states,
@@ -212,13 +219,8 @@ class RandomFeatureAttention(TokenMixer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for label, value in (("num_heads", num_heads), ("feature_dim", feature_dim),
-                             ("pool_size", pool_size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(
-                    f"RandomFeatureAttention: {label} must be a positive int. "
-                    f"Received: {label}={value!r}"
-                )
+        validate_positive_ints("RandomFeatureAttention", num_heads=num_heads,
+                               feature_dim=feature_dim, pool_size=pool_size)
         if feature_map not in FEATURE_MAPS:
             raise ValueError(
                 f"RandomFeatureAttention: feature_map must be one of {FEATURE_MAPS}. "
@@ -245,10 +247,7 @@ class RandomFeatureAttention(TokenMixer):
             raise ValueError(
                 f"RandomFeatureAttention: seed must be an int or None. Received: seed={seed!r}"
             )
-        if not 0.0 <= attn_dropout < 1.0:
-            raise ValueError(
-                f"attn_dropout must be in [0, 1). Received: attn_dropout={attn_dropout}"
-            )
+        validate_rates(attn_dropout=attn_dropout)
         self.num_heads = num_heads
         self.feature_dim = feature_dim
         self.feature_map = feature_map
@@ -271,33 +270,16 @@ class RandomFeatureAttention(TokenMixer):
 
     def build_tokens(self, token_shape):
         dim = int(token_shape[-1])
-        if dim % self.num_heads:
-            raise ValueError(
-                "RandomFeatureAttention: the token width must be divisible by num_heads. "
-                f"Received: dim={dim}, num_heads={self.num_heads}"
-            )
         self.dim = dim
-        self.head_dim = dim // self.num_heads
+        self.head_dim = head_dim_of("RandomFeatureAttention", dim, self.num_heads)
         policy = self.dtype_policy
         token_shape = tuple(token_shape)
-
-        def dense(units, use_bias, name):
-            return keras.layers.EinsumDense(
-                "abc,cd->abd",
-                output_shape=(None, units),
-                bias_axes="d" if use_bias else None,
-                kernel_initializer="glorot_uniform",
-                bias_initializer="zeros",
-                name=name,
-                dtype=policy,
-            )
-
-        self.qkv = dense(3 * dim, self.qkv_bias, "qkv")
+        self.qkv = dense_on_tokens(3 * dim, self.qkv_bias, "qkv", policy)
         self.qkv.build(token_shape)
         if self.gate:
-            self.gate_proj = dense(self.num_heads, True, "gate")
+            self.gate_proj = dense_on_tokens(self.num_heads, True, "gate", policy)
             self.gate_proj.build(token_shape)
-        self.proj = dense(dim, True, "proj")
+        self.proj = dense_on_tokens(dim, True, "proj", policy)
         self.proj.build(token_shape)
         self.sigma = self.add_weight(
             name="sigma",
@@ -362,28 +344,20 @@ class RandomFeatureAttention(TokenMixer):
             return ops.concatenate([ops.sin(z), ops.cos(z)], axis=-1) * scale  # (B, M, N, 2D)
         return ops.relu(z) * scale                                  # (B, M, N, D)
 
-    def _split_heads(self, x, num_tokens):
-        x = ops.reshape(x, (-1, num_tokens, self.num_heads, self.head_dim))  # (B, N, M, d)
-        return ops.transpose(x, (0, 2, 1, 3))                                 # (B, M, N, d)
-
     def _project(self, tokens):
         """float32 `q, k, v` `(B, M, N, d)` and the gates `(B, M, N)` (or None)."""
-        num_tokens = _static_or_dynamic(tokens, 1)
         qkv = ops.cast(self.qkv(tokens), "float32")                 # (B, N, 3C)
-        query, key, value = ops.split(qkv, 3, axis=-1)              # 3 x (B, N, C)
-        query = self._split_heads(query, num_tokens)
-        key = self._split_heads(key, num_tokens)
-        value = self._split_heads(value, num_tokens)
+        query, key, value = (split_heads(t, self.num_heads, self.head_dim)
+                             for t in ops.split(qkv, 3, axis=-1))   # 3 x (B, M, N, d)
         gates = None
         if self.gate:
             logits = ops.cast(self.gate_proj(tokens), "float32")    # (B, N, M)
             gates = ops.transpose(ops.sigmoid(logits), (0, 2, 1))   # (B, M, N)
         return query, key, value, gates
 
-    def _merge_heads(self, y, num_tokens):
-        y = ops.transpose(y, (0, 2, 1, 3))                          # (B, N, M, d)
-        y = ops.reshape(y, (-1, num_tokens, self.dim))              # (B, N, C)
-        return self.proj(ops.cast(y, self.compute_dtype))           # (B, N, C)
+    def _merge_heads(self, y):
+        """`(B, M, N, d)` -> the output projection `(B, N, C)`, in the compute dtype."""
+        return self.proj(ops.cast(merge_heads(y), self.compute_dtype))
 
     def _noncausal(self, phi_q, phi_k, value):
         kv = ops.matmul(ops.transpose(phi_k, (0, 1, 3, 2)), value)  # (B, M, F, d)
@@ -422,7 +396,7 @@ class RandomFeatureAttention(TokenMixer):
             y = self._causal(phi_q, phi_k, value, gates, num_tokens)
         else:
             y = self._noncausal(phi_q, phi_k, value)                # (B, M, N, d)
-        return self._merge_heads(y, num_tokens)
+        return self._merge_heads(y)
 
     # ------------------------------------------------------------------ streaming
 
@@ -480,7 +454,7 @@ class RandomFeatureAttention(TokenMixer):
         num = ops.squeeze(ops.matmul(ops.expand_dims(phi_q, 2), s), 2)  # (B, M, d)
         den = ops.sum(phi_q * z, axis=-1, keepdims=True)                # (B, M, 1)
         y = num / ops.maximum(den, self.epsilon)                        # (B, M, d)
-        y = self._merge_heads(ops.expand_dims(y, 2), 1)                 # (B, 1, C)
+        y = self._merge_heads(ops.expand_dims(y, 2))                    # (B, 1, C)
         return ops.squeeze(y, 1), (s, z)
 
     def _check_streaming(self):

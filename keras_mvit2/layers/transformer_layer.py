@@ -7,6 +7,7 @@ from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.functional import transformer_layer
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
+from keras_mvit2.layers.multi_head_attention import validate_rates
 from keras_mvit2.layers.stochastic_depth import StochasticDepth
 
 
@@ -68,10 +69,8 @@ class TransformerLayer(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for label, rate in (("attn_dropout", attn_dropout), ("dropout", dropout),
-                            ("ffn_dropout", ffn_dropout), ("drop_path", drop_path)):
-            if not 0.0 <= rate < 1.0:
-                raise ValueError(f"{label} must be in [0, 1). Received: {label}={rate}")
+        validate_rates(attn_dropout=attn_dropout, dropout=dropout, ffn_dropout=ffn_dropout,
+                       drop_path=drop_path)
         if ffn_dim is not None and ffn_dim <= 0:
             raise ValueError(f"ffn_dim must be positive. Received: ffn_dim={ffn_dim}")
         self.attention = attention
@@ -93,10 +92,8 @@ class TransformerLayer(keras.layers.Layer):
         hidden = self.ffn_dim or default_ffn_dim(dim)
         policy = self.dtype_policy
         self.norm1 = GroupNorm1(self.norm_epsilon, name="norm1", dtype=policy)
-        attn_kwargs = {"name": "attn", "dtype": policy}
-        if self.attn_dropout:
-            attn_kwargs["attn_dropout"] = self.attn_dropout
-        self.attn = attention_registry.get(self.attention, **attn_kwargs)
+        dropout = {"attn_dropout": self.attn_dropout} if self.attn_dropout else {}
+        self.attn = attention_registry.get(self.attention, name="attn", dtype=policy, **dropout)
         self.norm2 = GroupNorm1(self.norm_epsilon, name="norm2", dtype=policy)
         self.fc1 = keras.layers.Conv2D(
             hidden, 1, kernel_initializer=clone_initializer(self.kernel_initializer),

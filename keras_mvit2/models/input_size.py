@@ -77,14 +77,7 @@ def with_input_size(model: keras.Model, image_size=None) -> keras.Model:
     >>> keras_mvit2.with_input_size(model, (224, 320)).input_shape
     (None, 224, 320, 3)
     """
-    inputs = getattr(model, "inputs", None)
-    if not inputs or len(inputs) != 1 or len(inputs[0].shape) != 4:
-        raise ValueError(
-            "with_input_size needs a model with one (batch, height, width, channels) input. "
-            f"Received: model={getattr(model, 'name', model)!r} with inputs "
-            f"{[tuple(t.shape) for t in inputs or []]}"
-        )
-    shape = tuple(inputs[0].shape)
+    shape = _image_input_shape(model, "with_input_size")
     size = default_export_size(model) if image_size is None else _as_hw(image_size)
     for side, (static, wanted) in zip(("height", "width"), zip(shape[1:3], size, strict=True),
                                       strict=True):
@@ -113,13 +106,7 @@ def with_dynamic_size(model: keras.Model) -> keras.Model:
     >>> keras_mvit2.models.input_size.with_dynamic_size(model).input_shape
     (None, None, None, 3)
     """
-    inputs = getattr(model, "inputs", None)
-    if not inputs or len(inputs) != 1 or len(inputs[0].shape) != 4:
-        raise ValueError(
-            "with_dynamic_size needs a model with one (batch, height, width, channels) "
-            f"input. Received: model={getattr(model, 'name', model)!r}"
-        )
-    if tuple(inputs[0].shape[1:3]) == (None, None):
+    if _image_input_shape(model, "with_dynamic_size")[1:3] == (None, None):
         return model
     sized = [layer.name for layer in model._flatten_layers(include_self=False)
              if getattr(layer, "size", None) is not None
@@ -130,6 +117,18 @@ def with_dynamic_size(model: keras.Model) -> keras.Model:
             "build it with input_shape=(None, None, 3) to run it at any size."
         )
     return _clone_at(model, (None, None))
+
+
+def _image_input_shape(model: keras.Model, what: str) -> tuple:
+    """The shape of `model`'s one `(batch, H, W, C)` input, else a ValueError naming `what`."""
+    inputs = getattr(model, "inputs", None)
+    if not inputs or len(inputs) != 1 or len(inputs[0].shape) != 4:
+        raise ValueError(
+            f"{what} needs a model with one (batch, height, width, channels) input. "
+            f"Received: model={getattr(model, 'name', model)!r} with inputs "
+            f"{[tuple(t.shape) for t in inputs or []]}"
+        )
+    return tuple(inputs[0].shape)
 
 
 def _clone_at(model: keras.Model, size: tuple) -> keras.Model:

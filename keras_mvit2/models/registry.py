@@ -17,6 +17,20 @@ def register_model(builder: Callable[..., keras.Model]) -> Callable[..., keras.M
     return builder
 
 
+def register_builder(name: str, build: Callable[..., keras.Model],
+                     doc: str) -> Callable[..., keras.Model]:
+    """Registers a builder `name` that calls `build(name=name, **kwargs)` (a given `name`
+    wins), documented by `doc`."""
+
+    def builder(**kwargs) -> keras.Model:
+        kwargs.setdefault("name", name)
+        return build(**kwargs)
+
+    builder.__name__ = builder.__qualname__ = name
+    builder.__doc__ = doc
+    return register_model(builder)
+
+
 def list_models(pattern: str = "*") -> list[str]:
     """Registered model names matching a shell-style `pattern`, sorted."""
     return sorted(n for n in _MODEL_BUILDERS if fnmatch.fnmatch(n, pattern))

@@ -36,107 +36,55 @@ from keras_mvit2.layers.inverted_residual import InvertedResidual
 from keras_mvit2.layers.multi_head_attention import MultiHeadSelfAttention
 from keras_mvit2.models.mobilevit.mobilevit_block import MobileViTBlock
 from keras_mvit2.models.vit.vit_layers import ClassTokenPositionEmbedding, PatchEmbedding, ViTBlock
-from keras_mvit2.weights.port import PortTarget, assign_values, listing, match_state
-from keras_mvit2.weights.torch_checkpoint import (
-    read_torch_state_dict,
+from keras_mvit2.weights.port import (
+    PortTarget,
+    add_batch_norm,
+    add_conv,
+    add_inverted_residual,
+    add_linear,
+    add_norm,
+    find_network,
+    port_state,
+    source_name,
+    sublayer,
 )
+from keras_mvit2.weights.torch_checkpoint import read_torch_state_dict
 
-
-def _layer(owner, attribute: str, kind: type, family: str):
-    layer = getattr(owner, attribute, None)
-    if not isinstance(layer, kind):
-        raise ValueError(
-            f"Layer {owner.name!r} has no {kind.__name__} {attribute!r} (is it built?); it is "
-            f"not a {family} layer of keras_mvit2."
-        )
-    return layer
-
-
-def _add_conv(targets: dict, key: str, layer) -> None:
-    if isinstance(layer, keras.layers.DepthwiseConv2D):
-        if layer.depth_multiplier != 1:
-            raise ValueError(f"Layer {layer.name!r}: depth_multiplier must be 1 to port.")
-        targets[f"{key}.weight"] = PortTarget(layer.kernel, "depthwise")
-    elif isinstance(layer, keras.layers.Conv2D) and getattr(layer, "groups", 1) == 1:
-        targets[f"{key}.weight"] = PortTarget(layer.kernel, "conv")
-    else:
-        raise ValueError(f"Layer {layer.name!r} should be an ungrouped Conv2D or a depthwise conv.")
-    if layer.use_bias:
-        targets[f"{key}.bias"] = PortTarget(layer.bias, "copy")
-
-
-def _add_bn(targets: dict, key: str, layer) -> None:
-    if not isinstance(layer, keras.layers.BatchNormalization) or not (layer.scale and layer.center):
-        raise ValueError(f"Layer {layer.name!r} should be a BatchNormalization with scale/center.")
-    targets[f"{key}.weight"] = PortTarget(layer.gamma, "copy")
-    targets[f"{key}.bias"] = PortTarget(layer.beta, "copy")
-    targets[f"{key}.running_mean"] = PortTarget(layer.moving_mean, "copy")
-    targets[f"{key}.running_var"] = PortTarget(layer.moving_variance, "copy")
-
-
-def _add_layer_norm(targets: dict, key: str, layer) -> None:
-    if not isinstance(layer, keras.layers.LayerNormalization) or not (layer.scale and layer.center):
-        raise ValueError(f"Layer {layer.name!r} should be a LayerNormalization with scale/center.")
-    targets[f"{key}.weight"] = PortTarget(layer.gamma, "copy")
-    targets[f"{key}.bias"] = PortTarget(layer.beta, "copy")
-
-
-def _add_linear(targets: dict, key: str, layer) -> None:
-    """`Dense` or `EinsumDense` with a `(in, out)` kernel <- torch `Linear` `(out, in)`."""
-    if not isinstance(layer, keras.layers.Dense | keras.layers.EinsumDense) or len(
-        layer.kernel.shape
-    ) != 2:
-        raise ValueError(f"Layer {layer.name!r} should be a Dense/EinsumDense with a 2-D kernel.")
-    targets[f"{key}.weight"] = PortTarget(layer.kernel, "dense")
-    bias = getattr(layer, "bias", None)
-    if bias is not None:
-        targets[f"{key}.bias"] = PortTarget(bias, "copy")
+_LAYER = keras.layers.Layer
 
 
 def _add_vit_block(targets: dict, key: str, block: ViTBlock, family: str) -> None:
-    _add_layer_norm(targets, f"{key}.norm1", _layer(block, "norm1", keras.layers.Layer, family))
-    attn = _layer(block, "attn", keras.layers.Layer, family)
+    add_norm(targets, f"{key}.norm1", sublayer(block, "norm1", _LAYER, family))
+    attn = sublayer(block, "attn", _LAYER, family)
     if type(attn) is not MultiHeadSelfAttention:
         raise ValueError(
             f"timm {family} checkpoints hold multi-head attention weights (attn.qkv, attn.proj), "
             f"but layer {block.name!r} uses {type(attn).__name__}. Build the model with "
             "attention='mha' to load them."
         )
-    _add_linear(targets, f"{key}.attn.qkv", attn.qkv)
-    _add_linear(targets, f"{key}.attn.proj", attn.proj)
-    _add_layer_norm(targets, f"{key}.norm2", _layer(block, "norm2", keras.layers.Layer, family))
-    _add_linear(targets, f"{key}.mlp.fc1", _layer(block, "fc1", keras.layers.Layer, family))
-    _add_linear(targets, f"{key}.mlp.fc2", _layer(block, "fc2", keras.layers.Layer, family))
-
-
-def _add_inverted_residual(targets: dict, key: str, block: InvertedResidual) -> None:
-    family = "MobileViT"
-    for conv, bn, part in (
-        ("expand_conv", "expand_bn", "conv1_1x1"),
-        ("depthwise_conv", "depthwise_bn", "conv2_kxk"),
-        ("project_conv", "project_bn", "conv3_1x1"),
-    ):
-        _add_conv(targets, f"{key}.{part}.conv", _layer(block, conv, keras.layers.Layer, family))
-        _add_bn(targets, f"{key}.{part}.bn", _layer(block, bn, keras.layers.Layer, family))
+    add_linear(targets, f"{key}.attn.qkv", attn.qkv)
+    add_linear(targets, f"{key}.attn.proj", attn.proj)
+    add_norm(targets, f"{key}.norm2", sublayer(block, "norm2", _LAYER, family))
+    add_linear(targets, f"{key}.mlp.fc1", sublayer(block, "fc1", _LAYER, family))
+    add_linear(targets, f"{key}.mlp.fc2", sublayer(block, "fc2", _LAYER, family))
 
 
 def _add_mobilevit_block(targets: dict, key: str, block: MobileViTBlock) -> None:
-    family = "MobileViT"
-    layer = keras.layers.Layer
-    _add_conv(targets, f"{key}.conv_kxk.conv", _layer(block, "conv_kxk", layer, family))
-    _add_bn(targets, f"{key}.conv_kxk.bn", _layer(block, "conv_kxk_bn", layer, family))
-    _add_conv(targets, f"{key}.conv_1x1", _layer(block, "conv_1x1", layer, family))
+    def part(name):
+        return sublayer(block, name, _LAYER, "MobileViT")
+
+    add_conv(targets, f"{key}.conv_kxk.conv", part("conv_kxk"))
+    add_batch_norm(targets, f"{key}.conv_kxk.bn", part("conv_kxk_bn"))
+    add_conv(targets, f"{key}.conv_1x1", part("conv_1x1"))
     transformer = getattr(block, "transformer", None)
     if not isinstance(transformer, list) or not transformer:
         raise ValueError(f"Layer {block.name!r} has no transformer blocks (is it built?).")
     for k, vit_block in enumerate(transformer):
-        _add_vit_block(targets, f"{key}.transformer.{k}", vit_block, family)
-    _add_layer_norm(targets, f"{key}.norm", _layer(block, "norm", layer, family))
-    _add_conv(targets, f"{key}.conv_proj.conv", _layer(block, "conv_proj", layer, family))
-    _add_bn(targets, f"{key}.conv_proj.bn", _layer(block, "conv_proj_bn", layer, family))
-    if block.fusion:
-        _add_conv(targets, f"{key}.conv_fusion.conv", _layer(block, "conv_fusion", layer, family))
-        _add_bn(targets, f"{key}.conv_fusion.bn", _layer(block, "conv_fusion_bn", layer, family))
+        _add_vit_block(targets, f"{key}.transformer.{k}", vit_block, "MobileViT")
+    add_norm(targets, f"{key}.norm", part("norm"))
+    for name in ("conv_proj", "conv_fusion") if block.fusion else ("conv_proj",):
+        add_conv(targets, f"{key}.{name}.conv", part(name))
+        add_batch_norm(targets, f"{key}.{name}.bn", part(f"{name}_bn"))
 
 
 def _named(net: keras.Model, name: str):
@@ -153,15 +101,15 @@ def _mobilevit_targets(net: keras.Model) -> dict[str, PortTarget]:
             raise ValueError(
                 f"Model {net.name!r} is not a keras_mvit2 MobileViT: no layer {name!r}."
             )
-    _add_conv(targets, "stem.conv", net.get_layer("stem_conv"))
-    _add_bn(targets, "stem.bn", net.get_layer("stem_bn"))
+    add_conv(targets, "stem.conv", net.get_layer("stem_conv"))
+    add_batch_norm(targets, "stem.bn", net.get_layer("stem_bn"))
     for layer in net.layers:
         parts = layer.name.removeprefix("stage").split("_block")
         if len(parts) != 2 or not all(p.isdigit() for p in parts):
             continue
         key = f"stages.{int(parts[0])}.{int(parts[1])}"
         if isinstance(layer, InvertedResidual):
-            _add_inverted_residual(targets, key, layer)
+            add_inverted_residual(targets, key, layer, "MobileViT")
         elif isinstance(layer, MobileViTBlock):
             _add_mobilevit_block(targets, key, layer)
         else:
@@ -169,11 +117,11 @@ def _mobilevit_targets(net: keras.Model) -> dict[str, PortTarget]:
                 f"Model {net.name!r}: layer {layer.name!r} is a {type(layer).__name__}, not an "
                 "InvertedResidual or a MobileViTBlock."
             )
-    _add_conv(targets, "final_conv.conv", net.get_layer("final_conv"))
-    _add_bn(targets, "final_conv.bn", net.get_layer("final_bn"))
+    add_conv(targets, "final_conv.conv", net.get_layer("final_conv"))
+    add_batch_norm(targets, "final_conv.bn", net.get_layer("final_bn"))
     head = _named(net, "predictions")
     if head is not None:
-        _add_linear(targets, "head.fc", head)
+        add_linear(targets, "head.fc", head)
     return targets
 
 
@@ -183,7 +131,7 @@ def _vit_targets(net: keras.Model) -> dict[str, PortTarget]:
     if len(embeds) != 1:
         raise ValueError(f"Model {net.name!r} should have one PatchEmbedding.")
     embed = embeds[0]
-    _add_conv(targets, "patch_embed.proj", _layer(embed, "proj", keras.layers.Layer, "ViT"))
+    add_conv(targets, "patch_embed.proj", sublayer(embed, "proj", _LAYER, "ViT"))
     cls_pos = [layer for layer in net.layers if isinstance(layer, ClassTokenPositionEmbedding)]
     if len(cls_pos) != 1:
         raise ValueError(f"Model {net.name!r} should have one ClassTokenPositionEmbedding.")
@@ -195,20 +143,15 @@ def _vit_targets(net: keras.Model) -> dict[str, PortTarget]:
     norm = _named(net, "norm")
     if norm is None:
         raise ValueError(f"Model {net.name!r} is not a keras_mvit2 ViT: no layer 'norm'.")
-    _add_layer_norm(targets, "norm", norm)
+    add_norm(targets, "norm", norm)
     head = _named(net, "predictions")
     if head is not None:
-        _add_linear(targets, "head", head)
+        add_linear(targets, "head", head)
     return targets
 
 
 def _find_network(model: keras.Model) -> tuple[keras.Model, str]:
     """`(network, family)`: `model` itself or the one model nested in it."""
-    if not isinstance(model, keras.Model):
-        raise TypeError(
-            "load_timm_weights expects a keras.Model built by keras_mvit2 (MobileViT or ViT). "
-            f"Received: {type(model).__name__}"
-        )
 
     def family(net: keras.Model) -> str | None:
         if any(isinstance(layer, PatchEmbedding) for layer in net.layers):
@@ -217,15 +160,10 @@ def _find_network(model: keras.Model) -> tuple[keras.Model, str]:
             return "mobilevit"
         return None
 
-    found = family(model)
-    if found:
-        return model, found
-    nested = [
-        (layer, family(layer)) for layer in model.layers
-        if isinstance(layer, keras.Model) and family(layer)
-    ]
-    if len(nested) == 1:
-        return nested[0]
+    net, found = find_network(model, family, "load_timm_weights expects a keras.Model built "
+                              "by keras_mvit2 (MobileViT or ViT)")
+    if net is not None:
+        return net, found
     raise ValueError(
         f"load_timm_weights ports MobileViT v1 and ViT / DeiT models of keras_mvit2; model "
         f"{model.name!r} is neither (for MobileViTv2 use keras_mvit2.load_torch_weights)."
@@ -300,29 +238,9 @@ def load_timm_weights(
     """
     targets, family = timm_port_targets(model)  # checks the model before reading a file
     state = read_torch_state_dict(path_or_state_dict)
-    source = (
-        "the given state dict" if isinstance(path_or_state_dict, Mapping)
-        else repr(os.fspath(path_or_state_dict))
+    port_state(
+        state, targets, has_head=any(k.startswith("head.") for k in targets),
+        what=(f"Cannot load {source_name(path_or_state_dict)} into model {model.name!r} "
+              f"(timm {family})"),
+        shape_hint=_hints(state, targets, family),
     )
-    has_head = any(k.startswith("head.") for k in targets)
-
-    unexpected = [
-        k for k in state if k not in targets and not (not has_head and k.startswith("head."))
-    ]
-    missing, mismatched, values = match_state(state, targets)
-
-    if missing or unexpected or mismatched:
-        parts = [f"Cannot load {source} into model {model.name!r} (timm {family}); "
-                 "nothing was loaded."]
-        if mismatched:
-            parts.append(f"- {len(mismatched)} tensor(s) with a wrong shape:\n"
-                         + listing(mismatched) + _hints(state, targets, family))
-        if missing:
-            parts.append(f"- {len(missing)} tensor(s) the model needs are missing from the "
-                         "checkpoint:\n" + listing(missing))
-        if unexpected:
-            parts.append(f"- {len(unexpected)} unexpected tensor(s) in the checkpoint (not in "
-                         "this model):\n" + listing(unexpected))
-        raise ValueError("\n".join(parts))
-
-    assign_values(values)

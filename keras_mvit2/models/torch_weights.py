@@ -25,13 +25,6 @@ from keras_mvit2.weights.torch_checkpoint import read_torch_state_dict
 __all__ = ["convert_weights", "load_torch_weights"]
 
 
-def _layers(model: keras.Model):
-    for layer in model.layers:
-        yield layer
-        if isinstance(layer, keras.Model):
-            yield from _layers(layer)
-
-
 def load_torch_weights(
     model: keras.Model, path_or_state_dict: str | os.PathLike | Mapping[str, Any]
 ) -> None:
@@ -43,7 +36,7 @@ def load_torch_weights(
     """
     if not isinstance(model, keras.Model):
         raise TypeError(f"load_torch_weights needs a keras.Model. Received: {type(model)!r}")
-    layers = list(_layers(model))
+    layers = list(model._flatten_layers(include_self=False))
     if any(isinstance(layer, MobileViTV2Block) for layer in layers):
         mobilevitv2_port.load_torch_weights(model, path_or_state_dict)
     elif any(isinstance(layer, MobileViTBlock | PatchEmbedding) for layer in layers):

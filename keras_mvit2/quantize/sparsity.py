@@ -13,13 +13,10 @@ or without bias) and ``Dense`` / ``EinsumDense`` layer, wherever it sits:
   registry;
 * inside keras_mvit2's composite layers (`InvertedResidual`'s expand/project
   convs, `MobileViTV2Block`'s local/projection convs, the FFN convs and the
-  attention projections of every `TransformerLayer`): TFMOT wraps only
-  top-level layers and reaches a layer's weights only through that layer, so the
-  twin's composite layers expose their nested kernels: for pruning through
-  ``get_prunable_weights()`` (which `prune_low_magnitude` accepts on any layer),
-  for clustering as a `ClusterableLayer` whose weight names are attribute paths
-  (``"transformer.0.fc1.kernel"``) resolved by a `ClusterWeights` wrapper
-  subclass (TFMOT's own wrapper only reaches direct attributes).
+  attention projections of every `TransformerLayer`): TFMOT wraps only top-level
+  layers, so the twin's composite layers expose their nested kernels
+  (``get_prunable_weights()``; for clustering, attribute-path weight names such as
+  ``"transformer.0.fc1.kernel"`` that a `ClusterWeights` subclass resolves).
 
 Not pruned or clustered: depthwise kernels (TFMOT's registries leave
 ``DepthwiseConv2D`` out as well: 9 weights per channel), biases, normalization
@@ -389,11 +386,29 @@ def _kernel_paths(weight_map: Mapping[str, Any], variables) -> list[str]:
     return [p for p, v in weight_map.items() if id(v) in ids]
 
 
-def _finish_worker(ctx, model, weight_map, variables, history, epochs, extra):
+def _fit(ctx, model, task: str, callbacks=()):
+    """Fine-tunes the wrapped twin on the job's data; the Keras `History`."""
+    job = ctx.job
+    epochs, steps = int(job["epochs"]), int(job["steps_per_epoch"])
+    dataset, _ = ctx.dataset(job["train"], batch_size=job["batch_size"], shuffle=True)
+    ctx.compile(model, job["learning_rate"])
+    return model.fit(dataset, epochs=epochs, steps_per_epoch=steps, verbose=0,
+                     callbacks=[*callbacks, ctx.progress_callback(task, epochs, steps)])
+
+
+def _strip_clustering(layer) -> None:
+    """Writes a `ClusterWeights` wrapper's clustered values into its original kernels."""
+    for name, original in layer.original_clusterable_weights.items():
+        original.assign(layer.get_weight_from_layer(name))
+        layer.set_weight_to_layer(name, original)
+
+
+def _finish_worker(ctx, weight_map, variables, history, extra):
     from keras_mvit2.quantize._worker_common import write_twin_weights
 
     write_twin_weights(weight_map, ctx.job["weights_out"])
-    per_epoch = [{k: float(v[i]) for k, v in history.history.items()} for i in range(epochs)]
+    per_epoch = [{k: float(v[i]) for k, v in history.history.items()}
+                 for i in range(int(ctx.job["epochs"]))]
     return {"weights_out": ctx.job["weights_out"], "kernels": _kernel_paths(weight_map, variables),
             "history": per_epoch, **extra}
 
@@ -439,17 +454,12 @@ def worker_prune(ctx) -> dict[str, Any]:
     model = tf_keras.models.clone_model(twin, clone_function=wrap)
     ctx.log(f"pruning {len(pruned_vars)} kernels to {job['target_sparsity']:.0%} sparsity "
             f"(polynomial decay, masks updated every {frequency} steps until step {end_step})")
-    dataset, _ = ctx.dataset(job["train"], batch_size=job["batch_size"], shuffle=True)
-    ctx.compile(model, job["learning_rate"])
-    history = model.fit(
-        dataset, epochs=epochs, steps_per_epoch=steps, verbose=0,
-        callbacks=[sparsity.UpdatePruningStep(), ctx.progress_callback("prune", epochs, steps)],
-    )
+    history = _fit(ctx, model, "prune", [sparsity.UpdatePruningStep()])
     sparsity.strip_pruning(model)   # applies the final masks to the twin's variables
     achieved = [float(np.mean(v.numpy() == 0)) for v in pruned_vars]
     ctx.log(f"sparsity of the pruned kernels: min {min(achieved):.3f}, "
             f"mean {np.mean(achieved):.3f}")
-    return _finish_worker(ctx, model, weight_map, pruned_vars, history, epochs, {
+    return _finish_worker(ctx, weight_map, pruned_vars, history, {
         "twin_max_abs_diff": diff,
         "schedule": {"kind": "PolynomialDecay", "initial_sparsity": job["initial_sparsity"],
                      "final_sparsity": job["target_sparsity"], "begin_step": 0,
@@ -479,12 +489,6 @@ def worker_cluster(ctx) -> dict[str, Any]:
 
         def set_weight_to_layer(self, weight_name, new_weight):
             _worker_common.path_set(self.layer, weight_name, new_weight)
-
-        def strip_clustering(self):
-            for name, original in self.original_clusterable_weights.items():
-                original.assign(self.get_weight_from_layer(name))
-                self.set_weight_to_layer(name, original)
-            return self.layer
 
     def clusterable(cls):
         if not cls.__module__.startswith("keras_mvit2."):
@@ -517,23 +521,11 @@ def worker_cluster(ctx) -> dict[str, Any]:
 
     model = tf_keras.models.clone_model(twin, clone_function=wrap)
     ctx.log(f"clustering {len(clustered_vars)} kernels into {k} shared values each")
-    dataset, _ = ctx.dataset(job["train"], batch_size=job["batch_size"], shuffle=True)
-    epochs, steps = int(job["epochs"]), int(job["steps_per_epoch"])
-    ctx.compile(model, job["learning_rate"])
-    history = model.fit(
-        dataset, epochs=epochs, steps_per_epoch=steps, verbose=0,
-        callbacks=[ctx.progress_callback("cluster", epochs, steps)],
-    )
+    history = _fit(ctx, model, "cluster")
     for layer in model.layers:
         if isinstance(layer, cluster_wrapper.ClusterWeights):
             layer.update_clustered_weights_associations()
-            if isinstance(layer, NestedClusterWeights):
-                layer.strip_clustering()
-            else:
-                for name, original in layer.original_clusterable_weights.items():
-                    original.assign(layer.get_weight_from_layer(name))
-                    layer.set_weight_to_layer(name, original)
+            _strip_clustering(layer)
     counts = [int(np.unique(v.numpy()).size) for v in clustered_vars]
     ctx.log(f"distinct values per clustered kernel: max {max(counts)} (target <= {k})")
-    return _finish_worker(ctx, model, weight_map, clustered_vars, history, epochs,
-                          {"twin_max_abs_diff": diff})
+    return _finish_worker(ctx, weight_map, clustered_vars, history, {"twin_max_abs_diff": diff})

@@ -10,9 +10,8 @@ records. The parent never imports TensorFlow (beside PyTorch it would crash a co
 the child's progress lines are passed on to `log` as they come (the child process runs
 through `keras_mvit2.backend.child`, as the TFMOT worker of `keras_mvit2.quantize` does).
 
-The int8 file comes from the TensorFlow road on every backend: measured on the fine-tuning
-benchmark's models, the PyTorch road's int8 agrees with Keras on 66.6 % of the test photos
-against 73.7 % for the TensorFlow road's (docs/int8.md, "Through the PyTorch road").
+The int8 file comes from the TensorFlow road on every backend: it agrees with Keras more
+often than the PyTorch road's (docs/int8.md, "Through the PyTorch road").
 """
 
 from __future__ import annotations

@@ -10,15 +10,12 @@ target's file is instead the optimizer's choice (`keras_mvit2.optimizer.optimize
 default objective: the smallest candidate within the top-1 budget, measured on the same
 held-out images, that is not slower than float32 on this host), in the same records.
 
-Quantization-aware training (`qat`, the run's own training images): where the default int8
-`.tflite` scores more than `WARN_DROP_POINTS` top-1 points below Keras on the held-out
-images, the ``qat_int8`` file (the optimizer's candidate: a short QAT towards the Keras
-model's own answers on the training images, the same full-int8 file with the same metadata)
-is built and validated too; it becomes `phone/model_int8.tflite` if it loses fewer points
-(the post-training file is kept as `phone/model_int8_post_training.tflite`, the record's
-`note` says so; the warning stays, and says so, if it still loses more than those points),
-else the post-training file stays and the warning says that QAT did not fix it. With `max_drop` the
-optimizer offers ``qat_int8`` when no post-training int8 file meets the budget.
+Quantization-aware training (`qat`): where the default int8 `.tflite` scores more than
+`WARN_DROP_POINTS` top-1 points below Keras on the held-out images, the ``qat_int8`` file
+(the optimizer's candidate, trained on the run's own training images) is built and validated
+too, and replaces it where it loses fewer points (`ship_qat`; the post-training file is kept
+as `POST_TRAINING_FILE`). With `max_drop` the optimizer offers ``qat_int8`` when no
+post-training int8 file meets the budget.
 """
 
 from __future__ import annotations
@@ -61,12 +58,6 @@ class PhoneData:
     calibration: np.ndarray
     images: np.ndarray | None
     labels: np.ndarray | None
-
-
-def _coreml_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("coremltools") is not None
 
 
 def _latency(target: Any, path: str, runs: int) -> dict[str, Any] | None:
@@ -132,6 +123,7 @@ def _export_phone_files(
         `optimizer_report`; where QAT was tried, `qat` (its settings and figures,
         `shipped`, the post-training file's figures, or the `error` that stopped it).
     """
+    from keras_mvit2.demo import coreml_available
     from keras_mvit2.export import get_target, validate
     from keras_mvit2.export.validate import reference_outputs
 
@@ -153,7 +145,7 @@ def _export_phone_files(
         record: dict[str, Any] = {"target": name, "format": target.display_name,
                                   "path": os.path.relpath(path, run_dir),
                                   "quantization": quantization, "note": None}
-        if name == "coreml" and not _coreml_installed():
+        if name == "coreml" and not coreml_available():
             record.update(path=None, note="skipped: pip install 'keras_mvit2[coreml]'")
             records.append(record)
             continue

@@ -44,6 +44,7 @@ from typing import Any
 
 from keras_mvit2.demo import DemoStep
 from keras_mvit2.ship.data_check import DataCheck, check_training_data
+from keras_mvit2.ship.model_card import _mb, _pct, write_model_card
 from keras_mvit2.ship.phone_files import (
     DEFAULT_TARGETS,
     export_warnings,
@@ -92,14 +93,6 @@ class ShipResult:
     paths: dict[str, str | None]
     steps: list[DemoStep]
     seconds: float
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f} %"
-
-
-def _size(size_bytes: int | None) -> str:
-    return "-" if size_bytes is None else f"{size_bytes / 1e6:.2f} MB"
 
 
 def _recipe(config: Any, train: Any, freeze_backbone: bool) -> dict[str, Any]:
@@ -180,7 +173,6 @@ def finetune_to_phone(
         qat_settings,
     )
     from keras_mvit2.ship.export_step import ExportOptions, export_run_files
-    from keras_mvit2.ship.model_card import write_model_card
     from keras_mvit2.training.records import update_run_json
 
     if io_dtype not in ("float32", "uint8"):
@@ -306,7 +298,7 @@ def _export_step(record: dict[str, Any], run_dir: str, seconds: float) -> DemoSt
     name = file_kind(record)
     if record["path"] is None:
         return DemoStep(name, record["note"] or "skipped", None, 0.0)
-    parts = [_size(record.get("size_bytes"))]
+    parts = [_mb(record.get("size_bytes"))]
     if record.get("top1_agreement") is not None:
         parts.append(f"top-1 {_pct(record['top1'])}, agrees with Keras on "
                      f"{_pct(record['top1_agreement'])}")

@@ -57,7 +57,6 @@ __all__ = [
     "segmentation_dataset",
 ]
 
-#: Where the Debian package `dataset-fashion-mnist` installs the IDX files.
 FASHION_MNIST_CLASSES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
@@ -558,6 +557,14 @@ def _indices_with_seeds(count: int, seed: int | None, training: bool) -> tf.data
     return tf.data.Dataset.range(2**62).flat_map(epoch)
 
 
+def _batches(fn, count: int, batch_size: int, seed: int | None,
+             training: bool) -> tf.data.Dataset:
+    """`fn(index, seed)` over `_indices_with_seeds`, batched (full batches in training)."""
+    ds = _indices_with_seeds(count, seed, training)
+    ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+
+
 def segmentation_dataset(
     images: np.ndarray,
     masks: np.ndarray,
@@ -592,9 +599,7 @@ def segmentation_dataset(
             return augment_segmentation_example(image, mask, s, crop_size, augment, ignore_index)
         return image, mask
 
-    ds = _indices_with_seeds(len(images), seed, training)
-    ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+    return _batches(fn, len(images), batch_size, seed, training)
 
 
 def detection_targets(boxes, labels, anchors, config: AnchorConfig):
@@ -648,6 +653,4 @@ def detection_dataset(
             image = tf.image.resize(image, image_size)
         return image, detection_targets(b, lab, anchors, config)
 
-    ds = _indices_with_seeds(len(images), seed, training)
-    ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+    return _batches(fn, len(images), batch_size, seed, training)

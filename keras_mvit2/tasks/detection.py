@@ -41,6 +41,7 @@ from keras_mvit2.backend import require_tensorflow
 from keras_mvit2.layers.inverted_residual import batch_norm
 from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.models.mobilevitv2.mobilevitv2_features import mobilevitv2_features
+from keras_mvit2.tasks.segmentation import _check_classes, _load_model_weights
 
 __all__ = [
     "AnchorConfig",
@@ -132,11 +133,7 @@ class AnchorConfig:
 
 
 def _unique(ratios: Sequence[float]) -> list[float]:
-    out: list[float] = []
-    for r in ratios:
-        if r not in out:
-            out.append(r)
-    return out
+    return list(dict.fromkeys(ratios))
 
 
 def ssd_anchors(
@@ -367,11 +364,7 @@ def SSDLite(  # noqa: N802 (keras.applications naming)
         anchors (`None` for a model built for any size) and `model.anchor_config` their
         `AnchorConfig`.
     """
-    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
-        raise ValueError(
-            "classes must be an int >= 2 (background included, e.g. 81 for COCO). "
-            f"Received: classes={classes!r}"
-        )
+    _check_classes(classes, "background included, e.g. 81 for COCO")
     config = anchor_config or AnchorConfig()
     strides = list(config.output_strides)
     proj_channels = list(proj_channels) + [128] * (len(strides) - len(proj_channels))
@@ -452,12 +445,7 @@ def SSDLite(  # noqa: N802 (keras.applications naming)
         model.feature_sizes = sizes
         if model.anchors.shape[0] != predictions.shape[1]:  # pragma: no cover - internal
             raise RuntimeError("anchor count does not match the head outputs")
-    if weights is not None:
-        weights = os.fspath(weights)
-        if not os.path.exists(weights):
-            raise FileNotFoundError(f"Weights file not found: {weights!r}")
-        model.load_weights(weights)
-    return model
+    return _load_model_weights(model, weights)
 
 
 def anchors_for_model(model: keras.Model, config: AnchorConfig | None = None,

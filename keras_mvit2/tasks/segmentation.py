@@ -127,19 +127,13 @@ class AdaptiveAveragePooling2D(keras.layers.Layer):
     def call(self, inputs):
         height, width = inputs.shape[1], inputs.shape[2]
         oh, ow = self.output_size
+        bins = self.bins
         if height is None or width is None:  # a model built for any input size
             if (oh, ow) == (1, 1):
                 return ops.mean(inputs, axis=(1, 2), keepdims=True)
             height, width = spatial_size(inputs)
-            rows = []
-            for h0, h1 in self.runtime_bins(height, oh):
-                cols = [
-                    ops.mean(inputs[:, h0:h1, w0:w1, :], axis=(1, 2), keepdims=True)
-                    for w0, w1 in self.runtime_bins(width, ow)
-                ]
-                rows.append(ops.concatenate(cols, axis=2) if len(cols) > 1 else cols[0])
-            return ops.concatenate(rows, axis=1) if len(rows) > 1 else rows[0]
-        if height % oh == 0 and width % ow == 0:
+            bins = self.runtime_bins
+        elif height % oh == 0 and width % ow == 0:
             ph, pw = height // oh, width // ow
             if (ph, pw) == (1, 1):
                 return inputs
@@ -147,10 +141,10 @@ class AdaptiveAveragePooling2D(keras.layers.Layer):
                 return ops.mean(inputs, axis=(1, 2), keepdims=True)
             return ops.average_pool(inputs, (ph, pw), strides=(ph, pw), padding="valid")
         rows = []
-        for h0, h1 in self.bins(height, oh):
+        for h0, h1 in bins(height, oh):
             cols = [
                 ops.mean(inputs[:, h0:h1, w0:w1, :], axis=(1, 2), keepdims=True)
-                for w0, w1 in self.bins(width, ow)
+                for w0, w1 in bins(width, ow)
             ]
             rows.append(ops.concatenate(cols, axis=2) if len(cols) > 1 else cols[0])
         return ops.concatenate(rows, axis=1) if len(rows) > 1 else rows[0]
@@ -229,16 +223,18 @@ def _classifier(x, classes: int, name: str = "seg_classifier"):
     )(x)
 
 
-def _check_classes(classes) -> None:
+def _check_classes(classes, note: str = "including the background class") -> None:
     if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
-        raise ValueError(
-            "classes must be an int >= 2 (including the background class). "
-            f"Received: classes={classes!r}"
-        )
+        raise ValueError(f"classes must be an int >= 2 ({note}). Received: classes={classes!r}")
 
 
-def _backbone(width_multiplier, input_shape, input_tensor, output_stride, backbone_weights,
-              attention, name):
+def _backbone(head: str, dropout: float, width_multiplier, input_shape, input_tensor,
+              output_stride, backbone_weights, attention, name):
+    """`(backbone, model name)` of a segmentation model, after checking `dropout`."""
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1). Received: dropout={dropout}")
+    if name is None:
+        name = f"{head}_mobilevitv2_{round(width_multiplier * 100):03d}"
     return mobilevitv2_features(
         width_multiplier,
         input_shape=(512, 512, 3) if input_shape is None and input_tensor is None
@@ -249,13 +245,17 @@ def _backbone(width_multiplier, input_shape, input_tensor, output_stride, backbo
         levels=("stage4",),
         attention=attention,
         name=f"{name}_backbone",
-    )
+    ), name
 
 
 def _finish(backbone, logits, upsample: bool, name: str, weights) -> keras.Model:
     if upsample:
         logits = _resize_like(logits, backbone.input, align_corners=True, name="seg_upsample")
-    model = keras.Model(backbone.input, logits, name=name)
+    return _load_model_weights(keras.Model(backbone.input, logits, name=name), weights)
+
+
+def _load_model_weights(model: keras.Model, weights) -> keras.Model:
+    """`model` with the `.weights.h5` file `weights` loaded (`None`: as it is)."""
     if weights is not None:
         weights = os.fspath(weights)
         if not os.path.exists(weights):
@@ -319,12 +319,8 @@ def DeepLabV3(  # noqa: N802 (keras.applications naming)
     aspp_rates = tuple(int(r) for r in (aspp_rates or ()))
     if len(aspp_rates) != 3 or min(aspp_rates) < 1:
         raise ValueError(f"aspp_rates must be 3 positive ints. Received: {aspp_rates}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1). Received: dropout={dropout}")
-    if name is None:
-        name = f"deeplabv3_mobilevitv2_{round(width_multiplier * 100):03d}"
-    backbone = _backbone(width_multiplier, input_shape, input_tensor, output_stride,
-                         backbone_weights, attention, name)
+    backbone, name = _backbone("deeplabv3", dropout, width_multiplier, input_shape,
+                               input_tensor, output_stride, backbone_weights, attention, name)
     x = backbone.output["stage4"]
     branches = [_conv_bn_act(x, aspp_channels, 1, "aspp_in", activation=head_activation)]
     for i, rate in enumerate(aspp_rates):
@@ -383,12 +379,8 @@ def PSPNet(  # noqa: N802 (keras.applications naming)
     pool_sizes = tuple(int(p) for p in pool_sizes)
     if not pool_sizes or min(pool_sizes) < 1:
         raise ValueError(f"pool_sizes must be positive ints. Received: {pool_sizes}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1). Received: dropout={dropout}")
-    if name is None:
-        name = f"pspnet_mobilevitv2_{round(width_multiplier * 100):03d}"
-    backbone = _backbone(width_multiplier, input_shape, input_tensor, output_stride,
-                         backbone_weights, attention, name)
+    backbone, name = _backbone("pspnet", dropout, width_multiplier, input_shape,
+                               input_tensor, output_stride, backbone_weights, attention, name)
     x = backbone.output["stage4"]
     channels = int(x.shape[-1])
     reduction = (channels // len(pool_sizes)) // 16 * 16

@@ -9,7 +9,6 @@ confusion-matrix based) and COCO mAP (detection, pycocotools).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -99,20 +98,12 @@ def task_optimizer(config: TaskOptimizerConfig, total_steps: int) -> keras.optim
         raise ValueError(f"total_steps must be >= 1. Received: {total_steps}")
     warmup = min(config.warmup_steps, max(total_steps - 1, 0))
     decay_steps = max(total_steps - warmup, 1)
-    if warmup:
-        schedule = keras.optimizers.schedules.CosineDecay(
-            initial_learning_rate=config.warmup_init_lr,
-            decay_steps=decay_steps,
-            alpha=config.min_lr / config.base_lr,
-            warmup_target=config.base_lr,
-            warmup_steps=warmup,
-        )
-    else:
-        schedule = keras.optimizers.schedules.CosineDecay(
-            initial_learning_rate=config.base_lr,
-            decay_steps=decay_steps,
-            alpha=config.min_lr / config.base_lr,
-        )
+    schedule = keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=config.warmup_init_lr if warmup else config.base_lr,
+        decay_steps=decay_steps,
+        alpha=config.min_lr / config.base_lr,
+        **({"warmup_target": config.base_lr, "warmup_steps": warmup} if warmup else {}),
+    )
     common = {
         "learning_rate": schedule,
         "weight_decay": config.weight_decay or None,
@@ -127,22 +118,16 @@ def task_optimizer(config: TaskOptimizerConfig, total_steps: int) -> keras.optim
     raise ValueError(f"optimizer must be 'adamw' or 'sgd'. Received: {config.optimizer!r}")
 
 
-def _exclude_from_decay(optimizer: keras.optimizers.Optimizer, model: keras.Model) -> None:
-    """No weight decay on biases and norm parameters (ml-cvnets no_decay_bn_filter_bias)."""
+def _compile(model: keras.Model, optimizer: keras.optimizers.Optimizer, loss,
+             metrics=None) -> keras.Model:
+    """Compiles `model` without weight decay on biases and norm parameters (ml-cvnets
+    no_decay_bn_filter_bias) and builds the optimizer slots now: created inside the first
+    traced train step, they would make TensorFlow trace the whole step a second time."""
     if optimizer.weight_decay:
-        optimizer.exclude_from_weight_decay(
-            var_names=["bias", "gamma", "beta"]
-        )
-
-
-def _build_optimizer(model: keras.Model) -> None:
-    """Creates the optimizer slots now, outside the traced train step.
-
-    Otherwise the first `fit` / `train_on_batch` creates them inside the
-    `tf.function` and TensorFlow traces the whole train step a second time (measured
-    on MobileViTv2-0.5: first step 161 s -> 31 s on a loaded 2-core machine).
-    """
+        optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=False)
     model.optimizer.build(model.trainable_variables)
+    return model
 
 
 # --------------------------------------------------------------------------------------
@@ -158,15 +143,9 @@ def compile_segmentation(
     label_smoothing: float = 0.0,
 ) -> keras.Model:
     """Compiles a segmentation model with the ignore-index cross-entropy and mIoU."""
-    _exclude_from_decay(optimizer, model)
-    model.compile(
-        optimizer=optimizer,
-        loss=SegmentationCrossEntropy(ignore_index, label_smoothing=label_smoothing),
-        metrics=[SegmentationMeanIoU(num_classes, ignore_index)],
-        jit_compile=False,
-    )
-    _build_optimizer(model)
-    return model
+    return _compile(model, optimizer,
+                    SegmentationCrossEntropy(ignore_index, label_smoothing=label_smoothing),
+                    metrics=[SegmentationMeanIoU(num_classes, ignore_index)])
 
 
 def predict_segmentation(model: keras.Model, images: np.ndarray, batch_size: int = 16,
@@ -224,12 +203,7 @@ def compile_detection(
     label_smoothing: float = 0.0,
 ) -> keras.Model:
     """Compiles an SSD model with `SSDLoss` (targets from `tasks.data.detection_dataset`)."""
-    _exclude_from_decay(optimizer, model)
-    model.compile(optimizer=optimizer,
-                  loss=SSDLoss(neg_pos_ratio, label_smoothing=label_smoothing),
-                  jit_compile=False)
-    _build_optimizer(model)
-    return model
+    return _compile(model, optimizer, SSDLoss(neg_pos_ratio, label_smoothing=label_smoothing))
 
 
 def predict_detections(
@@ -269,11 +243,6 @@ def evaluate_detection(
                                     predict_fn=predict_fn, **postprocess)
     height, width = np.asarray(images).shape[1:3]
     return coco_map(ground_truth, detections, (height, width))
-
-
-def steps_for(epochs: float, num_examples: int, batch_size: int) -> int:
-    """Optimizer steps of `epochs` passes over `num_examples` (at least 1)."""
-    return max(1, math.ceil(epochs * num_examples / batch_size))
 
 
 # --------------------------------------------------------------------------------------

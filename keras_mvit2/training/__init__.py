@@ -17,11 +17,8 @@ What `train` does with a run folder that already holds a run (resume, already co
 refused when the length or schedule changed unless `replan=True`) is
 `keras_mvit2.training.run_folder`.
 
-Every backend trains with the same recipe: TensorFlow with `ClassifierTrainer`'s train step
-(tf.distribute, multi-scale), JAX (tf.data input, `keras.distribution.DataParallel`) and
-PyTorch (numpy / PIL input, no TensorFlow loaded) with `KerasClassifierTrainer`, Keras' own
-train step (see `keras_mvit2.training.keras_trainer`). `ClassifierTrainer` is importable on
-TensorFlow only.
+Every backend trains with the same recipe (see `keras_mvit2.training.trainer`);
+`ClassifierTrainer`, TensorFlow's train step, is importable on TensorFlow only.
 """
 
 from keras_mvit2.backend import variants

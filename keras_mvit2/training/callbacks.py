@@ -20,8 +20,8 @@ class EMAUpdate(keras.callbacks.Callback):
     `self.model` first writes the train function's state back into the variables
     (`jax_state_sync`) and the next step reads them again, the updated averages included.
     There the update is one compiled function of all the averages (`jax.jit` of
-    `ExponentialMovingAverage.averaged`): op by op, JAX's eager dispatch cost 124 ms a step
-    for MobileViTV2-0.5 (measured on 2 busy cores), half the step. PyTorch runs it eagerly.
+    `ExponentialMovingAverage.averaged`): op by op, JAX's eager dispatch costs about half a
+    step. PyTorch runs it eagerly.
 
     Args:
         ema: the average, tracking the trained classifier's weights.

@@ -52,17 +52,11 @@ def _h5_head_classes(path: str) -> int | None:
     return None
 
 
-def load_pretrained(model: keras.Model, config: TrainConfig, num_classes: int) -> int:
-    """Copies pretrained weights (`config.model.weights`) into `model`, layer by layer.
-
-    The source is an Apple ml-cvnets / timm / HF checkpoint (ported with
-    `load_torch_weights`), or a Keras `.weights.h5` or `.keras` model of the same
-    architecture (any classifier size, or none: a model an earlier run trained, say).
-    The classifier is copied only when `model.new_head` is
-    false and the source's classifier has `num_classes` outputs; otherwise it keeps its
-    fresh initialization. Returns the number of layers copied.
-    """
+def check_pretrained_weights(config: TrainConfig) -> None:
+    """Raises when `config.model.weights` is set but missing or not what its name says."""
     path = config.model.weights
+    if not path:
+        return
     if not os.path.exists(path):
         raise FileNotFoundError(
             f"Pretrained weights not found: {path!r} (config model.weights). Pass an "
@@ -70,6 +64,19 @@ def load_pretrained(model: keras.Model, config: TrainConfig, num_classes: int) -
             ".keras."
         )
     check_file_format(path, what=f"The pretrained weights {path!r} (config model.weights)")
+
+
+def load_pretrained(model: keras.Model, config: TrainConfig, num_classes: int) -> int:
+    """Copies pretrained weights (`config.model.weights`) into `model`, layer by layer.
+
+    The source is an Apple ml-cvnets / timm / HF checkpoint (ported with
+    `load_torch_weights`), or a Keras `.weights.h5` or `.keras` model of the same
+    architecture (any classifier size, or none). The classifier is copied only when
+    `model.new_head` is false and the source's classifier has `num_classes` outputs;
+    otherwise it keeps its fresh initialization. Returns the number of layers copied.
+    """
+    check_pretrained_weights(config)
+    path = config.model.weights
     kwargs = _build_kwargs(config, num_classes)
     kwargs.pop("classes")
     with precision_policy("float32"):

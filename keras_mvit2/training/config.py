@@ -436,10 +436,8 @@ class TrainingConfig(_Section):
         seed: seed of the weight initialization and dropout/stochastic depth.
         deterministic: `tf.config.experimental.enable_op_determinism()` and one
             intra-op and one inter-op thread (bitwise reproducible runs; slower). Start
-            the process with `TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
-            TF_ENABLE_ONEDNN_OPTS=0` (`determinism.DETERMINISTIC_ENV`): TensorFlow reads them
-            when it loads, and with oneDNN's kernels (its default on x86) runs still
-            diverge now and then. A warning names what is missing.
+            the process with `determinism.DETERMINISTIC_ENV` (TensorFlow reads it when it
+            loads); a warning names what is missing.
         steps_per_execution: Keras' steps per `tf.function` call.
         jit_compile: compile the train step with XLA (`fit(jit_compile=True)`); off by
             default (single-device only: the step contains the replica all-reduce).

@@ -33,20 +33,10 @@ def _onednn_enabled() -> bool:
 def _make_deterministic() -> None:
     """Deterministic kernels on one intra-op and one inter-op thread, without oneDNN.
 
-    `enable_op_determinism` is not enough on a CPU. Measured here (the same 12-step
-    run, three processes at once on two cores):
-    - with several threads, two identical runs differed in the last bit of the third
-      epoch's loss;
-    - with one thread of each kind but oneDNN's kernels (TensorFlow's default on x86),
-      2 runs of 63 (and one CI run) took another path, one of them from the first
-      optimizer step on (weights 1.6e-4 apart after 12 steps). The data pipeline alone
-      and the train step on a fixed batch were bitwise repeatable; which oneDNN kernel
-      varies was not pinned down (its primitives are cached per thread, and which
-      thread runs a kernel depends on timing);
-    - with one thread of each kind and Eigen's kernels, 78 of 78 runs were bitwise equal.
-    Thread counts can still be set here if TensorFlow's runtime has not started; oneDNN
-    is chosen when TensorFlow loads. What cannot be set any more is named in a warning
-    that says how to start the process instead (`DETERMINISTIC_ENV`).
+    `enable_op_determinism` is not enough on a CPU: with several threads, or with
+    oneDNN's kernels, runs on a loaded CPU now and then round differently. What can no
+    longer be set here (TensorFlow reads it when it loads) is named in a warning that says
+    how to start the process instead (`DETERMINISTIC_ENV`).
 
     On JAX the CPU kernels XLA compiles are deterministic as they are; on PyTorch,
     `torch.use_deterministic_algorithms(True)` (`_make_deterministic_keras_backend`).

@@ -133,7 +133,7 @@ def resolve_precision(precision: str, strategy: Any = None) -> str:
 
     `auto`: `mixed_bfloat16` on TPUs and on GPUs of compute capability >= 8.0 (Ampere and
     newer), `mixed_float16` on GPUs >= 7.0 (Volta/Turing tensor cores), `float32` otherwise
-    (CPUs: bf16/fp16 made a CPU epoch 2-5x slower in our measurements). On JAX and
+    (on CPUs half precision is slower). On JAX and
     PyTorch the same rule reads the first accelerator's compute capability from the
     backend (`_keras_backend_capability`).
     """

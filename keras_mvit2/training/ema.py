@@ -101,11 +101,10 @@ class ExponentialMovingAverage(keras.layers.Layer):
         """One averaging step; `step` (the optimizer's iteration count) drives the warm-up."""
         if self.warmup and step is None:
             raise ValueError("ExponentialMovingAverage(warmup=True).update needs the step.")
-        d = self.decay_at(step if step is not None else 0)
-        for shadow, v in zip(self.shadows, self.targets, strict=True):
-            value = ops.cast(v.value, shadow.dtype)
-            shadow.assign(ops.cast(d, shadow.dtype) * shadow.value
-                          + ops.cast(1.0 - d, shadow.dtype) * value)
+        new = self.averaged([s.value for s in self.shadows], [v.value for v in self.targets],
+                            step if step is not None else 0)
+        for shadow, value in zip(self.shadows, new, strict=True):
+            shadow.assign(value)
 
     def averaged(self, shadows: Sequence, values: Sequence, step) -> list:
         """The averages after one update, as a pure function of arrays (what `update`

@@ -1,29 +1,20 @@
 """The training model on JAX and PyTorch: `KerasClassifierTrainer`, a classifier wrapped for
 Keras' own train step (the TensorFlow backend keeps `train_step.ClassifierTrainer`).
 
-Keras 3 has no backend-neutral way to change a train step (TensorFlow's is a
-`GradientTape` step, JAX's a pure function of the state, PyTorch's an eager `backward`), so
-the recipe's two additions are made with what Keras offers on every backend, with the same
-numbers as the TensorFlow step on one device:
+Keras 3 has no backend-neutral way to change a train step, so the recipe's two additions
+use what Keras offers on every backend, with the same numbers as the TensorFlow step on
+one device:
 
-- gradient clipping: the optimizer's `global_clipnorm` (`make_optimizer(...,
-  global_clipnorm=)`). It clips the gradient of the loss the train step computes with
-  `scale = clip * min(1 / norm, 1 / clip)`, the formula of `tf.clip_by_global_norm`; under
-  JAX's `DataParallel` that gradient is already the global batch's, so it is clipped as
-  `ClassifierTrainer` clips the all-reduced gradient.
+- gradient clipping: the optimizer's `global_clipnorm` (`tf.clip_by_global_norm`'s
+  formula; under JAX's `DataParallel` the gradient is already the global batch's);
 - EMA: `callbacks.EMAUpdate` updates this trainer's `ExponentialMovingAverage` after every
-  optimizer step (`on_train_batch_end`), the same formula on the same weights (BatchNorm
-  statistics included) at the same step as the TensorFlow train step. Keras' own
-  `Optimizer(use_ema=True)` was not used: it averages the trainable weights only, skips
-  the warm-up of the decay, and `fit` overwrites the model's weights with the average at
-  the end of every `fit` call (one per epoch in `train`), which the recipe must not do.
+  optimizer step. Keras' `Optimizer(use_ema=True)` is not used: it averages the trainable
+  weights only, has no decay warm-up, and `fit` overwrites the model's weights with the
+  average at the end of every call.
 
-Multi-scale training (`multiscale=True`) on JAX: tf.data's multi-scale batches, one
-classifier built for any size, and Keras' jit-compiled step, which JAX compiles once per
-batch shape (a few: `multiscale_batch_pairs`); the batches are counted per shape as on
-TensorFlow. PyTorch's numpy batches have one size: `build_trainer` refuses it there.
+Multi-scale training runs on JAX (one compiled step per batch shape, counted per shape as
+on TensorFlow); PyTorch's numpy batches have one size, so `build_trainer` refuses it there.
 """
-
 from __future__ import annotations
 
 import collections
@@ -75,6 +66,13 @@ class ClassifierTrainerBase(keras.Model):
         logits = self.classifier(inputs, training=training)
         return ops.cast(logits, "float32")  # loss and metrics in float32 under mixed precision
 
+    def _example_data(self, iterator, data_batch):
+        """`(iterator, data_batch)` for Keras' metric build, which pulls a batch from the
+        training data (another pass, another shuffle): the example batch when there is one."""
+        if data_batch is None and self._example_batch.items:
+            return None, tuple(self._example_batch.items)
+        return iterator, data_batch
+
 
 class KerasClassifierTrainer(ClassifierTrainerBase):
     """Wraps a classifier for `fit` with Keras' own train step (JAX, PyTorch).
@@ -117,10 +115,6 @@ class KerasClassifierTrainer(ClassifierTrainerBase):
         return [] if self.ema is None else [EMAUpdate(self.ema)]
 
     def _symbolic_build(self, iterator=None, data_batch=None):
-        # Keras pulls a batch from the training data to build the metrics: build from an
-        # example batch of the right shapes instead (no read, no extra pass over tf.data).
-        if data_batch is None and self._example_batch.items:
-            data_batch = tuple(self._example_batch.items)
-            iterator = None
+        iterator, data_batch = self._example_data(iterator, data_batch)
         return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
 

@@ -50,29 +50,37 @@ def _limited(source: Any, limit: int | None) -> Any:
 
 def make_sources(config: TrainConfig) -> tuple[Any, Any]:
     """The training and validation sources of `config.data` (validation may be None):
-    `ImageSource`s (tf.data) on TensorFlow and JAX, `PySource`s on PyTorch."""
-    if not variants().tf_data:  # keras_mvit2.backend.variants: numpy / PIL on PyTorch
-        return _make_py_sources(config)
+    `ImageSource`s (tf.data) on TensorFlow and JAX, `PySource`s read with numpy / PIL on
+    PyTorch (`keras_mvit2.backend.variants`)."""
+    tf_data = variants().tf_data
+    fashion_mnist = mvdata.fashion_mnist if tf_data else mvdata.py_fashion_mnist
     d = config.data
     if d.source == "fashion_mnist":
         train_kw = {} if d.train is None else {"data_dir": d.train}
-        train = mvdata.fashion_mnist(d.train_split, limit=d.train_limit, **train_kw)
+        train = fashion_mnist(d.train_split, limit=d.train_limit, **train_kw)
         val = None
         if d.validation_split is not None:
             val_dir = d.validation or d.train
             val_kw = {} if val_dir is None else {"data_dir": val_dir}
-            val = mvdata.fashion_mnist(d.validation_split, limit=d.validation_limit, **val_kw)
+            val = fashion_mnist(d.validation_split, limit=d.validation_limit, **val_kw)
         return train, val
+    if not tf_data and d.source != "image_folder":
+        raise TensorFlowBackendRequiredError(
+            f"data.source {d.source!r} is read with tf.data, and TensorFlow cannot be loaded "
+            f"beside Keras' {keras_backend_name()!r} backend. Train with "
+            "KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow, or from an image folder "
+            "(data.source: image_folder) or Fashion-MNIST, which every backend reads.")
     if d.source == "image_folder":
+        image_folder = mvdata.image_folder if tf_data else mvdata.py_image_folder
         if d.validation is None and d.validation_fraction > 0:
-            train = mvdata.image_folder(d.train, split="training",
-                                        validation_fraction=d.validation_fraction, seed=d.seed)
+            train = image_folder(d.train, split="training",
+                                 validation_fraction=d.validation_fraction, seed=d.seed)
             _check_two_classes(train, d.train)  # before the split's own checks
-            val = mvdata.image_folder(d.train, split="validation",
-                                      validation_fraction=d.validation_fraction, seed=d.seed)
+            val = image_folder(d.train, split="validation",
+                               validation_fraction=d.validation_fraction, seed=d.seed)
         else:
-            train = mvdata.image_folder(d.train)
-            val = None if d.validation is None else mvdata.image_folder(d.validation)
+            train = image_folder(d.train)
+            val = None if d.validation is None else image_folder(d.validation)
     elif d.source == "tfrecords":
         train = mvdata.tfrecords(d.train, class_names=d.class_names)
         val = None if d.validation is None else mvdata.tfrecords(
@@ -81,39 +89,6 @@ def make_sources(config: TrainConfig) -> tuple[Any, Any]:
         train = mvdata.tfds_source(d.tfds_name, d.train_split, data_dir=d.train)
         val = None if d.validation_split is None else mvdata.tfds_source(
             d.tfds_name, d.validation_split, data_dir=d.validation or d.train)
-    _check_two_classes(train, d.train)
-    return _limited(train, d.train_limit), (
-        None if val is None else _limited(val, d.validation_limit))
-
-
-def _make_py_sources(config: TrainConfig) -> tuple[Any, Any]:
-    """`make_sources` without TensorFlow (PyTorch): the same images, read with numpy / PIL."""
-    d = config.data
-    if d.source == "fashion_mnist":
-        train_kw = {} if d.train is None else {"data_dir": d.train}
-        train = mvdata.py_fashion_mnist(d.train_split, limit=d.train_limit, **train_kw)
-        val = None
-        if d.validation_split is not None:
-            val_dir = d.validation or d.train
-            val_kw = {} if val_dir is None else {"data_dir": val_dir}
-            val = mvdata.py_fashion_mnist(d.validation_split, limit=d.validation_limit,
-                                          **val_kw)
-        return train, val
-    if d.source != "image_folder":
-        raise TensorFlowBackendRequiredError(
-            f"data.source {d.source!r} is read with tf.data, and TensorFlow cannot be loaded "
-            f"beside Keras' {keras_backend_name()!r} backend. Train with "
-            "KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow, or from an image folder "
-            "(data.source: image_folder) or Fashion-MNIST, which every backend reads.")
-    if d.validation is None and d.validation_fraction > 0:
-        train = mvdata.py_image_folder(d.train, split="training",
-                                       validation_fraction=d.validation_fraction, seed=d.seed)
-        _check_two_classes(train, d.train)
-        val = mvdata.py_image_folder(d.train, split="validation",
-                                     validation_fraction=d.validation_fraction, seed=d.seed)
-    else:
-        train = mvdata.py_image_folder(d.train)
-        val = None if d.validation is None else mvdata.py_image_folder(d.validation)
     _check_two_classes(train, d.train)
     return _limited(train, d.train_limit), (
         None if val is None else _limited(val, d.validation_limit))

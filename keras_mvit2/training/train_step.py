@@ -8,11 +8,9 @@ batch shape); `keras_mvit2.training.trainer.build_trainer` compiles one.
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_mvit2.backend import keras_internals
-from keras_mvit2.training.ema import ExponentialMovingAverage
 from keras_mvit2.training.keras_trainer import ClassifierTrainerBase
 
 
@@ -30,10 +28,8 @@ class ClassifierTrainer(ClassifierTrainerBase):
     train function is then a `tf.function` with `reduce_retracing=True` (Keras' default
     function is traced for the dataset's unknown spatial size, which a step cannot
     route): the first batch shape is traced as it is, the second generalizes it to one
-    trace for every shape. `benchmarks/training_throughput.py --multiscale` measured that
-    as fast as one trace per shape (`reduce_retracing=False`, the graph of a model built
-    for each size) and as one model per resolution sharing the layers (0.1's layout),
-    with fewer traces: see `benchmarks/results/training_throughput_multiscale.md`.
+    trace for every shape, as fast as one trace per shape with fewer traces
+    (`benchmarks/results/training_throughput_multiscale.md`).
 
     Args:
         classifier: the (logits) classifier, built; for multi-scale, built for any size.
@@ -44,22 +40,8 @@ class ClassifierTrainer(ClassifierTrainerBase):
             metrics without pulling a batch from the training data.
     """
 
-    def __init__(
-        self,
-        classifier: keras.Model,
-        *,
-        multiscale: bool = False,
-        ema: ExponentialMovingAverage | None = None,
-        clip_global_norm: float | None = None,
-        example_batch: tuple[np.ndarray, np.ndarray] | None = None,
-        **kwargs,
-    ):
-        super().__init__(classifier, multiscale=multiscale, ema=ema,
-                         clip_global_norm=clip_global_norm, example_batch=example_batch,
-                         **kwargs)
-
     #: Multi-scale train function: True generalizes to one trace for every batch shape,
-    #: False traces once per shape (measured no faster, see the class docstring).
+    #: False traces once per shape.
     reduce_retracing = True
 
     def _loss_scale(self):
@@ -119,12 +101,7 @@ class ClassifierTrainer(ClassifierTrainerBase):
         return {k: tf.reshape(v, [1]) if len(v.shape) == 0 else v for k, v in logs.items()}
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras pulls a batch from the training iterator to build metrics under a
-        # distribution strategy, which would start a second pass over the data (another
-        # shuffle): build from an example batch of the right shapes instead.
-        if data_batch is None and self._example_batch.items:
-            data_batch = tuple(self._example_batch.items)
-            iterator = None
+        iterator, data_batch = self._example_data(iterator, data_batch)
         return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
     def make_train_function(self, force=False):

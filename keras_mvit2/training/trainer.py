@@ -13,9 +13,8 @@
   every weight evaluated and saved separately, optional stochastic depth, mixed precision
   where the hardware gains from it, multi-scale training;
 - backends: TensorFlow trains with `ClassifierTrainer`'s own train step; JAX and PyTorch
-  with Keras' train step (`KerasClassifierTrainer`: the optimizer's `global_clipnorm`, the
-  EMA updated by a callback, the same numbers on one device), on tf.data (JAX) or a
-  `PyDataset` read with numpy / PIL (PyTorch); multi-scale training is TensorFlow's;
+  with Keras' train step (`keras_mvit2.training.keras_trainer`), on tf.data (JAX) or a
+  `PyDataset` read with numpy / PIL (PyTorch);
 - distribution: `tf.distribute` strategies (JAX: `keras.distribution.DataParallel`) with
   the linear batch / learning-rate rule;
   a training set smaller than one global batch trains with the batch lowered to fit it,
@@ -50,7 +49,7 @@ import numpy as np
 from keras_mvit2.backend import keras_backend_name, tensorflow_hidden_from_keras, variants
 from keras_mvit2.models.weights_source import WeightsSource, resolve_weights_source
 from keras_mvit2.training.checkpoints import TrainingState, resume_from
-from keras_mvit2.training.classifier import build_classifier
+from keras_mvit2.training.classifier import build_classifier, check_pretrained_weights
 from keras_mvit2.training.config import TrainConfig, load_config
 from keras_mvit2.training.determinism import _make_deterministic
 from keras_mvit2.training.distribute import (
@@ -75,7 +74,6 @@ from keras_mvit2.training.records import (
 )
 from keras_mvit2.training.run_data import RunData, build_run_data
 from keras_mvit2.training.run_folder import RunPlan, SchedulePlan, plan_run, prepare_folder
-from keras_mvit2.utils.model_files import check_file_format
 
 if variants().tensorflow_train_step:  # keras_mvit2.backend.variants
     from keras_mvit2.training.train_step import ClassifierTrainer
@@ -98,10 +96,8 @@ def build_trainer(
 ) -> ClassifierTrainer | KerasClassifierTrainer:
     """The compiled `ClassifierTrainer` of `config`: classifier, optimizer, EMA, loss, metrics.
 
-    On JAX and PyTorch a `KerasClassifierTrainer` (Keras' train step; the optimizer clips
-    the global norm, `step_callbacks()` update the EMA): see `keras_trainer`. JAX always
-    compiles its step (`jit_compile=True`), PyTorch runs it eagerly (no `torch.compile`);
-    `training.jit_compile` is TensorFlow's XLA switch.
+    On JAX and PyTorch a `KerasClassifierTrainer` (`keras_trainer`): JAX always compiles
+    its step, PyTorch runs it eagerly; `training.jit_compile` is TensorFlow's XLA switch.
 
     This is the training model `train` fits (call it inside `strategy.scope()` when
     distributing); benchmarks use it to time exactly the same train step.
@@ -127,19 +123,16 @@ def build_trainer(
         ema = ExponentialMovingAverage(config.ema.decay, config.ema.warmup, name="ema")
         ema.track(classifier.weights)
     example = (np.zeros((1, size, size, 3), "float32"), np.zeros((1, num_classes), "float32"))
-    jit_compile = config.training.jit_compile
+    jit_compile, clip = config.training.jit_compile, config.optimizer.clip_global_norm
     if variants(backend).tensorflow_train_step:
         optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision)
-        trainer = ClassifierTrainer(
-            classifier, multiscale=multiscale, ema=ema,
-            clip_global_norm=config.optimizer.clip_global_norm, example_batch=example)
+        trainer_class = ClassifierTrainer
     else:
         optimizer = make_optimizer(config, schedule, classifier.trainable_weights, precision,
-                                   global_clipnorm=config.optimizer.clip_global_norm)
-        trainer = KerasClassifierTrainer(
-            classifier, multiscale=multiscale, ema=ema,
-            clip_global_norm=config.optimizer.clip_global_norm, example_batch=example)
-        jit_compile = backend == "jax"
+                                   global_clipnorm=clip)
+        trainer_class, jit_compile = KerasClassifierTrainer, backend == "jax"
+    trainer = trainer_class(classifier, multiscale=multiscale, ema=ema, clip_global_norm=clip,
+                            example_batch=example)
     trainer.compile(
         optimizer=optimizer,
         loss=keras.losses.CategoricalCrossentropy(
@@ -241,7 +234,7 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list, rep
     final models and metrics."""
     chief = is_chief(strategy)
     out = os.path.abspath(config.output.dir)
-    _check_pretrained_weights(config)
+    check_pretrained_weights(config)  # before the data is read
     keras.utils.set_random_seed(config.training.seed)
     data = build_run_data(config, strategy.num_replicas_in_sync)
     config = data.config  # with a batch that fits a small training set
@@ -267,19 +260,6 @@ def _train(config: TrainConfig, strategy, policy: str, user_callbacks: list, rep
     with (strategy.one_device() if isinstance(strategy, KerasDistribution)
           else contextlib.nullcontext()):
         return _finish(config, trainer, data, val_ds, plan, run_info, state, out, chief)
-
-
-def _check_pretrained_weights(config: TrainConfig) -> None:
-    if config.model.weights and not os.path.exists(config.model.weights):
-        raise FileNotFoundError(
-            f"Pretrained weights not found: {config.model.weights!r} (config model.weights). "
-            "Pass an ml-cvnets .pt, a timm .pth/.bin/.safetensors, or a Keras .weights.h5 or "
-            ".keras."
-        )
-    if config.model.weights:  # before the data is read: a file that is not what it says
-        check_file_format(config.model.weights,
-                          what=f"The pretrained weights {config.model.weights!r} "
-                               "(config model.weights)")
 
 
 def _plan_folder(config: TrainConfig, wanted: SchedulePlan, replan: bool, chief: bool,

@@ -56,25 +56,36 @@ def drop_entries(text: str, pattern: re.Pattern = _STARTUP_INFO) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if entries.keep(line))
 
 
+def _stderr_fd() -> int | None:
+    """The file descriptor of the process's stderr; None without a real one (some notebook
+    hosts)."""
+    try:
+        return sys.__stderr__.fileno() if sys.__stderr__ else 2
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _flush(*streams) -> None:
+    for stream in streams:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+
+
 @contextlib.contextmanager
 def native_info_held_back() -> Iterator[None]:
     """Captures file descriptor 2 in the block; writes it back without native INFO lines."""
-    try:
-        stderr_fd = sys.__stderr__.fileno() if sys.__stderr__ else 2
-    except (AttributeError, OSError, ValueError):  # no real stderr (some notebook hosts)
+    stderr_fd = _stderr_fd()
+    if stderr_fd is None:
         yield
         return
-    for stream in (sys.stderr, sys.__stderr__):
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            stream.flush()
+    _flush(sys.stderr, sys.__stderr__)
     saved = os.dup(stderr_fd)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), stderr_fd)
         try:
             yield
         finally:
-            with contextlib.suppress(AttributeError, OSError, ValueError):
-                sys.stderr.flush()
+            _flush(sys.stderr)
             os.dup2(saved, stderr_fd)
             os.close(saved)
             captured.seek(0)
@@ -87,9 +98,8 @@ def native_info_held_back() -> Iterator[None]:
 @contextlib.contextmanager
 def native_chatter_filtered() -> Iterator[None]:
     """Routes file descriptor 2 through a line filter that drops `_CHATTER` entries."""
-    try:
-        stderr_fd = sys.__stderr__.fileno() if sys.__stderr__ else 2
-    except (AttributeError, OSError, ValueError):
+    stderr_fd = _stderr_fd()
+    if stderr_fd is None:
         yield
         return
     sys.stderr.flush()
@@ -110,8 +120,7 @@ def native_chatter_filtered() -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            sys.stderr.flush()
+        _flush(sys.stderr)
         os.dup2(saved, stderr_fd)  # closes the pipe's last write end: the pump ends
         thread.join(timeout=5)
         os.close(saved)

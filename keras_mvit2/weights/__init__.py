@@ -3,11 +3,9 @@
 (`port`), one published checkpoint's description (`pretrained.PretrainedWeights`), and
 downloading and caching it (`download`).
 
-This sub-package stands below `keras_mvit2.models` and imports only `utils`. Each model
-family keeps its own port and table beside its builders
-(`keras_mvit2.models.mobilevitv2.mobilevitv2_port`, `.mobilevitv2_presets`;
-`keras_mvit2.models.timm_port` for MobileViT v1 and ViT / DeiT); porting any keras_mvit2
-model is `keras_mvit2.models.torch_weights.load_torch_weights` (`mv.load_torch_weights`).
+This sub-package stands below `keras_mvit2.models` and imports only `utils`; each model
+family keeps its own port and table beside its builders, and porting any keras_mvit2 model
+is `keras_mvit2.models.torch_weights.load_torch_weights` (`mv.load_torch_weights`).
 """
 
 from keras_mvit2.weights.torch_checkpoint import read_torch_state_dict

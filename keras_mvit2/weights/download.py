@@ -225,8 +225,6 @@ def load_pretrained(
     try:
         state = read_torch_state_dict(resolved.path)
         port(model, state)
-    except ImportError:
-        raise
     except ValueError as e:
         raise _bad_download(entry, resolved.path, str(e)) from e
     os.makedirs(resolved.cache_dir, exist_ok=True)

@@ -1,10 +1,9 @@
 """One published checkpoint, as the weights machinery reads it: `PretrainedWeights` (where
 the file lives, its input size and evaluation transform, its published top-1).
 
-The rows of a model family live beside its builders: MobileViTv2's table is
-`keras_mvit2.models.mobilevitv2.mobilevitv2_presets` (`PRETRAINED_WEIGHTS`, `find_weights`,
-`find_preset`), which `weights=`, `finetune` and KerasHub's `from_preset` all read.
-`keras_mvit2.weights.download` fetches and checks a row's file.
+The rows live beside the family's builders (MobileViTv2's:
+`keras_mvit2.models.mobilevitv2.mobilevitv2_presets`); `keras_mvit2.weights.download` fetches
+and checks a row's file.
 """
 
 from __future__ import annotations

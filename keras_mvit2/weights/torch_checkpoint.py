@@ -193,13 +193,8 @@ def _normalize(state: Mapping[str, Any], source: str) -> dict[str, np.ndarray]:
         if not _is_tensor(value):
             continue
         name = str(key)
-        stripped = True
-        while stripped:
-            stripped = False
-            for prefix in WRAPPER_PREFIXES:
-                if name.startswith(prefix):
-                    name = name[len(prefix):]
-                    stripped = True
+        while name.startswith(WRAPPER_PREFIXES):
+            name = name.removeprefix(next(p for p in WRAPPER_PREFIXES if name.startswith(p)))
         if name.endswith("num_batches_tracked"):
             continue
         if name in out:

@@ -3,11 +3,7 @@
 Core AI (Apple, 2026) converts from PyTorch only: ``coreai-torch`` lowers a decomposed
 ``torch.export.ExportedProgram`` to Core AI IR (`TorchConverter`), which ``coreai-core``
 saves as an ``.aimodel`` folder (``main.mlirb`` bytecode, its hash, ``metadata.json``). Both
-install and convert on Linux (coreai-torch 0.4.3, coreai-core 1.0.0b3, manylinux wheel);
-loading and running an asset needs macOS (the runtime answers "The operation could not be
-completed. No such file or directory" on Linux, and ``SpecializationOptions.cpu_only()``
-says "only available on macOS"), so `keras_mvit2.export.coreai.inspect` reads the asset's
-program summary and metadata here and predicts on macOS only.
+convert on Linux; running an asset needs macOS (`keras_mvit2.export.coreai.inspect`).
 
 The program is the model's inference call captured by `keras_mvit2.export.torch_export`
 (the channels-first MobileViTv2 transformer of Core ML's export, element-wise token
@@ -29,16 +25,13 @@ from typing import Any
 import keras
 
 from keras_mvit2.export.class_names import check_class_names
-from keras_mvit2.export.coreai.inspect import CoreAIReport, inspect_coreai
-from keras_mvit2.export.coreml.description import model_metadata
+from keras_mvit2.export.coreai.inspect import COREAI_INSTALL, CoreAIReport, inspect_coreai
+from keras_mvit2.export.coreml.description import fixed_size_model, model_metadata
 from keras_mvit2.export.roads import check_road
-from keras_mvit2.models.input_size import has_dynamic_size, with_input_size
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = ["COREAI_INSTALL", "MINIMUM_OS", "import_coreai_torch", "to_coreai"]
 
-#: How to install coreai-torch (its requirements install beside the project's pins).
-COREAI_INSTALL = 'pip install -e ".[torch,coreai]"'
 #: The OS versions (iOS / macOS 27, Core AI's first) a saved asset can require.
 MINIMUM_OS = ("27",)
 
@@ -97,12 +90,7 @@ def to_coreai(
                          f"quantization={quantization!r}")
     if minimum_os not in MINIMUM_OS:
         raise ValueError(f"minimum_os must be one of {MINIMUM_OS}. Received: {minimum_os!r}")
-    if image_size is not None or has_dynamic_size(model):
-        model = with_input_size(model, image_size)
-    shape = tuple(model.input_shape[1:])
-    if len(shape) != 3 or None in shape:
-        raise ValueError(f"Core AI export needs a fixed (height, width, channels) input. "
-                         f"Received: {shape}")
+    model, shape = fixed_size_model(model, image_size, "Core AI")
     names = check_class_names(class_names, model)
     coreai_torch = import_coreai_torch()
     from pathlib import Path

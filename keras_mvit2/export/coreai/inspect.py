@@ -2,9 +2,8 @@
 
 `inspect_coreai` reads the asset's program summary (functions, inputs, outputs, the
 operation histogram, storage types) and its metadata with ``coreai-core``, which runs on
-Linux; loading the program for predictions (`run_coreai`) needs Core AI's runtime on macOS
-(on Linux it fails with "The operation could not be completed. No such file or
-directory"). TensorFlow-free, PyTorch-free.
+Linux; loading the program for predictions (`run_coreai`) needs Core AI's runtime on macOS.
+TensorFlow-free, PyTorch-free.
 """
 
 from __future__ import annotations
@@ -22,6 +21,9 @@ import numpy as np
 from keras_mvit2.utils.files import disk_size
 
 __all__ = ["CoreAIReport", "coreai_predictions_available", "inspect_coreai", "run_coreai"]
+
+#: How to install coreai-torch and coreai-core (they install beside the project's pins).
+COREAI_INSTALL = 'pip install -e ".[torch,coreai]"'
 
 
 @dataclasses.dataclass
@@ -64,8 +66,7 @@ class CoreAIReport:
 
 def _asset(path: str | os.PathLike) -> Any:
     if importlib.util.find_spec("coreai") is None:
-        raise ImportError("Reading a Core AI asset needs coreai-core: pip install -e "
-                          '".[torch,coreai]"')
+        raise ImportError(f"Reading a Core AI asset needs coreai-core: {COREAI_INSTALL}")
     from coreai.authoring.asset import AIModelAsset
 
     if not os.path.isdir(path):

@@ -96,13 +96,7 @@ def checked_arguments(
             f"minimum_deployment_target must be one of {DEPLOYMENT_TARGETS}. "
             f"Received: minimum_deployment_target={minimum_deployment_target!r}"
         )
-    if image_size is not None or has_dynamic_size(model):
-        model = with_input_size(model, image_size)
-    shape = tuple(model.input_shape[1:])
-    if len(shape) != 3 or any(d is None for d in shape):
-        raise ValueError(
-            f"Core ML export needs a fixed (height, width, channels) input. Received: {shape}"
-        )
+    model, shape = fixed_size_model(model, image_size, "Core ML")
     if image_input and shape[-1] != 3:
         raise ValueError(
             f"image_input=True needs 3 RGB channels. Received: input shape {shape}; "
@@ -116,6 +110,21 @@ def checked_arguments(
             f"of shape (batch, classes). Received: output shape {output_shape}"
         )
     return model, shape, class_labels
+
+
+def fixed_size_model(model: keras.Model, image_size: int | tuple[int, int] | None,
+                     what: str) -> tuple[keras.Model, tuple[int, ...]]:
+    """`model` with a fixed input (`with_input_size` for a dynamic model or an `image_size`)
+    and its input shape ``(height, width, channels)``; a ValueError naming `what` (the
+    format) for any other input."""
+    if image_size is not None or has_dynamic_size(model):
+        model = with_input_size(model, image_size)
+    shape = tuple(model.input_shape[1:])
+    if len(shape) != 3 or None in shape:
+        raise ValueError(
+            f"{what} export needs a fixed (height, width, channels) input. Received: {shape}"
+        )
+    return model, shape
 
 
 def input_types(ct: Any, shape: tuple[int, ...], image_input: bool) -> list[Any]:

@@ -90,13 +90,11 @@ def inspect_coreml(path: str | os.PathLike) -> CoreMLReport:
         raise ValueError(f"{path!r} is not an ML Program (found {spec.WhichOneof('Type')}).")
     histogram: Counter = Counter()
     max_rank = 0
-    for function in spec.mlProgram.functions.values():
-        for block in function.block_specializations.values():
-            for op in block.operations:
-                histogram[op.type] += 1
-                for output in op.outputs:
-                    if output.type.WhichOneof("type") == "tensorType":
-                        max_rank = max(max_rank, output.type.tensorType.rank)
+    for op in _operations(spec):
+        histogram[op.type] += 1
+        for output in op.outputs:
+            if output.type.WhichOneof("type") == "tensorType":
+                max_rank = max(max_rank, output.type.tensorType.rank)
     return CoreMLReport(
         path=path,
         size_bytes=disk_size(path),
@@ -113,14 +111,18 @@ def coreml_class_names(path: str | os.PathLike) -> list[str] | None:
     """The class names of a Core ML classifier (its ``classify`` op's classes), or None."""
     ct = _coremltools()
     spec = ct.models.MLModel(os.fspath(path), skip_model_load=True).get_spec()
+    for op in _operations(spec):
+        if op.type == "classify" and "classes" in op.inputs:
+            classes = op.inputs["classes"].arguments[0].value.immediateValue.list
+            return [str(v.immediateValue.tensor.strings.values[0]) for v in classes.values]
+    return None
+
+
+def _operations(spec):
+    """Every op of the ML Program `spec`, function by function, block by block."""
     for function in spec.mlProgram.functions.values():
         for block in function.block_specializations.values():
-            for op in block.operations:
-                if op.type == "classify" and "classes" in op.inputs:
-                    classes = op.inputs["classes"].arguments[0].value.immediateValue.list
-                    return [str(v.immediateValue.tensor.strings.values[0])
-                            for v in classes.values]
-    return None
+            yield from block.operations
 
 
 def coreml_predictions_available() -> bool:

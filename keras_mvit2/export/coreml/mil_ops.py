@@ -66,16 +66,9 @@ def _unary(fn):
     return lambda op, x: fn(_float(x))
 
 
-def _rsqrt(op, x, epsilon=1e-12):
-    return tf.math.rsqrt(_float(x) + float(epsilon))
-
-
-def _inverse(op, x, epsilon=1e-4):
-    return 1.0 / (_float(x) + float(epsilon))
-
-
-def _log(op, x, epsilon=1e-45):
-    return tf.math.log(_float(x) + float(epsilon))
+def _with_epsilon(fn, default: float):
+    """A unary op computed as `fn(x + epsilon)` (MIL's default `epsilon`)."""
+    return lambda op, x, epsilon=default: fn(_float(x) + float(epsilon))
 
 
 def _clip(op, x, alpha, beta):
@@ -106,16 +99,9 @@ def _cast(op, x, dtype):
 # shapes
 
 
-def _reshape(op, x, shape):
-    return tf.reshape(_float(x), _static(shape, "shape"))
-
-
-def _transpose(op, x, perm):
-    return tf.transpose(_float(x), _static(perm, "perm"))
-
-
-def _squeeze(op, x, axes=None):
-    return tf.squeeze(_float(x), _static(axes, "axes"))
+def _with_static(fn, name: str):
+    """An op computed as `fn(x, <its constant input `name`>)`."""
+    return lambda op, x, **inputs: fn(_float(x), _static(inputs.get(name), name))
 
 
 def _expand_dims(op, x, axes):
@@ -152,10 +138,6 @@ def _slice_by_size(op, x, begin, size):
     return tf.slice(_float(x), _static(begin, "begin"), _static(size, "size"))
 
 
-def _tile(op, x, reps):
-    return tf.tile(_float(x), _static(reps, "reps"))
-
-
 def _pad(op, x, pad, mode="constant", constant_val=0.0):
     x = _float(x)
     pad = np.asarray(_static(pad, "pad")).reshape(-1, 2)
@@ -173,12 +155,9 @@ def _nchw(fn):
     return apply
 
 
-def _depth_to_space(op, x, block_size):
-    return _nchw(lambda t: tf.nn.depth_to_space(t, int(block_size)))(x)
-
-
-def _space_to_depth(op, x, block_size):
-    return _nchw(lambda t: tf.nn.space_to_depth(t, int(block_size)))(x)
+def _rearrange(fn):
+    """`depth_to_space` / `space_to_depth` of a `(B, C, H, W)` tensor, as TF's `fn`."""
+    return lambda op, x, block_size: _nchw(lambda t: fn(t, int(block_size)))(x)
 
 
 _SAMPLING = {"DEFAULT": (False, False), "ALIGN_CORNERS": (True, False),
@@ -357,14 +336,18 @@ def _classify(op, probabilities, classes):
 MIL_OPS: dict[str, OpFunction] = {
     **{name: _binary(fn) for name, fn in _BINARY.items()},
     **{name: _unary(fn) for name, fn in _UNARY.items()},
-    "rsqrt": _rsqrt, "inverse": _inverse, "log": _log, "clip": _clip, "gelu": _gelu,
-    "leaky_relu": _leaky_relu, "cast": _cast,
-    "reshape": _reshape, "transpose": _transpose, "squeeze": _squeeze,
+    "rsqrt": _with_epsilon(tf.math.rsqrt, 1e-12),
+    "inverse": _with_epsilon(lambda t: 1.0 / t, 1e-4),
+    "log": _with_epsilon(tf.math.log, 1e-45),
+    "clip": _clip, "gelu": _gelu, "leaky_relu": _leaky_relu, "cast": _cast,
+    "reshape": _with_static(tf.reshape, "shape"), "transpose": _with_static(tf.transpose, "perm"),
+    "squeeze": _with_static(tf.squeeze, "axes"), "tile": _with_static(tf.tile, "reps"),
     "expand_dims": _expand_dims, "concat": _concat, "split": _split,
-    "slice_by_index": _slice_by_index, "slice_by_size": _slice_by_size, "tile": _tile,
+    "slice_by_index": _slice_by_index, "slice_by_size": _slice_by_size,
     "resize_bilinear": _resize_bilinear, "upsample_bilinear": _upsample_bilinear,
     "upsample_nearest_neighbor": _upsample_nearest_neighbor,
-    "pad": _pad, "depth_to_space": _depth_to_space, "space_to_depth": _space_to_depth,
+    "pad": _pad, "depth_to_space": _rearrange(tf.nn.depth_to_space),
+    "space_to_depth": _rearrange(tf.nn.space_to_depth),
     "reduce_mean": _reduce(tf.reduce_mean), "reduce_sum": _reduce(tf.reduce_sum),
     "reduce_max": _reduce(tf.reduce_max), "reduce_min": _reduce(tf.reduce_min),
     "softmax": _softmax, "layer_norm": _layer_norm, "batch_norm": _batch_norm,

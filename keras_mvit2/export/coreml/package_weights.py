@@ -13,15 +13,11 @@ without macOS by running **the package's own MIL program** in TensorFlow:
 * `predict_with_package_weights` runs that program op by op with TensorFlow
   (`keras_mvit2.export.coreml.mil_ops`), in float32, on images in [0, 1].
 
-Why the program and not the Keras model with weights mapped back: the program is what
-ships. Its weights are not the Keras variables: batch norms are folded into the
-convolutions, back-to-back 1x1 convolutions are fused (`pointwise_fusion`: the weight is
-the product of two Keras kernels), the transformer is traced channels-first
-(`layout.py`), biases are merged. Running the program needs no mapping, so every weight
-is used where Core ML uses it, by construction; an op the interpreter does not know is
-an error naming it, never skipped. For weight-only compression the result is exact
-(up to float32 rounding order): checked against the Keras model to ~1e-5 for an
-uncompressed float32 package (`tests/test_coreml_package_weights.py`).
+The program, not the Keras model with weights mapped back, because the program is what
+ships: its weights are folded, fused and laid out channels-first, and running it uses
+each where Core ML does, by construction. An op the interpreter does not know is an error
+naming it, never skipped. For weight-only compression the result is exact (up to float32
+rounding order).
 
 What is measured, per numeric format:
 

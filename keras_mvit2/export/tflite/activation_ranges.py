@@ -2,11 +2,9 @@
 
 TF 2.21's converter calibrates by running the float graph on the representative images
 and keeping, per tensor, the smallest and largest value it ever saw
-(``calibration_logger.cc``); the int8 step is that range / 255. On MobileViTV2 at 256x256
-the activations are heavy-tailed (a tensor's max is 15-25x its RMS: SiLU pre-activations,
-the residual stream, the attention's ``ReLU(v) * context``), so the step is coarse for
-almost every value, and the range widens with every calibration pixel seen (16x more per
-image at 256x256 than at 64x64). See ``docs/int8.md`` for the measurements.
+(``calibration_logger.cc``); the int8 step is that range / 255. MobileViTV2's
+activations are heavy-tailed, so that step is coarse for almost every value (measurements:
+``docs/int8.md``).
 
 `select_ranges` re-chooses each range from the tensor's histogram over the calibration
 images, then the quantizer quantizes with those ranges (the same MLIR quantizer call the

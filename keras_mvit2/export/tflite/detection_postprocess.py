@@ -32,6 +32,7 @@ from keras_mvit2.export.tflite.flatbuffer import (
     serialize_flatbuffer,
     tensor_indices,
 )
+from keras_mvit2.export.tflite.signature import tensor_map
 from keras_mvit2.tasks.detection import (
     AnchorConfig,
     anchors_for_model,
@@ -211,12 +212,6 @@ def add_detection_postprocess(model: Any, anchors_yxhw: np.ndarray,
     graph.operators.append(op)
     graph.outputs = np.asarray(results, np.int32)
     for signature in model.signatureDefs or []:
-        signature.outputs = [_tensor_map(name, index) for name, index in zip(
+        signature.outputs = [tensor_map(name, index) for name, index in zip(
             ("detection_boxes", "detection_classes", "detection_scores", "num_detections"),
             results, strict=True)]
-
-
-def _tensor_map(name: str, index: int) -> Any:
-    entry = tfl_schema.TensorMapT()
-    entry.name, entry.tensorIndex = name, index
-    return entry

@@ -224,20 +224,8 @@ def _unsupported_op_error(
 def _layer_names(model: keras.Model) -> dict[str, str]:
     """Layer name -> class name, for the model and every nested layer."""
     names: dict[str, str] = {}
-    stack = [model]
-    seen: set[int] = set()
-    while stack:
-        layer = stack.pop()
-        if id(layer) in seen:
-            continue
-        seen.add(id(layer))
+    for layer in model._flatten_layers(include_self=True):
         names.setdefault(layer.name, type(layer).__name__)
-        flatten = getattr(layer, "_flatten_layers", None)
-        children = (
-            list(flatten(include_self=False, recursive=False))
-            if flatten else list(getattr(layer, "layers", []))
-        )
-        stack.extend(children)
     return names
 
 
@@ -261,14 +249,8 @@ def _layer_path(scope: str, known: dict[str, str], model_name: str) -> str:
 
 
 def _match_layer_name(part: str, known: dict[str, str]) -> str | None:
-    candidates = []
-    stripped = re.sub(r"_\d+$", "", part)
-    if stripped != part:
-        candidates.append(stripped)
-    candidates.append(part)
-    while True:
-        shorter = re.sub(r"_\d+$", "", candidates[-1])
-        if shorter == candidates[-1]:
-            break
-        candidates.append(shorter)
-    return next((c for c in candidates if c in known), None)
+    chain = [part]  # `part`, then with one more `_<n>` suffix stripped each time
+    while (shorter := re.sub(r"_\d+$", "", chain[-1])) != chain[-1]:
+        chain.append(shorter)
+    # TF's own suffix first (the name stripped once), then the name as is, then shorter.
+    return next((c for c in chain[1:2] + chain if c in known), None)

@@ -6,13 +6,11 @@ int8 / int16x8 with float I/O) and optional per-layer overrides (`layer_recipes`
 layer in float, in int16 activations or in int8). The converter stays the tool for what it
 does better (uint8 I/O, `to_tflite`'s calibrated int8 with fused 1x1 convolutions).
 
-The quantizer (``pip install "keras_mvit2[quantizer]"``: ai-edge-quantizer 0.10.0, on the
-project's ai-edge-litert 2.3) keeps the flatbuffer's ``metadata`` entries and the
-``serving_default`` signature, but re-serializes the model: the standard metadata's packed
-``labels.txt`` (a zip appended to the file) is lost and our JSON still says ``float32``. The
-output therefore gets its metadata rewritten (`serialize_with_metadata`: the signature, our JSON
-with ``quantization`` = the recipe and a ``quantizer`` entry, the standard metadata with the
-labels) and is run once in LiteRT (`_check_runs`) before it is moved onto `output`.
+The quantizer (``pip install "keras_mvit2[quantizer]"``) re-serializes the model, which
+loses the standard metadata's packed ``labels.txt``, so the output gets its metadata
+rewritten (`serialize_with_metadata`: our JSON with ``quantization`` = the recipe and a
+``quantizer`` entry, the standard metadata, the signature) and is run once in LiteRT before
+it is moved onto `output`.
 
 Layer names (`tflite_layer_names`, the keys of `layer_recipes`): `to_tflite` traces the
 Keras model, so each tensor name is a TensorFlow name-scope path

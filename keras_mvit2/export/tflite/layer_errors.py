@@ -19,17 +19,13 @@ Per op (output tensor ``t``, int8 scale ``s``, float twin ``f``):
 * ``max_abs_error_over_scale = max|t - f| / s``;
 * ``mean_error_over_scale = mean(t - f) / s``: the systematic part (a shifted output);
 * ``std_error_over_scale = sqrt(mean((t - f)^2) - mean(t - f)^2) / s`` (over all images
-  and elements): the error without a shift common to all images. Measured with TF 2.21
-  on MobileViTV2-0.5: the debug model's int8 BATCH_MATMUL (the attention's token sum)
-  differs from its float twin by a near-constant 7-25 steps, while the same tensor of the
-  shipped file run in LiteRT shows no such shift (mean difference from the float32 file
-  < 0.05 steps) and keeping that attention in float changes nothing:
-  ``rank_by="std_error_over_scale"`` leaves such shifts out.
+  and elements): the error without a shift common to all images. The debug model's int8
+  BATCH_MATMUL can differ from its float twin by a near-constant shift that the shipped
+  file run in LiteRT does not have; ``rank_by="std_error_over_scale"`` leaves it out.
 
-Not measured: how coarse a step is for the signal (a range widened by one outlier channel
-rounds the other channels coarsely at 0.29 steps); the float twins' values would be
-needed, and the debugger keeps them only when it runs from a model file, where TF 2.21's
-interpreter fails on these graphs (``div.cc: data[i] != 0``).
+Not measured: how coarse a step is for the signal (that needs the float twins' values,
+which the debugger keeps only when run from a model file, where TF's interpreter fails on
+these graphs).
 
 Ops are named with the Keras layer they belong to (`keras_mvit2.export.tflite.layer_names`
 states the rule) and aggregated per layer: its worst op's values, ranked by

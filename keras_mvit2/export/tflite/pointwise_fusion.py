@@ -5,11 +5,9 @@ Two 1x1 convolutions with nothing non-linear between them are one linear map:
 MobileViTv2 has three such pairs: the projection of the first inverted residual
 (``stage0_block0``, 32 -> 32 channels at 128x128 for width 0.5) and the projections that
 end the MobileViT blocks of ``stage2`` and ``stage3`` (``conv_proj``: d -> C), each
-followed by the expansion of the next stride-2 inverted residual (C -> 2C). The
-reference and every port keep them apart; one product, ``in x out``, costs fewer
-multiply-accumulates than ``in x mid + mid x out`` whenever the middle is not the
-narrowest side. MobileViTV2-0.5 at 256x256: 56 M of 444 M MACs less (13 %), and 7 %
-less float32 latency with XNNPACK on one thread.
+followed by the expansion of the next stride-2 inverted residual (C -> 2C). One
+product, ``in x out``, costs fewer multiply-accumulates than ``in x mid + mid x out``
+whenever the middle is not the narrowest side (figures: docs/benchmarks.md).
 
 The rewrite runs on the converted flatbuffer, after TensorFlow folded the batch norms
 into the convolutions, so it sees the graph that will run. It fuses a pair only when

@@ -3,8 +3,7 @@ runs before it writes a file.
 
 `_check_runs` runs a converted file once (a dynamic batch with batches 2 and 1, which must
 agree) and refuses un-frozen variables and non-finite outputs; `_sanity_check` warns when a
-calibrated model grossly disagrees with Keras. Quantized inputs and outputs are
-(de)quantized with the tensor's scale and zero point (`_quantize`, `_dequantize`).
+calibrated model grossly disagrees with Keras.
 """
 
 from __future__ import annotations
@@ -75,20 +74,20 @@ def run_tflite(path: str | os.PathLike, inputs: np.ndarray, *, num_threads: int 
     out_detail = interpreter.get_output_details()[0]
     results = []
     for start in range(0, x.shape[0], chunk):
-        feed = x[start : start + chunk]
-        dtype = np.dtype(in_detail["dtype"])
-        if np.issubdtype(dtype, np.floating):
-            feed = feed.astype(dtype)
-        else:
-            feed = _quantize(feed.astype("float32"), in_detail)
+        feed = _to_input(x[start : start + chunk], in_detail)
         interpreter.set_tensor(in_detail["index"], np.ascontiguousarray(feed))
         interpreter.invoke()
         results.append(_dequantize(interpreter.get_tensor(out_detail["index"]), out_detail))
     return np.concatenate(results, axis=0)
 
 
-def _quantize(x: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
+def _to_input(x: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
+    """`x` in the input's type: cast for a float input, else quantized (from float32) with
+    the tensor's scale and zero point."""
     dtype = np.dtype(detail["dtype"])
+    if np.issubdtype(dtype, np.floating):
+        return x.astype(dtype)
+    x = x.astype("float32")
     scale, zero_point = detail["quantization"]
     if not scale:
         return x.astype(dtype)
@@ -118,7 +117,8 @@ def _check_runs(path: str, *, dynamic_batch: bool) -> None:
     details = interpreter.get_input_details()
     rng = np.random.default_rng(0)
     if not dynamic_batch:
-        feeds = [_sample_input(rng, [int(d) for d in t["shape"]], t) for t in details]
+        feeds = [_to_input(rng.random([int(d) for d in t["shape"]], dtype=np.float32), t)
+                 for t in details]
         _invoke_checked(interpreter, feeds, resize=False, what="once")
         return
     # Dynamic batch: batch 2, then the first sample alone must give the same result.
@@ -126,7 +126,7 @@ def _check_runs(path: str, *, dynamic_batch: bool) -> None:
     for t in details:
         shape = [int(d) for d in t["shape_signature"]]
         shape = [2, *(1 if d < 0 else d for d in shape[1:])]
-        feeds.append(_sample_input(rng, shape, t))
+        feeds.append(_to_input(rng.random(shape, dtype=np.float32), t))
     out2 = _invoke_checked(interpreter, feeds, resize=True, what="with batch 2")
     out1 = _invoke_checked(interpreter, [f[:1] for f in feeds], resize=True, what="with batch 1")
     for a, b in zip(out1, out2, strict=True):
@@ -169,14 +169,6 @@ def _invoke_checked(
                 "on inputs in [0, 1); not writing it."
             )
     return outputs
-
-
-def _sample_input(rng: np.random.Generator, shape: list[int], detail: dict[str, Any]) -> np.ndarray:
-    dtype = np.dtype(detail["dtype"])
-    x = rng.random(shape, dtype=np.float32)
-    if np.issubdtype(dtype, np.floating):
-        return x.astype(dtype)
-    return _quantize(x, detail)
 
 
 def _sanity_check(

@@ -1,14 +1,10 @@
 """The ``serving_default`` SignatureDef of our `.tflite` files: named input and outputs.
 
-`to_tflite` converts with ``TFLiteConverter.from_concrete_functions([fn])`` and no trackable
-object (see `keras_mvit2.export.tflite.convert`), which writes no SignatureDef: LiteRT's
-``Interpreter.get_signature_list()`` is then ``{}``, its signature runner (Python, Android's
-``runSignature``) cannot be used, and tools that feed a model by signature (Google's
-ai-edge-quantizer calibration) refuse the file. Keras' own ``model.export(format="litert")``
-writes ``serving_default``; `add_serving_signature` writes the same into the flatbuffer
-(LiteRT's generated ``SignatureDefT`` / ``TensorMapT``), mapping names to the main subgraph's
-input and output tensors. The tensors themselves (names, order, data) are unchanged, so
-index-based invocation and `run_tflite` see the same model.
+`to_tflite` converts from a concrete function with no trackable object, which writes no
+SignatureDef, so LiteRT's signature runner and tools that feed a model by signature
+(ai-edge-quantizer's calibration) cannot use the file. `add_serving_signature` writes the
+``serving_default`` of Keras' own LiteRT export into the flatbuffer, mapping names to the
+main subgraph's input and output tensors; the tensors themselves are unchanged.
 
 Names (`serving_output_names`, from the output shapes as `task_of_outputs` reads them):
 
@@ -23,10 +19,8 @@ post-processed detector  ``location``, ``category``, ``score``, ``number of dete
 anything else            ``output_0``, ``output_1``, ...
 =======================  =====================================================================
 
-The input is ``image`` (one input; ``input_0``, ... for several).
-`keras_mvit2.export.tflite.metadata.serialize_with_metadata` adds the signature together with
-the metadata (`set_serving_signature`, on the parsed model), so every file we write carries
-it.
+The input is ``image`` (one input; ``input_0``, ... for several). Every file we write
+carries the signature (`keras_mvit2.export.tflite.metadata.serialize_with_metadata`).
 """
 
 from __future__ import annotations
@@ -132,14 +126,15 @@ def set_serving_signature(model: Any, output_names: Sequence[str],
     signature = tfl_schema.SignatureDefT()
     signature.signatureKey = SERVING_SIGNATURE
     signature.subgraphIndex = 0
-    signature.inputs = [_tensor_map(n, i) for n, i in zip(input_names, inputs, strict=True)]
-    signature.outputs = [_tensor_map(n, i) for n, i in zip(output_names, outputs, strict=True)]
+    signature.inputs = [tensor_map(n, i) for n, i in zip(input_names, inputs, strict=True)]
+    signature.outputs = [tensor_map(n, i) for n, i in zip(output_names, outputs, strict=True)]
     kept = [s for s in (model.signatureDefs or [])
             if decode_name(s.signatureKey) != SERVING_SIGNATURE]
     model.signatureDefs = [signature, *kept]
 
 
-def _tensor_map(name: str, index: int) -> Any:
+def tensor_map(name: str, index: int) -> Any:
+    """A signature entry: `name` -> tensor `index`."""
     entry = tfl_schema.TensorMapT()
     entry.name = str(name)
     entry.tensorIndex = int(index)

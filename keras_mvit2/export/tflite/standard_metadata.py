@@ -80,9 +80,6 @@ def _image_input(name: str, height: int, width: int, dtype: str,
     properties.colorSpace = md.ColorSpaceType.RGB
     properties.defaultSize = md.ImageSizeT()
     properties.defaultSize.width, properties.defaultSize.height = int(width), int(height)
-    content = md.ContentT()
-    content.contentPropertiesType = md.ContentProperties.ImageProperties
-    content.contentProperties = properties
     normalization = md.NormalizationOptionsT()
     normalization.mean, normalization.std = [0.0], [255.0]
     unit = md.ProcessUnitT()
@@ -93,10 +90,16 @@ def _image_input(name: str, height: int, width: int, dtype: str,
     tensor.description = (
         f"RGB image {width}x{height}; the model computes on pixel / 255 (values in [0, 1])."
     )
-    tensor.content = content
+    tensor.content = _content(md.ContentProperties.ImageProperties, properties)
     tensor.processUnits = [unit]
     tensor.stats = _stats(0.0, 255.0)
     return tensor
+
+
+def _content(kind: int, properties: Any) -> Any:
+    content = md.ContentT()
+    content.contentPropertiesType, content.contentProperties = kind, properties
+    return content
 
 
 def _stats(low: float | None, high: float | None) -> Any:
@@ -116,9 +119,7 @@ def _labels(kind: int) -> Any:
 
 def _feature_output(name: str, description: str, *, low: float | None = None,
                     high: float | None = None, labels: int | None = None) -> Any:
-    content = md.ContentT()
-    content.contentPropertiesType = md.ContentProperties.FeatureProperties
-    content.contentProperties = md.FeaturePropertiesT()
+    content = _content(md.ContentProperties.FeatureProperties, md.FeaturePropertiesT())
     tensor = md.TensorMetadataT()
     tensor.name, tensor.description, tensor.content = name, description, content
     tensor.stats = _stats(low, high)
@@ -130,9 +131,7 @@ def _feature_output(name: str, description: str, *, low: float | None = None,
 def _segmentation_output(description: str) -> Any:
     properties = md.ImagePropertiesT()
     properties.colorSpace = md.ColorSpaceType.GRAYSCALE
-    content = md.ContentT()
-    content.contentPropertiesType = md.ContentProperties.ImageProperties
-    content.contentProperties = properties
+    content = _content(md.ContentProperties.ImageProperties, properties)
     content.range = md.ValueRangeT()
     content.range.min, content.range.max = 1, 2
     tensor = md.TensorMetadataT()

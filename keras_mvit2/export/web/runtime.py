@@ -4,9 +4,9 @@ The page never fetches code from a CDN: it loads the runtime's three files (the 
 and the SIMD WebAssembly build with its loader, about 13.5 MB) from the same folder as the
 model. They come from the npm registry once, by `install_runtime` (`mvit2 web
 --install-runtime`, which runs `npm pack`, checks the tarball against the pinned sha512 and
-extracts them). By default they go into the package folder (``.ci/run`` does that in the
-checkout, so a wheel built there ships them as package data); with a folder argument they
-go there, and ``MVIT2_WEB_RUNTIME`` tells `runtime_dir` to look there.
+extracts them). By default they go into the package folder (a wheel built from the checkout
+ships them as package data); with a folder argument they go there, and
+``MVIT2_WEB_RUNTIME`` tells `runtime_dir` to look there.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ import keras
 
 from keras_mvit2.layers.initializers import conv_kernel_initializer
 from keras_mvit2.layers.inverted_residual import InvertedResidual, batch_norm
-from keras_mvit2.models.builder_utils import classifier_head, load_weights, model_input
+from keras_mvit2.models.builder_utils import classifier_head, conv_stem, load_weights, model_input
 from keras_mvit2.models.mobilevit.mobilevit_block import MobileViTBlock
-from keras_mvit2.models.registry import register_model
+from keras_mvit2.models.registry import register_builder
 
 
 @dataclass(frozen=True)
@@ -112,14 +112,7 @@ def MobileViT(  # noqa: N802 (keras.applications naming)
     config, default_name = _config_of(variant)
     inputs, x = model_input(input_tensor, input_shape)
 
-    x = keras.layers.ZeroPadding2D(1, name="stem_pad")(x)
-    x = keras.layers.Conv2D(
-        config.stem_filters, 3, strides=2, use_bias=False,
-        kernel_initializer=conv_kernel_initializer(), name="stem_conv",
-    )(x)
-    x = batch_norm("stem_bn")(x)
-    x = keras.layers.Activation("silu", name="stem_act")(x)
-
+    x = conv_stem(x, config.stem_filters)
     filters, expansion = config.stage_filters, config.expansion
     x = InvertedResidual(filters[0], 1, expansion, name="stage0_block0")(x)
     for j in range(config.stage1_depth):
@@ -161,16 +154,11 @@ def MobileViT(  # noqa: N802 (keras.applications naming)
 
 
 def _named_builder(variant: str, name: str):
-    def builder(**kwargs) -> keras.Model:
-        kwargs.setdefault("name", name)
-        return MobileViT(variant, **kwargs)
-
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = (
+    return register_builder(
+        name, lambda **kwargs: MobileViT(variant, **kwargs),
         f"MobileViT v1-{variant.upper()} (`MobileViT({variant!r})`, timm `{name}`); "
-        "keyword arguments as `MobileViT`."
+        "keyword arguments as `MobileViT`.",
     )
-    return register_model(builder)
 
 
 mobilevit_xxs = _named_builder("xxs", "mobilevit_xxs")

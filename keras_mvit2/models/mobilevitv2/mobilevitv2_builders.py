@@ -10,17 +10,17 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_mvit2.layers.initializers import conv_kernel_initializer
-from keras_mvit2.layers.inverted_residual import InvertedResidual, batch_norm, make_divisible
+from keras_mvit2.layers.inverted_residual import InvertedResidual, make_divisible
+from keras_mvit2.layers.multi_head_attention import validate_rates
 from keras_mvit2.layers.transformer_layer import default_ffn_dim
-from keras_mvit2.models.builder_utils import classifier_head, load_weights, model_input
+from keras_mvit2.models.builder_utils import classifier_head, conv_stem, load_weights, model_input
 from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.models.mobilevitv2.mobilevitv2_port import load_torch_weights
 from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import (
     check_pretrained_config,
     is_weights_tag,
 )
-from keras_mvit2.models.registry import register_model
+from keras_mvit2.models.registry import register_builder
 from keras_mvit2.weights.download import download_weights, load_pretrained
 
 #: Transformer layers per MobileViTv2 block in stages 2, 3, 4 (B in Table 6).
@@ -67,14 +67,7 @@ def mobilevitv2_stem(x, widths: MobileViTV2Widths):
     3x3 stride-2 conv + BN + SiLU, then `stage0_block0` .. `stage1_block1` (inverted
     residuals); returns the stride-4 map `(B, H/4, W/4, widths.stages[1])`. Shared by the
     classifier and the task backbone, so their layer names (and weights) match."""
-    x = keras.layers.ZeroPadding2D(1, name="stem_pad")(x)
-    x = keras.layers.Conv2D(
-        widths.stem, 3, strides=2, use_bias=False,
-        kernel_initializer=conv_kernel_initializer(),
-        name="stem_conv",
-    )(x)
-    x = batch_norm("stem_bn")(x)
-    x = keras.layers.Activation("silu", name="stem_act")(x)
+    x = conv_stem(x, widths.stem)
     x = InvertedResidual(widths.stages[0], strides=1, name="stage0_block0")(x)
     x = InvertedResidual(widths.stages[1], strides=2, name="stage1_block0")(x)
     return InvertedResidual(widths.stages[1], strides=1, name="stage1_block1")(x)
@@ -154,10 +147,7 @@ def MobileViTV2(  # noqa: N802 (keras.applications naming)
             width_multiplier, weights, include_top=include_top, classes=classes,
             input_shape=input_shape, input_tensor=input_tensor, attention=attention)
         resolved = download_weights(entry)
-    if not 0.0 <= drop_path_rate < 1.0:
-        raise ValueError(
-            f"drop_path_rate must be in [0, 1). Received: drop_path_rate={drop_path_rate}"
-        )
+    validate_rates(drop_path_rate=drop_path_rate)
     # timm's rule: rate of layer i = drop_path_rate * i / (L - 1), over all L layers.
     total_layers = sum(ATTENTION_LAYERS)
     rates = [float(r) for r in np.linspace(0.0, drop_path_rate, total_layers)]
@@ -243,16 +233,11 @@ def decode_predictions(predictions, top: int = 5) -> list[list[tuple[str, str, f
 
 
 def _named_builder(width_multiplier: float, name: str):
-    def builder(**kwargs) -> keras.Model:
-        kwargs.setdefault("name", name)
-        return MobileViTV2(width_multiplier=width_multiplier, **kwargs)
-
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = (
+    return register_builder(
+        name, lambda **kwargs: MobileViTV2(width_multiplier=width_multiplier, **kwargs),
         f"MobileViTv2-{width_multiplier} (`MobileViTV2(width_multiplier={width_multiplier})`); "
-        "keyword arguments as `MobileViTV2`."
+        "keyword arguments as `MobileViTV2`.",
     )
-    return register_model(builder)
 
 
 mobilevitv2_050 = _named_builder(0.5, "mobilevitv2_050")

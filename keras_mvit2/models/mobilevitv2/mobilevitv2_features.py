@@ -30,6 +30,7 @@ import keras
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.inverted_residual import InvertedResidual
+from keras_mvit2.layers.multi_head_attention import validate_positive_ints
 from keras_mvit2.models.builder_utils import model_input
 from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.models.mobilevitv2.mobilevitv2_builders import (
@@ -101,8 +102,7 @@ class DilatedInvertedResidual(InvertedResidual):
 
     def __init__(self, filters: int, strides: int = 1, dilation: int = 1, **kwargs):
         super().__init__(filters, strides=strides, **kwargs)
-        if not isinstance(dilation, int) or dilation < 1:
-            raise ValueError(f"dilation must be a positive int. Received: dilation={dilation!r}")
+        validate_positive_ints(dilation=dilation)
         if dilation > 1 and strides != 1:
             raise ValueError(
                 f"A dilated inverted residual needs strides=1. Received: strides={strides}, "
@@ -132,8 +132,7 @@ class DilatedMobileViTV2Block(MobileViTV2Block):
 
     def __init__(self, attention_dim: int, num_layers: int, dilation: int = 1, **kwargs):
         super().__init__(attention_dim, num_layers, **kwargs)
-        if not isinstance(dilation, int) or dilation < 1:
-            raise ValueError(f"dilation must be a positive int. Received: dilation={dilation!r}")
+        validate_positive_ints(dilation=dilation)
         self.dilation = dilation
 
     def build(self, input_shape):

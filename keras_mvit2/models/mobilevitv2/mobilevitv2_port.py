@@ -24,6 +24,7 @@ kernel `transpose(1, 0)`, everything else copied (BN weight / bias /
 running_mean / running_var -> gamma / beta / moving_mean / moving_variance).
 """
 
+import functools
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -35,7 +36,18 @@ import numpy as np
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.inverted_residual import InvertedResidual
 from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
-from keras_mvit2.weights.port import PortTarget, assign_values, listing, match_state
+from keras_mvit2.weights.port import (
+    PortTarget,
+    add_batch_norm,
+    add_conv,
+    add_inverted_residual,
+    add_linear,
+    add_norm,
+    find_network,
+    port_state,
+    source_name,
+    sublayer,
+)
 from keras_mvit2.weights.torch_checkpoint import read_torch_state_dict
 
 # --------------------------------------------------------------------------------------
@@ -203,103 +215,39 @@ def _not_a_mobilevitv2(model: keras.Model, why: str) -> ValueError:
 
 def _find_network(model: keras.Model) -> keras.Model:
     """The MobileViTv2 functional model: `model` itself, or the one model nested in it."""
-    if not isinstance(model, keras.Model):
-        raise TypeError(
-            "load_torch_weights expects a keras.Model built by keras_mvit2.MobileViTV2. "
-            f"Received: {type(model).__name__}"
-        )
-    names = {layer.name for layer in model.layers}
-    if "stem_conv" in names:
-        return model
-    nested = [
-        layer for layer in model.layers
-        if isinstance(layer, keras.Model) and any(s.name == "stem_conv" for s in layer.layers)
-    ]
-    if len(nested) == 1:
-        return nested[0]
-    raise _not_a_mobilevitv2(model, "has no layer named 'stem_conv'")
+    net, _ = find_network(model, lambda m: any(s.name == "stem_conv" for s in m.layers),
+                          "load_torch_weights expects a keras.Model built by "
+                          "keras_mvit2.MobileViTV2")
+    if net is None:
+        raise _not_a_mobilevitv2(model, "has no layer named 'stem_conv'")
+    return net
 
 
-def _sublayer(owner, attribute: str, kind: type) -> Any:
-    layer = getattr(owner, attribute, None)
-    if not isinstance(layer, kind):
-        raise ValueError(
-            f"Layer {owner.name!r} has no {kind.__name__} {attribute!r} (is it built?); "
-            "it is not a MobileViTv2 layer of keras_mvit2."
-        )
-    return layer
-
-
-def _add_conv(targets: dict, key: str, layer) -> None:
-    if not isinstance(layer, keras.layers.Conv2D) or getattr(layer, "groups", 1) != 1:
-        raise ValueError(f"Layer {layer.name!r} should be an ungrouped Conv2D.")
-    targets[f"{key}.weight"] = PortTarget(layer.kernel, "conv")
-    if layer.use_bias:
-        targets[f"{key}.bias"] = PortTarget(layer.bias, "copy")
-
-
-def _add_depthwise(targets: dict, key: str, layer) -> None:
-    if not isinstance(layer, keras.layers.DepthwiseConv2D) or layer.depth_multiplier != 1:
-        raise ValueError(f"Layer {layer.name!r} should be a DepthwiseConv2D, depth_multiplier=1.")
-    targets[f"{key}.weight"] = PortTarget(layer.kernel, "depthwise")
-    if layer.use_bias:
-        targets[f"{key}.bias"] = PortTarget(layer.bias, "copy")
-
-
-def _add_bn(targets: dict, key: str, layer) -> None:
-    if not isinstance(layer, keras.layers.BatchNormalization) or not (
-        layer.scale and layer.center
-    ):
-        raise ValueError(f"Layer {layer.name!r} should be a BatchNormalization with scale/center.")
-    targets[f"{key}.weight"] = PortTarget(layer.gamma, "copy")
-    targets[f"{key}.bias"] = PortTarget(layer.beta, "copy")
-    targets[f"{key}.running_mean"] = PortTarget(layer.moving_mean, "copy")
-    targets[f"{key}.running_var"] = PortTarget(layer.moving_variance, "copy")
-
-
-def _add_gn(targets: dict, key: str, layer) -> None:
-    if not isinstance(layer, GroupNorm1):
-        raise ValueError(f"Layer {layer.name!r} should be a GroupNorm1.")
-    targets[f"{key}.weight"] = PortTarget(layer.gamma, "copy")
-    targets[f"{key}.bias"] = PortTarget(layer.beta, "copy")
-
-
-def _add_inverted_residual(targets: dict, key: str, block: InvertedResidual) -> None:
-    for conv, bn, part in (
-        ("expand_conv", "expand_bn", "conv1_1x1"),
-        ("depthwise_conv", "depthwise_bn", "conv2_kxk"),
-        ("project_conv", "project_bn", "conv3_1x1"),
-    ):
-        kind = keras.layers.DepthwiseConv2D if conv == "depthwise_conv" else keras.layers.Conv2D
-        add = _add_depthwise if conv == "depthwise_conv" else _add_conv
-        add(targets, f"{key}.{part}.conv", _sublayer(block, conv, kind))
-        _add_bn(targets, f"{key}.{part}.bn", _sublayer(block, bn, keras.layers.BatchNormalization))
+_FAMILY = "MobileViTv2"
+_sublayer = functools.partial(sublayer, family=_FAMILY)
 
 
 def _add_mobilevitv2_block(targets: dict, key: str, block: MobileViTV2Block) -> None:
-    bn = keras.layers.BatchNormalization
-    _add_depthwise(targets, f"{key}.conv_kxk.conv",
-                   _sublayer(block, "local_conv", keras.layers.DepthwiseConv2D))
-    _add_bn(targets, f"{key}.conv_kxk.bn", _sublayer(block, "local_bn", bn))
-    _add_conv(targets, f"{key}.conv_1x1", _sublayer(block, "local_proj", keras.layers.Conv2D))
+    bn, conv = keras.layers.BatchNormalization, keras.layers.Conv2D
+    add_conv(targets, f"{key}.conv_kxk.conv",
+             _sublayer(block, "local_conv", keras.layers.DepthwiseConv2D))
+    add_batch_norm(targets, f"{key}.conv_kxk.bn", _sublayer(block, "local_bn", bn))
+    add_conv(targets, f"{key}.conv_1x1", _sublayer(block, "local_proj", conv))
     transformer = getattr(block, "transformer", None)
     if not isinstance(transformer, list) or not transformer:
         raise ValueError(f"Layer {block.name!r} has no transformer layers (is it built?).")
     for k, layer in enumerate(transformer):
         prefix = f"{key}.transformer.{k}"
-        _add_gn(targets, f"{prefix}.norm1", _sublayer(layer, "norm1", GroupNorm1))
         attn = _sublayer(layer, "attn", keras.layers.Layer)
-        _add_conv(targets, f"{prefix}.attn.qkv_proj",
-                  _sublayer(attn, "qkv_proj", keras.layers.Conv2D))
-        _add_conv(targets, f"{prefix}.attn.out_proj",
-                  _sublayer(attn, "out_proj", keras.layers.Conv2D))
-        _add_gn(targets, f"{prefix}.norm2", _sublayer(layer, "norm2", GroupNorm1))
-        _add_conv(targets, f"{prefix}.mlp.fc1", _sublayer(layer, "fc1", keras.layers.Conv2D))
-        _add_conv(targets, f"{prefix}.mlp.fc2", _sublayer(layer, "fc2", keras.layers.Conv2D))
-    _add_gn(targets, f"{key}.norm", _sublayer(block, "norm", GroupNorm1))
-    _add_conv(targets, f"{key}.conv_proj.conv",
-              _sublayer(block, "conv_proj", keras.layers.Conv2D))
-    _add_bn(targets, f"{key}.conv_proj.bn", _sublayer(block, "proj_bn", bn))
+        add_norm(targets, f"{prefix}.norm1", _sublayer(layer, "norm1", GroupNorm1), GroupNorm1)
+        add_conv(targets, f"{prefix}.attn.qkv_proj", _sublayer(attn, "qkv_proj", conv))
+        add_conv(targets, f"{prefix}.attn.out_proj", _sublayer(attn, "out_proj", conv))
+        add_norm(targets, f"{prefix}.norm2", _sublayer(layer, "norm2", GroupNorm1), GroupNorm1)
+        add_conv(targets, f"{prefix}.mlp.fc1", _sublayer(layer, "fc1", conv))
+        add_conv(targets, f"{prefix}.mlp.fc2", _sublayer(layer, "fc2", conv))
+    add_norm(targets, f"{key}.norm", _sublayer(block, "norm", GroupNorm1), GroupNorm1)
+    add_conv(targets, f"{key}.conv_proj.conv", _sublayer(block, "conv_proj", conv))
+    add_batch_norm(targets, f"{key}.conv_proj.bn", _sublayer(block, "proj_bn", bn))
 
 
 _BLOCK_NAME = re.compile(r"stage(\d+)_block(\d+)")
@@ -318,12 +266,12 @@ def model_port_targets(model: keras.Model) -> tuple[dict[str, PortTarget], bool]
     """
     net = _find_network(model)
     targets: dict[str, PortTarget] = {}
-    _add_conv(targets, "stem.conv", net.get_layer("stem_conv"))
+    add_conv(targets, "stem.conv", net.get_layer("stem_conv"))
     try:
         stem_bn = net.get_layer("stem_bn")
     except ValueError:
         raise _not_a_mobilevitv2(net, "has no layer named 'stem_bn'") from None
-    _add_bn(targets, "stem.bn", stem_bn)
+    add_batch_norm(targets, "stem.bn", stem_bn)
     num_attention_blocks = 0
     has_head = False
     for layer in net.layers:
@@ -331,7 +279,7 @@ def model_port_targets(model: keras.Model) -> tuple[dict[str, PortTarget], bool]
         if match:
             key = f"stages.{int(match[1])}.{int(match[2])}"
             if isinstance(layer, InvertedResidual):
-                _add_inverted_residual(targets, key, layer)
+                add_inverted_residual(targets, key, layer, _FAMILY)
             elif isinstance(layer, MobileViTV2Block):
                 _add_mobilevitv2_block(targets, key, layer)
                 num_attention_blocks += 1
@@ -342,9 +290,7 @@ def model_port_targets(model: keras.Model) -> tuple[dict[str, PortTarget], bool]
         elif layer.name == "predictions":
             if not isinstance(layer, keras.layers.Dense):
                 raise _not_a_mobilevitv2(net, "has a 'predictions' layer that is not Dense")
-            targets["head.fc.weight"] = PortTarget(layer.kernel, "dense")
-            if layer.use_bias:
-                targets["head.fc.bias"] = PortTarget(layer.bias, "copy")
+            add_linear(targets, "head.fc", layer)
             has_head = True
     if num_attention_blocks == 0:
         raise _not_a_mobilevitv2(net, "has no MobileViTV2Block layers named 'stage{i}_block{j}'")
@@ -417,23 +363,7 @@ def load_torch_weights(
     """
     targets, has_head = model_port_targets(model)  # checks the model before reading a file
     raw = read_torch_state_dict(path_or_state_dict)
-    _port(model, targets, has_head, raw, _source_name(path_or_state_dict))
-
-
-def _source_name(path_or_state_dict: Any) -> str:
-    if isinstance(path_or_state_dict, Mapping):
-        return "the given state dict"
-    return repr(os.fspath(path_or_state_dict))
-
-
-def _port(
-    model: keras.Model,
-    targets: dict[str, PortTarget],
-    has_head: bool,
-    raw: dict[str, np.ndarray],
-    source: str,
-) -> None:
-    """Validates every tensor of `raw` against `targets`, then assigns them all."""
+    source = source_name(path_or_state_dict)
     naming = _detect_naming(list(raw))
     rules = _RULES_BY_NAMING.get(naming)
 
@@ -458,30 +388,9 @@ def _port(
             return repr(timm_key)
         return f"{original[timm_key]!r} (timm: {timm_key!r})"
 
-    for timm_key in state:
-        if timm_key not in targets and not (not has_head and timm_key.startswith("head.")):
-            unexpected.append(original[timm_key])
-    missing, mismatched, values = match_state(state, targets, label)
-
-    if missing or unexpected or mismatched:
-        parts = [
-            f"Cannot load {source} into model {model.name!r} ({naming} naming); "
-            "nothing was loaded."
-        ]
-        if mismatched:
-            parts.append(f"- {len(mismatched)} tensor(s) with a wrong shape:\n"
-                         + listing(mismatched)
-                         + _head_hint(state, targets) + _width_hint(state, targets))
-        if missing:
-            hint = ""
-            if has_head and all(k.startswith("head.") for k in missing):
-                hint = ("\n  The checkpoint has no classifier: build the model with "
-                        "include_top=False to load the backbone only.")
-            parts.append(f"- {len(missing)} tensor(s) the model needs are missing from the "
-                         "checkpoint (timm names):\n" + listing(missing) + hint)
-        if unexpected:
-            parts.append(f"- {len(unexpected)} unexpected tensor(s) in the checkpoint "
-                         "(not in this model):\n" + listing(unexpected))
-        raise ValueError("\n".join(parts))
-
-    assign_values(values)
+    port_state(
+        state, targets, has_head=has_head, label=label, original=original,
+        unexpected=unexpected, missing_names=" (timm names)",
+        what=f"Cannot load {source} into model {model.name!r} ({naming} naming)",
+        shape_hint=_head_hint(state, targets) + _width_hint(state, targets),
+    )

@@ -108,8 +108,7 @@ def _build_table() -> tuple[PretrainedWeights, ...]:
 PRETRAINED_WEIGHTS: tuple[PretrainedWeights, ...] = _build_table()
 
 #: timm's tag names are accepted as synonyms of ours.
-_ALIASES = {"cvnets_in1k": "imagenet", "cvnets_in22k_ft_in1k": "imagenet22k_ft_in1k",
-            "cvnets_in22k_ft_in1k_384": "imagenet22k_ft_in1k_384"}
+_ALIASES = {row.timm_tag: row.tag for row in PRETRAINED_WEIGHTS if row.timm_tag}
 
 
 def _canonical(tag: str) -> str:

@@ -3,8 +3,9 @@ any attention of `keras_mvit2.attention`, as timm's `deit_*_patch16_224`."""
 
 import keras
 
-from keras_mvit2.models.builder_utils import load_weights, model_input
-from keras_mvit2.models.registry import register_model
+from keras_mvit2.layers.multi_head_attention import validate_positive_ints
+from keras_mvit2.models.builder_utils import dense_classifier, load_weights, model_input
+from keras_mvit2.models.registry import register_builder
 from keras_mvit2.models.vit.vit_layers import (
     ClassTokenPositionEmbedding,
     PatchEmbedding,
@@ -20,12 +21,6 @@ DEIT_CONFIGS: dict[str, dict] = {
 }
 
 VIT_DEFAULT_INPUT_SHAPE = (224, 224, 3)
-
-
-def _check_positive(**values) -> None:
-    for label, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{label} must be a positive int. Received: {label}={value!r}")
 
 
 def ViT(  # noqa: N802 (keras.applications naming)
@@ -104,12 +99,12 @@ def ViT(  # noqa: N802 (keras.applications naming)
     >>> model.output_shape
     (None, 1000)
     """
-    _check_positive(patch_size=patch_size, embed_dim=embed_dim, depth=depth, num_heads=num_heads)
+    validate_positive_ints(
+        patch_size=patch_size, embed_dim=embed_dim, depth=depth, num_heads=num_heads)
     if mlp_ratio <= 0:
         raise ValueError(f"mlp_ratio must be positive. Received: mlp_ratio={mlp_ratio}")
-    if input_shape is None and input_tensor is None:
-        input_shape = VIT_DEFAULT_INPUT_SHAPE
-    inputs, x = model_input(input_tensor, input_shape, min_size=patch_size)
+    inputs, x = model_input(input_tensor, input_shape, min_size=patch_size,
+                            default_shape=VIT_DEFAULT_INPUT_SHAPE)
     height, width = x.shape[1], x.shape[2]
     if height % patch_size or width % patch_size:
         raise ValueError(
@@ -146,14 +141,7 @@ def ViT(  # noqa: N802 (keras.applications naming)
 
     if include_top:
         x = TokenPooling("token", name="class_token")(x)                  # (B, D)
-        if dropout:
-            x = keras.layers.Dropout(dropout, name="head_dropout")(x)
-        x = keras.layers.Dense(
-            classes,
-            activation=classifier_activation,
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            name="predictions",
-        )(x)
+        x = dense_classifier(x, classes, classifier_activation, dropout)
     elif pooling is not None:
         x = TokenPooling(pooling, name=f"{pooling}_pool")(x)
 
@@ -164,17 +152,11 @@ def ViT(  # noqa: N802 (keras.applications naming)
 
 def _named_builder(name: str):
     config = DEIT_CONFIGS[name]
-
-    def builder(**kwargs) -> keras.Model:
-        kwargs.setdefault("name", name)
-        return ViT(**dict(config, **kwargs))
-
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = (
+    return register_builder(
+        name, lambda **kwargs: ViT(**dict(config, **kwargs)),
         f"{name.replace('_', '-').replace('deit', 'DeiT')} (timm `{name}_patch16_224`): "
-        f"`ViT({', '.join(f'{k}={v}' for k, v in config.items())})`; keyword arguments as `ViT`."
+        f"`ViT({', '.join(f'{k}={v}' for k, v in config.items())})`; keyword arguments as `ViT`.",
     )
-    return register_model(builder)
 
 
 deit_tiny = _named_builder("deit_tiny")

@@ -1,15 +1,8 @@
-"""ViT / DeiT building blocks (Dosovitskiy et al., ICLR 2021, eq. 1-4), timm layout.
+"""ViT / DeiT building blocks (Dosovitskiy et al., ICLR 2021, eq. 1-4), timm layout:
+`PatchEmbedding`, `ClassTokenPositionEmbedding`, `ViTBlock`, `TokenPooling`.
 
-- `PatchEmbedding`: `x_p E`, a `patch x patch` convolution with stride `patch`;
-- `ClassTokenPositionEmbedding`: `z_0 = [x_class; x_p E] + E_pos` (eq. 1);
-- `ViTBlock`: the pre-norm transformer block `z' = z + MSA(LN(z))`,
-  `z = z' + MLP(LN(z'))` (eq. 2-3), with any attention of `keras_mvit2.attention`;
-- `TokenPooling`: the class token (`y = z_L^0`, eq. 4, before the head) or a pooled
-  summary of the patch tokens.
-
-Every projection on tokens is an `EinsumDense` (kernel `(in, out)` = timm's
-`weight.T`), which lowers to TFLite FULLY_CONNECTED without the shape ops of a
-`Dense` on 3-D input. No tensor exceeds rank 4.
+Every projection on tokens is an `EinsumDense` (kernel `(in, out)` = timm's `weight.T`,
+see `dense_on_tokens`). No tensor exceeds rank 4.
 """
 
 import inspect
@@ -20,7 +13,11 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
-from keras_mvit2.layers.initializers import clone_initializer
+from keras_mvit2.layers.multi_head_attention import (
+    dense_on_tokens,
+    validate_positive_ints,
+    validate_rates,
+)
 
 
 def gelu_erf(x):
@@ -39,12 +36,8 @@ def _activation(identifier):
     return keras.activations.get(identifier)
 
 
-def _attention_class(name: str) -> type:
-    # The registry has no public "class of a name" accessor; canonical_name validates.
-    return attention_registry.get_class(name)
-
-
-def _takes_num_heads(cls: type) -> bool:
+def _takes_num_heads(name: str) -> bool:
+    cls = attention_registry.get_class(name)
     return "num_heads" in inspect.signature(cls.__init__).parameters
 
 
@@ -71,31 +64,14 @@ def attention_layer(identifier="mha", num_heads: int | None = None, **kwargs) ->
     """
     if num_heads is not None:
         if isinstance(identifier, str):
-            if _takes_num_heads(_attention_class(identifier)):
+            if _takes_num_heads(identifier):
                 kwargs["num_heads"] = num_heads
         elif isinstance(identifier, dict) and "class_name" not in identifier:
             name = identifier.get("name")
             if (isinstance(name, str) and "num_heads" not in identifier
-                    and _takes_num_heads(_attention_class(name))):
+                    and _takes_num_heads(name)):
                 kwargs["num_heads"] = num_heads
     return attention_registry.get(identifier, **kwargs)
-
-
-def _token_dense(rank: int, units: int, use_bias: bool, initializer, name: str, dtype):
-    """Per-token linear map on the last axis of a rank-3 or rank-4 tensor, kernel `(in, units)`."""
-    if rank == 3:
-        equation, output_shape, bias_axes = "abc,cd->abd", (None, units), "d"
-    else:
-        equation, output_shape, bias_axes = "abcd,de->abce", (None, None, units), "e"
-    return keras.layers.EinsumDense(
-        equation,
-        output_shape=output_shape,
-        bias_axes=bias_axes if use_bias else None,
-        kernel_initializer=clone_initializer(keras.initializers.get(initializer)),
-        bias_initializer="zeros",
-        name=name,
-        dtype=dtype,
-    )
 
 
 @serializable
@@ -342,13 +318,10 @@ class ViTBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(num_heads, int) or isinstance(num_heads, bool) or num_heads <= 0:
-            raise ValueError(f"num_heads must be a positive int. Received: num_heads={num_heads!r}")
+        validate_positive_ints(num_heads=num_heads)
         if mlp_ratio <= 0:
             raise ValueError(f"mlp_ratio must be positive. Received: mlp_ratio={mlp_ratio}")
-        for label, rate in (("attn_dropout", attn_dropout), ("dropout", dropout)):
-            if not 0.0 <= rate < 1.0:
-                raise ValueError(f"{label} must be in [0, 1). Received: {label}={rate}")
+        validate_rates(attn_dropout=attn_dropout, dropout=dropout)
         self.num_heads = num_heads
         self.mlp_ratio = mlp_ratio
         self.attention = attention
@@ -374,14 +347,14 @@ class ViTBlock(keras.layers.Layer):
         policy = self.dtype_policy
         self.norm1 = keras.layers.LayerNormalization(
             epsilon=self.norm_epsilon, name="norm1", dtype=policy)
-        attn_kwargs = {"name": "attn", "dtype": policy}
-        if self.attn_dropout:
-            attn_kwargs["attn_dropout"] = self.attn_dropout
-        self.attn = attention_layer(self.attention, self.num_heads, **attn_kwargs)
+        dropout = {"attn_dropout": self.attn_dropout} if self.attn_dropout else {}
+        self.attn = attention_layer(self.attention, self.num_heads, name="attn", dtype=policy,
+                                    **dropout)
         self.norm2 = keras.layers.LayerNormalization(
             epsilon=self.norm_epsilon, name="norm2", dtype=policy)
-        self.fc1 = _token_dense(rank, hidden, True, self.kernel_initializer, "fc1", policy)
-        self.fc2 = _token_dense(rank, dim, True, self.kernel_initializer, "fc2", policy)
+        init = self.kernel_initializer
+        self.fc1 = dense_on_tokens(hidden, True, "fc1", policy, init, rank=rank)
+        self.fc2 = dense_on_tokens(dim, True, "fc2", policy, init, rank=rank)
         self.attn_out_drop = keras.layers.Dropout(self.dropout, dtype=policy)
         self.mlp_drop1 = keras.layers.Dropout(self.dropout, dtype=policy)
         self.mlp_drop2 = keras.layers.Dropout(self.dropout, dtype=policy)
