@@ -1,5 +1,6 @@
 """Core ML export: the ML Program's structure on Linux, predictions on macOS."""
 
+import json
 import os
 
 import keras
@@ -100,6 +101,17 @@ def test_small_model_converts_with_image_input_and_labels(ct, tmp_path):
     probs = description.output[1].type.dictionaryType  # label -> probability
     assert probs.WhichOneof("KeyType") == "stringKeyType"
     assert report.metadata["keras_mvit2.version"] == mv.__version__
+    # The forms it was traced in: a float runtime's token sum (product and mean) for the
+    # layers, the block's transformer channels-first (its unfold a depthwise convolution,
+    # the one fold above: depth_to_space, no space_to_depth).
+    forms = json.loads(report.metadata["keras_mvit2.forms"])
+    assert forms == {
+        "token_pooling": "product_mean", "token_normaliser": "exp_mean",
+        "variance": "one_pass", "unfold": "space_to_depth", "layout": "channels_last",
+        "mobilevitv2_blocks": {"token_pooling": "product_sum", "token_normaliser": "softmax",
+                               "variance": "centred", "unfold": "depthwise_conv",
+                               "layout": "channels_first"}}
+    assert "space_to_depth" not in report.op_histogram
 
 
 @pytest.mark.slow

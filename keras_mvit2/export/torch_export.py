@@ -38,8 +38,7 @@ def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bo
     import torch
 
     from keras_mvit2.backend.keras_internals import torch_device, torch_device_scope
-    from keras_mvit2.export.coreml.layout import channels_first_block
-    from keras_mvit2.layers import export_forms
+    from keras_mvit2.export.coreml.layout import coreml_tracing
 
     class Serve(torch.nn.Module):
         def __init__(self, net: Any) -> None:
@@ -55,8 +54,7 @@ def torch_program(model: keras.Model, shape: tuple[int, ...], *, add_softmax: bo
         for v in model.variables:
             v.value.data = v.value.data.to("cpu")
     try:
-        with torch_device_scope("cpu"), export_forms.tracing(
-                export_forms.FLOAT_RUNTIME, block_call=channels_first_block):
+        with torch_device_scope("cpu"), coreml_tracing():
             serve = Serve(model).eval()
             program = torch.export.export(serve, (torch.zeros((1, *shape)),))
         program = program.run_decompositions(decompositions)

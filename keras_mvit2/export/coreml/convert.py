@@ -34,8 +34,7 @@ from keras_mvit2.export.coreml.description import (
     with_output_name,
 )
 from keras_mvit2.export.coreml.inspect import CoreMLReport, _coremltools, inspect_coreml
-from keras_mvit2.export.coreml.layout import channels_first_block
-from keras_mvit2.layers import export_forms
+from keras_mvit2.export.coreml.layout import coreml_tracing
 from keras_mvit2.utils.deprecation import renamed_argument
 from keras_mvit2.utils.files import atomic_output
 
@@ -180,7 +179,7 @@ def _convert(ct, model: keras.Model, shape: tuple[int, ...], *, add_softmax: boo
     inputs = input_types(ct, shape, image_input)
     # MobileViTv2 blocks in Core ML's channels-first layout (no layout transposes); other
     # attentions pool tokens element-wise (Core ML computes in float: no int8 rounding).
-    with export_forms.tracing(export_forms.FLOAT_RUNTIME, block_call=channels_first_block):
+    with coreml_tracing():
         concrete_function = serve.get_concrete_function()
     from keras_mvit2.export.coreml.pointwise_fusion import (
         collect_fusions,

@@ -181,9 +181,11 @@ def add_metadata(mlmodel: Any, model: keras.Model, shape: tuple[int, ...], preci
                  metadata: dict[str, str] | None) -> None:
     """Writes the description and the keras_mvit2 metadata (then the user's) into
     `mlmodel`: `model_metadata`, ``keras_mvit2.precision``, ``.weight_compression``,
-    ``.pointwise_fusions`` (JSON: the fused 1x1 convolution pairs) and
+    ``.pointwise_fusions`` (JSON: the fused 1x1 convolution pairs), ``.forms`` (JSON: the
+    export forms traced, `keras_mvit2.export.coreml.layout.coreml_forms_entry`) and
     ``.compute_units``."""
     from keras_mvit2._version import __version__
+    from keras_mvit2.export.coreml.layout import coreml_forms_entry
 
     mlmodel.short_description = f"{model.name} exported by keras_mvit2 {__version__}"
     info = {
@@ -193,6 +195,7 @@ def add_metadata(mlmodel: Any, model: keras.Model, shape: tuple[int, ...], preci
         "keras_mvit2.pointwise_fusions": json.dumps(
             [{"channels": list(f.channels), "macs_saved": f.macs_saved} for f in fusions]
         ),
+        "keras_mvit2.forms": coreml_forms_entry(),
         "keras_mvit2.compute_units": COMPUTE_UNITS_GUIDANCE,
     }
     info.update(metadata or {})

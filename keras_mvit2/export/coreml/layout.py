@@ -29,19 +29,39 @@ redirected; any other attention keeps the usual call.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
+import json
 from collections.abc import Callable
 from typing import Any
 
-from keras_mvit2.layers import functional
-from keras_mvit2.layers.export_forms import COREML_CHANNELS_FIRST, ExportForms
+from keras_mvit2.layers import export_forms, functional
+from keras_mvit2.layers.export_forms import COREML_CHANNELS_FIRST, FLOAT_RUNTIME, ExportForms
 from keras_mvit2.layers.functional import CHANNELS_FIRST
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.separable_self_attention import SeparableSelfAttention
 from keras_mvit2.layers.transformer_layer import TransformerLayer
 from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
 
-__all__ = ["channels_first_block"]
+__all__ = ["channels_first_block", "coreml_forms_entry", "coreml_tracing"]
+
+
+def coreml_tracing() -> contextlib.AbstractContextManager[ExportForms]:
+    """The trace of every Core ML and Core AI file, on both roads: `FLOAT_RUNTIME` (float
+    runtimes: the token sum as a product and a mean), and each `MobileViTV2Block` written
+    channels-first by `channels_first_block` (`COREML_CHANNELS_FIRST`)."""
+    return export_forms.tracing(FLOAT_RUNTIME, block_call=channels_first_block)
+
+
+def coreml_forms_entry() -> str:
+    """The ``keras_mvit2.forms`` metadata of a Core ML file (JSON): the forms of
+    `coreml_tracing`, the layers' and the `MobileViTV2Block` transformers' with their layouts."""
+    return json.dumps({
+        **dataclasses.asdict(FLOAT_RUNTIME), "layout": "channels_last",
+        "mobilevitv2_blocks": {**dataclasses.asdict(COREML_CHANNELS_FIRST),
+                               "layout": "channels_first"},
+    })
 
 
 def _supported(block: MobileViTV2Block) -> bool:
