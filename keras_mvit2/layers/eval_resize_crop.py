@@ -8,7 +8,7 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.backend import forms
-from keras_mvit2.layers.multi_head_attention import validate_positive_ints
+from keras_mvit2.utils.arguments import validate_positive_ints
 
 
 @serializable

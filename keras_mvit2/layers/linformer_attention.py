@@ -13,10 +13,9 @@ from keras_mvit2.layers.multi_head_attention import (
     merge_heads,
     softmax_last_axis,
     split_heads,
-    validate_positive_ints,
-    validate_rates,
 )
 from keras_mvit2.layers.token_mixer import TokenMixer
+from keras_mvit2.utils.arguments import validate_positive_ints, validate_rates
 
 
 def token_projection_initializer() -> keras.initializers.Initializer:

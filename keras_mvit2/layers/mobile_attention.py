@@ -5,13 +5,9 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
-from keras_mvit2.layers.multi_head_attention import (
-    dense_on_tokens,
-    head_dim_of,
-    validate_positive_ints,
-    validate_rates,
-)
+from keras_mvit2.layers.multi_head_attention import dense_on_tokens, head_dim_of
 from keras_mvit2.layers.token_mixer import TokenMixer
+from keras_mvit2.utils.arguments import validate_positive_ints, validate_rates
 
 NORMALIZERS = ("head_flow", "tokens")
 

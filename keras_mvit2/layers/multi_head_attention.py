@@ -10,6 +10,7 @@ from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.initializers import clone_initializer
 from keras_mvit2.layers.token_mixer import TokenMixer
+from keras_mvit2.utils.arguments import validate_positive_ints, validate_rates
 
 
 def split_heads(x, num_heads: int, head_dim: int):
@@ -69,23 +70,6 @@ def dense_on_tokens(units: int, use_bias: bool, name: str, dtype,
         name=name,
         dtype=dtype,
     )
-
-
-def validate_positive_ints(owner: str | None = None, **values) -> None:
-    """ValueError unless each value is a positive int (bools refused), named by `owner`."""
-    prefix = f"{owner}: " if owner else ""
-    for label, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(
-                f"{prefix}{label} must be a positive int. Received: {label}={value!r}"
-            )
-
-
-def validate_rates(**rates: float) -> None:
-    """ValueError unless each (dropout) rate is in [0, 1)."""
-    for label, rate in rates.items():
-        if not 0.0 <= rate < 1.0:
-            raise ValueError(f"{label} must be in [0, 1). Received: {label}={rate}")
 
 
 def head_dim_of(layer_name: str, dim: int, num_heads: int) -> int:

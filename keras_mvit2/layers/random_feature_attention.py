@@ -14,10 +14,9 @@ from keras_mvit2.layers.multi_head_attention import (
     head_dim_of,
     merge_heads,
     split_heads,
-    validate_positive_ints,
-    validate_rates,
 )
 from keras_mvit2.layers.token_mixer import TokenMixer
+from keras_mvit2.utils.arguments import validate_positive_ints, validate_rates
 
 #: Feature maps of `RandomFeatureAttention`.
 FEATURE_MAPS = ("gaussian", "arccos")

@@ -7,8 +7,8 @@ from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.functional import transformer_layer
 from keras_mvit2.layers.group_norm import GroupNorm1
 from keras_mvit2.layers.initializers import clone_initializer, conv_kernel_initializer
-from keras_mvit2.layers.multi_head_attention import validate_rates
 from keras_mvit2.layers.stochastic_depth import StochasticDepth
+from keras_mvit2.utils.arguments import validate_rates
 
 
 def default_ffn_dim(dim: int, multiplier: float = 2.0) -> int:

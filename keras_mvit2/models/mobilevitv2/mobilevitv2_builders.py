@@ -11,7 +11,6 @@ import numpy as np
 from keras import ops
 
 from keras_mvit2.layers.inverted_residual import InvertedResidual, make_divisible
-from keras_mvit2.layers.multi_head_attention import validate_rates
 from keras_mvit2.layers.transformer_layer import default_ffn_dim
 from keras_mvit2.models.builder_utils import classifier_head, conv_stem, load_weights, model_input
 from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
@@ -21,6 +20,7 @@ from keras_mvit2.models.mobilevitv2.mobilevitv2_presets import (
     is_weights_tag,
 )
 from keras_mvit2.models.registry import register_builder
+from keras_mvit2.utils.arguments import validate_rates
 from keras_mvit2.weights.download import download_weights, load_pretrained
 
 #: Transformer layers per MobileViTv2 block in stages 2, 3, 4 (B in Table 6).

@@ -30,7 +30,6 @@ import keras
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers.inverted_residual import InvertedResidual
-from keras_mvit2.layers.multi_head_attention import validate_positive_ints
 from keras_mvit2.models.builder_utils import model_input
 from keras_mvit2.models.mobilevitv2.mobilevitv2_block import MobileViTV2Block
 from keras_mvit2.models.mobilevitv2.mobilevitv2_builders import (
@@ -38,6 +37,7 @@ from keras_mvit2.models.mobilevitv2.mobilevitv2_builders import (
     mobilevitv2_stem,
     mobilevitv2_widths,
 )
+from keras_mvit2.utils.arguments import validate_positive_ints
 
 __all__ = [
     "FEATURE_LEVELS",

@@ -3,7 +3,6 @@ any attention of `keras_mvit2.attention`, as timm's `deit_*_patch16_224`."""
 
 import keras
 
-from keras_mvit2.layers.multi_head_attention import validate_positive_ints
 from keras_mvit2.models.builder_utils import dense_classifier, load_weights, model_input
 from keras_mvit2.models.registry import register_builder
 from keras_mvit2.models.vit.vit_layers import (
@@ -12,6 +11,7 @@ from keras_mvit2.models.vit.vit_layers import (
     TokenPooling,
     ViTBlock,
 )
+from keras_mvit2.utils.arguments import validate_positive_ints
 
 #: timm's DeiT configurations (patch 16, input 224).
 DEIT_CONFIGS: dict[str, dict] = {

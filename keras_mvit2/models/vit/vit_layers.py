@@ -13,11 +13,8 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
-from keras_mvit2.layers.multi_head_attention import (
-    dense_on_tokens,
-    validate_positive_ints,
-    validate_rates,
-)
+from keras_mvit2.layers.multi_head_attention import dense_on_tokens
+from keras_mvit2.utils.arguments import validate_positive_ints, validate_rates
 
 
 def gelu_erf(x):
