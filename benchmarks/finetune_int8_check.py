@@ -14,7 +14,11 @@ in `RUN/phone/` (the shipped `model_int8.tflite`, and `model_qat_int8.tflite` /
 the drop against Keras in points, argmax agreement, and the 95 % interval (at most) of a
 top-1 difference measured on the run's own held-out images (normal approximation of the
 paired disagreements), in `finetune_int8_check.json` / `.md` under `--out`, one entry per run
-folder name.
+folder name. Each entry also keeps what the run itself measured (``held_out``): the shipped
+file's top-1 and agreement with Keras on the held-out images, and its quantization-aware
+training's choice (``qat``, from the run record: `shipped` ``"qat"`` or ``"post_training"``,
+`agreement_post_training` and `agreement_qat` on the images it judged them on,
+`judged_on`; null where it was not tried), tabled under the files.
 """
 
 from __future__ import annotations
@@ -25,7 +29,11 @@ import math
 import os
 
 import numpy as np
-from finetune_photos import write_photos  # the benchmark's photos, here of the test split
+from finetune_photos import (  # the benchmark's photos, here of the test split
+    qat_cell,
+    qat_facts,
+    write_photos,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -95,8 +103,7 @@ def main() -> None:
         "held_out": {"keras_top1": run["evaluation"]["top1"],
                      "shipped_top1": tflite.get("top1"),
                      "shipped_agreement": tflite.get("top1_agreement"),
-                     "qat": {k: (tflite.get("qat") or {}).get(k)
-                             for k in ("top1", "top1_agreement", "shipped")}},
+                     "qat": qat_facts(tflite)},
         "test": rows}
     os.makedirs(args.out, exist_ok=True)
     with open(path, "w") as f:
@@ -117,6 +124,24 @@ def main() -> None:
                          f"{100 * row['agreement']:.1f} % | "
                          f"±{row['held_out_interval_points']:.1f} on "
                          f"{entry['held_out_images']} |")
+    lines += ["", "What each run measured itself (its held-out images; QAT's agreements on the "
+              "images it judged the two files on):", "",
+              "| run | held-out images | shipped file: top-1 (Keras) | its agreement | QAT: file "
+              "shipped | agreement post-training | agreement QAT | judged on |",
+              "|---|---:|---:|---:|---|---:|---:|---|"]
+    for run_name, entry in record.items():
+        seen = entry["held_out"]
+        qat = qat_facts(seen)  # records of the earlier QAT have no agreements: blank cells
+        shipped = qat_cell(qat).split(" (")[0]
+        cells = [f"{100 * qat[k]:.1f} %" if qat and qat.get(k) is not None else ""
+                 for k in ("agreement_post_training", "agreement_qat")]
+        shipped_top1 = seen.get("shipped_top1")
+        agreement = seen.get("shipped_agreement")
+        lines.append(f"| {run_name} | {entry['held_out_images']} | "
+                     f"{'' if shipped_top1 is None else f'{100 * shipped_top1:.1f} %'} "
+                     f"({100 * seen['keras_top1']:.1f} %) | "
+                     f"{'' if agreement is None else f'{100 * agreement:.1f} %'} | {shipped} | "
+                     f"{cells[0]} | {cells[1]} | {(qat or {}).get('judged_on') or ''} |")
     with open(os.path.join(args.out, "finetune_int8_check.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -16,12 +16,15 @@ downloaded from the loopback stand-in of the Hugging Face hub of the tests
 (tests/hub_standin.py), which serves a timm checkpoint with random weights made by
 tests/torch_oracle.py (torch, in a subprocess): it exercises the download, port and
 fine-tuning path, but these are not the real ImageNet weights, so its accuracy says nothing
-about them. Records wall time, top-1 on the held-out images, the `.tflite` file's kind,
-top-1 and agreement with Keras, sizes and the load average, in `finetune_photos.json` /
-`.md`; each run is kept there under its name (`standin`, `random`, `standin_max_drop_1`,
-...), so runs made one at a time add up. With `--max-drop` the command runs again on a copy
-of the trained run folder (run it without `--max-drop` first): the folder is complete, so it
-only evaluates and exports, and its wall time is that of re-exporting without retraining.
+about them. Records wall time, top-1 on the held-out images, the shipped `.tflite` file's
+kind, top-1 and agreement with Keras, whether the run's quantization-aware training was
+tried and which file it shipped (``qat``: `shipped` ``"qat"`` or ``"post_training"``, the two
+files' agreement with Keras on the images it judged them on, `judged_on`), sizes and the load
+average, in `finetune_photos.json` / `.md`; each run is kept there under its name (`standin`,
+`random`, `standin_max_drop_1`, ...), so runs made one at a time add up. With `--max-drop`
+the command runs again on a copy of the trained run folder (run it without `--max-drop`
+first): the folder is complete, so it only evaluates and exports, and its wall time is that
+of re-exporting without retraining.
 `--reexport` does the same at the default settings (runs `standin_reexport`, ...): the
 phone files of the trained models made again by the current export code.
 """
@@ -122,10 +125,41 @@ def run_command(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     return time.monotonic() - start, (load0 + os.getloadavg()[0]) / 2
 
 
+def qat_facts(export: dict) -> dict | None:
+    """What the run's quantization-aware training of its int8 file did, from the export
+    record's ``qat`` facts (`keras_mvit2.ship.phone_files`): `shipped` (``"qat"`` or
+    ``"post_training"``; None where it failed: `error`), the post-training and the QAT file's
+    agreement with Keras on the images they were judged on, and `judged_on` (those images, in
+    words). None where it was not tried (the post-training file agreed well enough)."""
+    facts = export.get("qat")
+    if not facts or all(value is None for value in facts.values()):
+        return None
+    shipped = facts.get("shipped")
+    if isinstance(shipped, bool):  # runs of the earlier QAT recorded a bool
+        shipped = "qat" if shipped else "post_training"
+    return {"shipped": None if facts.get("error") else shipped,
+            "agreement_post_training": facts.get("agreement_post_training"),
+            "agreement_qat": facts.get("agreement_qat"),
+            "judged_on": facts.get("judged_on"), "error": facts.get("error")}
+
+
+def qat_cell(qat: dict | None) -> str:
+    """A table cell of `qat_facts`."""
+    if not qat:
+        return "not tried"
+    if qat.get("error"):
+        return "failed"
+    agreements = ""
+    if qat.get("agreement_qat") is not None:
+        agreements = (f" ({100 * qat['agreement_post_training']:.1f} % / "
+                      f"{100 * qat['agreement_qat']:.1f} %)")
+    return f"{qat['shipped'] or '?'}{agreements}"
+
+
 def figures(run_dir: str) -> dict:
+    """The run's figures, from its run.json."""
     from keras_mvit2.ship.phone_files import export_warnings  # the command's own rule
 
-    """The run's figures, from its run.json."""
     with open(os.path.join(run_dir, "run.json")) as f:
         run = json.load(f)
     exports = {r["target"]: r for r in run["exports"]}
@@ -135,6 +169,7 @@ def figures(run_dir: str) -> dict:
         "held_out_images": run["evaluation"]["num_examples"],
         "tflite_quantization": tflite["quantization"], "tflite_top1": tflite["top1"],
         "tflite_agreement": tflite["top1_agreement"], "tflite_size_bytes": tflite["size_bytes"],
+        "qat": qat_facts(tflite),
         "tflite_latency_ms": (tflite.get("latency") or {}).get("median_ms"),
         "coreml_quantization": coreml.get("quantization"),
         "coreml_size_bytes": coreml.get("size_bytes"),
@@ -143,6 +178,23 @@ def figures(run_dir: str) -> dict:
         "images_per_second": run["recipe"]["images_per_second"],
         "weights": {k: run["weights"].get(k) for k in ("kind", "value", "repo_id", "sha256")},
     }
+
+
+def table(results: dict) -> list[str]:
+    """The Markdown table of `results` (runs recorded before the QAT choice was: a blank
+    QAT cell)."""
+    lines = ["| run | epochs | wall time | top-1 (Keras) | .tflite | its top-1 | agreement | "
+             "QAT: file shipped (agreement post-training / QAT) | size |",
+             "|---|---:|---:|---:|---|---:|---:|---|---:|"]
+    for name, r in results["runs"].items():
+        qat = qat_cell(r["qat"]) if "qat" in r else ""
+        lines.append(f"| {name} | {r['epochs']} | {r['wall_s'] / 60:.1f} min | "
+                     f"{100 * r['top1']:.1f} % | {r['tflite_quantization']} | "
+                     f"{100 * r['tflite_top1']:.1f} % | {100 * r['tflite_agreement']:.1f} % | "
+                     f"{qat} | {r['tflite_size_bytes'] / 1e6:.2f} MB |")
+    return lines + ["", "Agreement: the shipped file's top-1 agreement with Keras on the "
+                    "held-out images; QAT's two are on the images it judged the two files on "
+                    "(`judged_on` in the JSON)."]
 
 
 def main() -> None:
@@ -209,13 +261,7 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     with open(results_path, "w") as f:
         json.dump(results, f, indent=2)
-    lines = ["| run | epochs | wall time | top-1 (Keras) | .tflite | its top-1 | agreement | "
-             "size |", "|---|---:|---:|---:|---|---:|---:|---:|"]
-    for name, r in results["runs"].items():
-        lines.append(f"| {name} | {r['epochs']} | {r['wall_s'] / 60:.1f} min | "
-                     f"{100 * r['top1']:.1f} % | {r['tflite_quantization']} | "
-                     f"{100 * r['tflite_top1']:.1f} % | {100 * r['tflite_agreement']:.1f} % | "
-                     f"{r['tflite_size_bytes'] / 1e6:.2f} MB |")
+    lines = table(results)
     with open(os.path.join(args.out, "finetune_photos.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

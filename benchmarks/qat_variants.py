@@ -1,20 +1,29 @@
 """Quantization-aware training settings on a `mvit2 finetune` run's model, one file each.
 
-    python benchmarks/qat_variants.py RUN PHOTOS [--variants default,no_function_quant,...]
+    python benchmarks/qat_variants.py RUN PHOTOS [--variants default,lr0,...]
         [--test-images 1000] [--work DIR] [--out benchmarks/results]
 
 RUN is a run folder of `benchmarks/finetune_photos.py` (its `model_ema.keras`), PHOTOS the
-photo folder it trained on. Each variant runs `keras_mvit2.quantize.qat` on 900 of the
-photos (distilled towards the model's probabilities, batch 8, 200 calibration images, as
-`mvit2 finetune`'s `qat_int8` candidate) with one setting changed, and measures the file in
-LiteRT on `--test-images` Fashion-MNIST *test* images written as PNG files in the run's class
-folders (as `benchmarks/finetune_int8_check.py` does): top-1, drop against Keras in points,
-argmax agreement, the output's relative error, and the QAT model's own agreement with the
-float model on its training batches after each pass (dropout on: a lower bound). The
-training is seeded: the same variant gives the same file.
+photo folder it trained on. Each variant runs `keras_mvit2.quantize.qat` (the post-training
+int8 file's own graph trained with its rounding towards the float graph's answers, then
+converted again) on 900 of the photos, judged against the post-training file on the other
+photos (as `mvit2 finetune`'s held-out images) and the 900 shifted, at the `qat_int8`
+candidate's settings (`keras_mvit2.optimizer.qat_settings`: 3 passes, Adam 1e-4, batch 8;
+200 calibration images) with one setting changed. It measures the quantization-aware-trained
+file (`qat_path`, whichever `qat` shipped) in LiteRT on `--test-images` Fashion-MNIST *test*
+images written as PNG files in the run's class folders (as
+`benchmarks/finetune_int8_check.py` does): top-1, drop against Keras in points, argmax
+agreement and the output's relative error; and records `qat`'s own choice (`shipped`, the
+post-training and the QAT file's agreement with Keras on the images it judged them on and
+the 95 % interval of their difference) and the mean distillation loss of each pass. The
+training is seeded: the same variant gives the same file. Entries of earlier runs of the
+benchmark (the TFMOT QAT, its variants ``no_function_quant`` ...) stay in the results, tabled
+with their agreement on their training batches per pass.
 
-Variants: ``default`` (3 passes at Adam 1e-4, function outputs fake-quantized),
-``no_function_quant`` (`fake_quantize_functions=False`), ``epochs6``, ``lr3e-4``.
+Variants: ``default`` (the candidate's settings), ``lr0`` (learning rate 0: the
+post-training file itself, the baseline of the others), ``epochs1`` and ``epochs6`` (1 and 6
+passes), ``lr3e-5`` and ``lr3e-4`` (Adam's learning rate), ``batch32`` (32 images a step,
+a quarter of the steps).
 Results go to `qat_variants.json` / `.md` under `--out`, one entry per run folder name.
 """
 
@@ -25,69 +34,110 @@ import json
 import os
 import time
 
-from finetune_photos import file_figures, run_on_test_photos
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = {
     "default": {},
-    "no_function_quant": {"fake_quantize_functions": False},
+    "lr0": {"learning_rate": 0.0},
+    "epochs1": {"epochs": 1},
     "epochs6": {"epochs": 6},
+    "lr3e-5": {"learning_rate": 3e-5},
     "lr3e-4": {"learning_rate": 3e-4},
+    "batch32": {"batch_size": 32},
 }
 TRAIN_IMAGES = 900
+CALIBRATION_IMAGES = 200
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("run")
-    parser.add_argument("photos")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("run", help="a run folder of benchmarks/finetune_photos.py")
+    parser.add_argument("photos", help="the photo folder it trained on")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated, of {', '.join(VARIANTS)} (default: all)")
     parser.add_argument("--test-images", type=int, default=1000)
     parser.add_argument("--work", default="/tmp/qat_variants")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.variants = args.variants.split(",")
+    unknown = sorted(set(args.variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    return args
+
+
+def table(results: dict) -> list[str]:
+    """The Markdown table of `results` (entries of earlier runs of the benchmark, made with
+    the earlier TFMOT QAT, have no choice: blank cells)."""
+    lines = ["| run (Keras top-1) | variant | top-1 | drop | agreement | output error | "
+             "shipped (agreement post-training / QAT, on the judged images) | "
+             "per pass |", "|---|---|---:|---:|---:|---:|---|---|"]
+    for run, figures in results.items():
+        for name, r in figures.items():
+            if name == "keras_top1":
+                continue
+            choice = r.get("choice")
+            shipped = (f"{r['shipped']} ({100 * choice['agreement_a']:.1f} % / "
+                       f"{100 * choice['agreement_b']:.1f} %)" if choice else "")
+            if "loss_per_pass" in r:
+                per_pass = "distillation loss " + ", ".join(
+                    f"{v:.4f}" for v in r["loss_per_pass"])
+            else:  # the earlier QAT: its agreement with the float model on its batches
+                per_pass = ", ".join(f"{v:.2f}" for v in r.get("train_agreement_per_pass", []))
+                per_pass = f"agreement on its training batches {per_pass}" if per_pass else ""
+            lines.append(f"| {run} ({100 * figures['keras_top1']:.1f} %) | {name} | "
+                         f"{100 * r['top1']:.1f} % | {r['drop_points']:+.1f} | "
+                         f"{100 * r['agreement']:.1f} % | {r['output_relative_error']:.3f} | "
+                         f"{shipped} | {per_pass} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from finetune_photos import file_figures, run_on_test_photos
+
     from keras_mvit2.export.tflite.run import run_tflite
+    from keras_mvit2.optimizer.qat_settings import (
+        QAT_BATCH_SIZE,
+        QAT_EPOCHS,
+        QAT_LEARNING_RATE,
+    )
     from keras_mvit2.quantize.qat import qat
 
-    names = args.variants.split(",")
-    unknown = sorted(set(names) - set(VARIANTS))
-    if unknown:
-        raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
     model, test, train, reference, keras_top1 = run_on_test_photos(
         args.run, args.photos, args.test_images, args.work)
     x, y = train.images[:TRAIN_IMAGES], train.labels[:TRAIN_IMAGES]
+    held_out = (train.images[TRAIN_IMAGES:], train.labels[TRAIN_IMAGES:])
+    if not len(held_out[0]):
+        raise SystemExit(f"{args.photos} has {len(train.images)} photos: the choice needs "
+                         f"more than the {TRAIN_IMAGES} trained on")
 
     results_path = os.path.join(args.out, "qat_variants.json")
     results = json.load(open(results_path)) if os.path.exists(results_path) else {}
     entry = results.setdefault(os.path.basename(os.path.normpath(args.run)), {})
     entry["keras_top1"] = keras_top1
-    for name in names:
-        settings = {"epochs": 3, "learning_rate": 1e-4, **VARIANTS[name]}
-        path = os.path.join(args.work, f"{name}.tflite")
+    for name in args.variants:
+        settings = {"epochs": QAT_EPOCHS, "learning_rate": QAT_LEARNING_RATE,
+                    "batch_size": QAT_BATCH_SIZE, **VARIANTS[name]}
+        trained_path = os.path.join(args.work, f"{name}_qat.tflite")
         start = time.monotonic()
-        result = qat(model, (x, y), distill=True, output_path=path, representative_data=x[:200],
-                     io_dtype="float32", batch_size=8, num_calibration_samples=200,
-                     verbose=False, **settings)
-        out = run_tflite(path, test.images)
+        result = qat(model, (x, y), output_path=os.path.join(args.work, f"{name}.tflite"),
+                     qat_path=trained_path, representative_data=x[:CALIBRATION_IMAGES],
+                     num_calibration_samples=CALIBRATION_IMAGES, io_dtype="float32",
+                     validation_data=held_out, verbose=False, **settings)
+        out = run_tflite(trained_path, test.images)
         entry[name] = {
             "settings": settings, **file_figures(out, reference, test.labels, keras_top1),
-            "train_agreement_per_pass": [round(h["accuracy"], 3) for h in result.history],
+            "shipped": result.shipped, "judged_on": result.judged_on,
+            "choice": result.choice.to_dict(),
+            "loss_per_pass": [round(h["loss"], 6) for h in result.history],
+            "train_seconds": round(result.train_seconds),
             "seconds": round(time.monotonic() - start),
         }
         print(name, entry[name], flush=True)
         os.makedirs(args.out, exist_ok=True)
         with open(results_path, "w") as f:
             json.dump(results, f, indent=2)
-    lines = ["| run (Keras top-1) | variant | top-1 | drop | agreement | output error | "
-             "agreement on its training batches, per pass |", "|---|---|---:|---:|---:|---:|---|"]
-    for run, figures in results.items():
-        for name, r in figures.items():
-            if name == "keras_top1":
-                continue
-            lines.append(f"| {run} ({100 * figures['keras_top1']:.1f} %) | {name} | "
-                         f"{100 * r['top1']:.1f} % | {r['drop_points']:+.1f} | "
-                         f"{100 * r['agreement']:.1f} % | {r['output_relative_error']:.3f} | "
-                         f"{', '.join(f'{a:.2f}' for a in r['train_agreement_per_pass'])} |")
+    lines = table(results)
     with open(os.path.join(args.out, "qat_variants.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -5,7 +5,10 @@ Checked per `keras_mvit2.attention.available()` name, inside MobileViTV2-0.5 at 
 * TFLite: builtin ops only, no tensor of rank > 4 (float32: in test_attention_export.py,
   `test_tflite_builtin_only_and_equal_to_keras`; here the int8 file);
 * int8: full-integer conversion; float ops only those the layer class declares
-  (`int8_float_ops`, read by `keras_mvit2.attention.int8_float_ops`);
+  (`int8_float_ops`, read by `keras_mvit2.attention.int8_float_ops`); quantization-aware
+  training runs its calibrated graph on batches (`keras_mvit2.quantize.tflite_graph`, equal
+  to LiteRT), or says it cannot (`QAT_ON_BATCHES`: the attentions whose int8 graph keeps the
+  batch as the leading dimension);
 * twin: the tf_keras twin that quantization-aware training builds gives the Keras
   outputs (one worker process for all attentions);
 * Core ML: converts; the separable attention is traced channels-first
@@ -29,6 +32,9 @@ from keras_mvit2.layers.functional import CHANNELS_FIRST, CHANNELS_LAST
 
 SIZE = 64
 NAMES = sorted(ATTENTION_CONFIGS)
+#: The attentions whose int8 graph quantization-aware training runs on batches (the others
+#: fold the batch into another dimension; their files stay post-training).
+QAT_ON_BATCHES = {"linformer", "mha", "rfa", "separable"}
 
 
 def _host(name: str) -> keras.Model:
@@ -57,17 +63,30 @@ def test_every_attention_declares_its_int8_float_ops():
 @pytest.mark.parametrize("name", NAMES)
 def test_int8_full_integer_within_the_declared_float_ops(name, tmp_path):
     from keras_mvit2.export import run_tflite, to_tflite
+    from keras_mvit2.quantize.tflite_graph import QuantizedGraph, UnsupportedGraphError
 
     allowed = attention_registry.int8_float_ops(name)
+    calibrated = []
     # Without a declaration the strict default (no float op) must convert it.
     report = to_tflite(_host(name), tmp_path / "m.tflite", quantization="int8",
                        representative_data=_images(16, seed=1),
-                       allow_float_ops=bool(allowed))
+                       allow_float_ops=bool(allowed),
+                       calibrated_edit=lambda graph, images: calibrated.append(graph) or graph)
     assert report.flex_ops == [] and report.custom_ops == []
     assert report.max_tensor_rank <= 4
     assert set(report.float_ops) <= allowed, (name, report.float_ops)
     assert report.float_ops == float_ops_from_interpreter(report.path)
     assert np.all(np.isfinite(run_tflite(report.path, _images(2))))
+    # QAT's trainable graph is the calibrated graph: LiteRT runs it to the same outputs.
+    if name not in QAT_ON_BATCHES:
+        with pytest.raises(UnsupportedGraphError, match="on batches"):
+            QuantizedGraph(calibrated[0], (tmp_path / "m.tflite").read_bytes())
+        return
+    (tmp_path / "calibrated.tflite").write_bytes(calibrated[0])
+    expected = run_tflite(tmp_path / "calibrated.tflite", _images(2))
+    graph = QuantizedGraph(calibrated[0], (tmp_path / "m.tflite").read_bytes())
+    np.testing.assert_allclose(graph(_images(2), quantize=False).numpy(), expected,
+                               atol=1e-4 * np.abs(expected).max(), err_msg=name)
 
 
 @pytest.mark.slow

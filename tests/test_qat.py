@@ -1,14 +1,13 @@
-"""keras_mvit2.quantize: the tf_keras twin, TFMOT QAT -> int8 TFLite, pruning and clustering.
+"""keras_mvit2.quantize.qat: quantization-aware training on the shipped int8 graph.
 
-Real data (Fashion-MNIST, padded to 32x32 RGB), a small model made of keras_mvit2's
-layers trained for 300 steps (int8 checks need trained weights), and real oracles:
-the twin against the Keras 3 model, LiteRT runs of the exported files on held-out
-test images, and the kernels read back from the exported flatbuffers.
+Oracles: LiteRT runs of the calibrated float graph and of the int8 files, the op lists and
+quantization parameters read back from the files, and a numpy transcription of the paired
+comparison. The fast tier uses a tiny untrained MobileViTV2 (the graph's structure does not
+need trained weights); the slow tier the committed trained classifier.
 """
 
-import importlib.util
+import math
 import os
-import sys
 
 import keras
 import numpy as np
@@ -17,359 +16,218 @@ import pytest
 from keras_mvit2.layers import InvertedResidual
 from keras_mvit2.models import MobileViTV2Block
 
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
-pytestmark = [
-    pytest.mark.skipif(not os.path.exists(FASHION_MNIST),
-                       reason="needs Debian's dataset-fashion-mnist"),
-    pytest.mark.skipif(
-        importlib.util.find_spec("tensorflow_model_optimization") is None
-        or importlib.util.find_spec("tf_keras") is None,
-        reason="needs the qat extra (tf_keras, tensorflow-model-optimization)",
-    ),
-]
-
-TRAIN_STEPS = 300
-BATCH = 64
+SIZE = 32
 
 
-def _images(x: np.ndarray) -> np.ndarray:
-    """28x28 uint8 -> 32x32x3 float32 in [0, 1] (zero padding keeps values k/255)."""
-    x = np.pad(x, ((0, 0), (2, 2), (2, 2)))
-    return np.repeat(x[..., None], 3, -1).astype("float32") / 255.0
+def tiny_model() -> keras.Model:
+    """Stem + InvertedResidual + MobileViTV2Block (unfold, GroupNorm, separable attention,
+    FFN, fold) + classifier: every kind of op of the real model's int8 graph."""
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((SIZE, SIZE, 3), name="image")
+    x = keras.layers.Conv2D(8, 3, strides=2, padding="same", use_bias=False)(inputs)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.Activation("silu")(x)
+    x = InvertedResidual(16, strides=2, name="ir")(x)
+    x = MobileViTV2Block(16, num_layers=1, ffn_dim=32, name="mvit")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(4, name="logits")(x), name="tiny")
 
 
-@pytest.fixture(scope="module")
-def fmnist():
+def _images(n: int, seed: int = 0) -> np.ndarray:
+    """Smooth random images on the uint8 grid (as decoded photos are)."""
+    rng = np.random.default_rng(seed)
+    coarse = rng.random((n, 4, 4, 3)).astype("float32")
+    x = np.asarray(keras.ops.image.resize(coarse, (SIZE, SIZE)))
+    return np.round(np.clip(x, 0, 1) * 255) / np.float32(255)
+
+
+def _calibrated_and_int8(model, images, tmp_path):
+    from keras_mvit2.export import to_tflite
+
+    seen = []
+
+    def capture(calibrated, calibration):
+        seen.append(calibrated)
+        return calibrated
+
+    path = tmp_path / "post_training.tflite"
+    to_tflite(model, path, quantization="int8", representative_data=images,
+              num_calibration_samples=len(images), calibrated_edit=capture)
+    return seen[0], path
+
+
+def _ops_and_quantization(path):
+    from keras_mvit2.export.tflite.flatbuffer import decode_name, op_names, parse_flatbuffer
+
+    model = parse_flatbuffer(str(path))
+    kinds = op_names(model)
+    graph = model.subgraphs[0]
+    ops = [kinds[op.opcodeIndex] for op in graph.operators]
+    params = {}
+    for tensor in graph.tensors:
+        q = tensor.quantization
+        if q is not None and q.scale is not None and len(q.scale):
+            params[decode_name(tensor.name)] = (int(tensor.type), tuple(np.asarray(q.scale)),
+                                                tuple(np.asarray(q.zeroPoint)))
+    return ops, len(graph.tensors), params
+
+
+def test_graph_is_the_calibrated_graph_and_rounds_as_the_int8_file(tmp_path):
+    """In float the trainable graph is the calibrated graph (LiteRT runs it); rounded, it
+    rounds every tensor the int8 file quantizes and gives the int8 file's outputs."""
+    from keras_mvit2.export.tflite.flatbuffer import decode_name, op_names, parse_flatbuffer
+    from keras_mvit2.export.tflite.run import run_tflite
+    from keras_mvit2.quantize.tflite_graph import QuantizedGraph
+
+    model = tiny_model()
+    images = _images(48)
+    calibrated, int8_path = _calibrated_and_int8(model, images[:32], tmp_path)
+    graph = QuantizedGraph(calibrated, int8_path.read_bytes())
+    float_path = tmp_path / "calibrated.tflite"
+    float_path.write_bytes(calibrated)
+
+    test = images[32:]
+    litert_float = run_tflite(float_path, test)
+    ours = graph(test, quantize=False).numpy()
+    np.testing.assert_allclose(ours, litert_float, atol=1e-4 * np.abs(litert_float).max())
+    np.testing.assert_allclose(np.asarray(model(test)), litert_float, atol=1e-4)
+
+    # Every tensor the int8 file holds as int8 / int32 (its activations, weights and biases)
+    # is a tensor the training rounds: none is left out, none is added.
+    float_graph = parse_flatbuffer(calibrated).subgraphs[0]
+    float_names = {decode_name(t.name) for t in float_graph.tensors if int(t.type) == 0}
+    file = parse_flatbuffer(str(int8_path))
+    quantized_names = {decode_name(t.name) for t in file.subgraphs[0].tensors
+                       if int(t.type) in (2, 9)} & float_names  # INT32, INT8
+    rounded = {decode_name(float_graph.tensors[i].name) for i in graph.quantized_tensors}
+    io = {decode_name(float_graph.tensors[int(i)].name)
+          for i in [*float_graph.inputs, *float_graph.outputs]}
+    assert len(quantized_names) > 40
+    assert rounded - io == quantized_names
+    # and it runs the int8 file's ops: the same list, less the file's I/O (de)quantization
+    kinds = op_names(parse_flatbuffer(calibrated))
+    file_kinds = op_names(file)
+    assert [kinds[op.opcodeIndex] for op in float_graph.operators] == [
+        file_kinds[op.opcodeIndex] for op in file.subgraphs[0].operators
+        if file_kinds[op.opcodeIndex] not in ("QUANTIZE", "DEQUANTIZE")]
+    assert len(graph.variables) >= 10  # the convolution and dense kernels and biases
+
+    # Rounded, the graph is the int8 file up to the kernels' integer arithmetic: much
+    # closer to it than the float graph is.
+    int8 = run_tflite(int8_path, test)
+    rounded_out = graph(test).numpy()
+    assert np.linalg.norm(rounded_out - int8) < 0.35 * np.linalg.norm(litert_float - int8)
+
+
+@pytest.mark.slow
+def test_learning_rate_zero_gives_the_post_training_file(tmp_path):
+    """`qat` at learning rate 0: the quantization-aware-trained file has the post-training
+    file's ops, tensors and quantization parameters, and its outputs; trained, the same ops
+    and tensors (the graph is the shipped graph) with other weights."""
+    from keras_mvit2.export.tflite.run import run_tflite
+    from keras_mvit2.quantize import qat
+
+    model = tiny_model()
+    images = _images(40)
+    labels = np.arange(40) % 4
+    common = dict(epochs=1, steps_per_epoch=2, batch_size=8, representative_data=images[:16],
+                  num_calibration_samples=16, verbose=False)
+    frozen = qat(model, (images, labels), learning_rate=0.0,
+                 output_path=tmp_path / "out.tflite", post_training_path=tmp_path / "post.tflite",
+                 qat_path=tmp_path / "qat.tflite", **common)
+    post_ops, post_tensors, post_params = _ops_and_quantization(tmp_path / "post.tflite")
+    qat_ops, qat_tensors, qat_params = _ops_and_quantization(tmp_path / "qat.tflite")
+    assert qat_ops == post_ops and qat_tensors == post_tensors and qat_params == post_params
+    assert "BATCH_MATMUL" in post_ops  # the GroupNorm's E[x^2] as a matrix product
+    np.testing.assert_array_equal(run_tflite(tmp_path / "qat.tflite", images),
+                                  run_tflite(tmp_path / "post.tflite", images))
+    # Equal files cannot be told apart: the post-training file is written.
+    assert frozen.shipped == "post_training" and frozen.choice.difference == 0.0
+    assert frozen.num_ops == len(post_ops)
+
+    trained = qat(model, (images, labels), learning_rate=1e-2,
+                  output_path=tmp_path / "out2.tflite", qat_path=tmp_path / "qat2.tflite",
+                  **common)
+    ops, tensors, params = _ops_and_quantization(tmp_path / "qat2.tflite")
+    assert ops == post_ops and tensors == post_tensors
+    assert params != post_params  # the weights moved, and with them their scales
+    assert trained.history[0]["loss"] > 0.0
+
+
+def test_paired_comparison_matches_a_numpy_transcription():
+    from keras_mvit2.quantize.agreement import compare_agreement, wilson_interval
+
+    rng = np.random.default_rng(0)
+    reference = rng.integers(0, 5, 400)
+    a = np.where(rng.random(400) < 0.9, reference, (reference + 1) % 5)
+    b = np.where(rng.random(400) < 0.97, reference, (reference + 2) % 5)
+    result = compare_agreement(reference, a, b)
+    d = (b == reference).astype(float) - (a == reference).astype(float)
+    half = 1.959963984540054 * d.std(ddof=1) / math.sqrt(len(d))
+    assert result.difference == pytest.approx(d.mean())
+    assert result.difference_interval == pytest.approx((d.mean() - half, d.mean() + half))
+    assert result.only_b == int(((b == reference) & (a != reference)).sum())
+    assert result.b_is_better == (d.mean() - half > 0)
+    # Wilson's interval, written out: (p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) / (1+z^2/n)
+    z, n, p = 1.959963984540054, 400, result.agreement_a
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half_w = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert wilson_interval(round(p * n), n) == pytest.approx(
+        (centre - half_w, centre + half_w))
+    # the same answers cannot be told apart
+    same = compare_agreement(reference, a, a)
+    assert same.difference_interval == (0.0, 0.0) and not same.b_is_better
+    with pytest.raises(ValueError, match="same non-zero number"):
+        compare_agreement(reference, a[:3], b)
+
+
+def test_bad_arguments_fail_before_any_conversion():
+    from keras_mvit2.quantize import qat
+
+    model = tiny_model()
+    x, y = _images(8), np.zeros(8, "int64")
+    with pytest.raises(ValueError, match="io_dtype"):
+        qat(model, (x, y), io_dtype="int4")
+    with pytest.raises(ValueError, match=r"shape \(N, 32, 32, 3\)"):
+        qat(model, (x[:, :28, :28], y))
+    with pytest.raises(ValueError, match="learning_rate must be >= 0"):
+        qat(model, (x, y), learning_rate=-1.0)
+    with pytest.raises(ValueError, match="activation_ranges must be one of"):
+        qat(model, (x, y), activation_ranges="max")
+
+
+@pytest.mark.slow
+def test_qat_on_the_trained_classifier_does_not_lower_agreement(trained_classifier_path,
+                                                                tmp_path):
+    """On the committed classifier the written file agrees with Keras at least as often as
+    the post-training file on test images the choice did not see, and the choice keeps the
+    post-training file unless the trained one is measurably better on the judged ones."""
+    from shared_fixtures import fashion_mnist_rgb
+
     from keras_mvit2.data import load_fashion_mnist_arrays
+    from keras_mvit2.export.tflite.run import run_tflite
+    from keras_mvit2.quantize import qat
 
+    model = keras.saving.load_model(trained_classifier_path)
     x, y = load_fashion_mnist_arrays("train")
     xt, yt = load_fashion_mnist_arrays("test")
-    n = TRAIN_STEPS * BATCH
-    return {
-        "x": _images(x[:n]), "y": y[:n].astype("int64"),
-        "x_test": _images(xt[:1000]), "y_test": yt[:1000].astype("int64"),
-    }
+    train = fashion_mnist_rgb(x[20000:20800], SIZE)
+    held_out = fashion_mnist_rgb(xt[:300], SIZE)
+    unseen = fashion_mnist_rgb(xt[5000:6000], SIZE)
+    result = qat(model, (train, y[20000:20800]), epochs=1, batch_size=16,
+                 validation_data=(held_out, yt[:300]), output_path=tmp_path / "int8.tflite",
+                 post_training_path=tmp_path / "post.tflite", qat_path=tmp_path / "qat.tflite",
+                 verbose=False)
+    assert result.choice.num_images == 300 + 800
+    assert result.shipped == ("qat" if result.choice.difference_interval[0] > 0
+                              else "post_training")
+    reference = np.argmax(np.asarray(model.predict(unseen, verbose=0)), -1)
 
+    def agreement(path):
+        return float(np.mean(np.argmax(run_tflite(path, unseen), -1) == reference))
 
-def small_model() -> keras.Model:
-    """Stem + InvertedResidual + MobileViTV2Block (unfold, GN1, separable attention,
-    FFN, fold) + a residual InvertedResidual + classifier: every layer kind of the
-    real model, small enough to train in seconds."""
-    inputs = keras.Input((32, 32, 3), name="image")
-    x = keras.layers.Conv2D(16, 3, strides=2, padding="same", use_bias=False,
-                            name="stem_conv")(inputs)
-    x = keras.layers.BatchNormalization(momentum=0.9, name="stem_bn")(x)
-    x = keras.layers.Activation("silu", name="stem_act")(x)
-    x = InvertedResidual(32, strides=2, name="ir1")(x)
-    x = MobileViTV2Block(48, num_layers=1, ffn_dim=96, name="mvit")(x)
-    x = InvertedResidual(32, strides=1, name="ir2")(x)
-    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
-    outputs = keras.layers.Dense(10, name="logits")(x)
-    return keras.Model(inputs, outputs, name="small_mvit")
-
-
-@pytest.fixture(scope="module")
-def trained(fmnist):
-    keras.utils.set_random_seed(0)
-    model = small_model()
-    schedule = keras.optimizers.schedules.CosineDecay(2e-3, TRAIN_STEPS)
-    model.compile(keras.optimizers.Adam(schedule),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(fmnist["x"], fmnist["y"], batch_size=BATCH, epochs=1, verbose=0)
-    return model
-
-
-def _accuracy(logits, labels) -> float:
-    return float(np.mean(np.argmax(logits, -1) == labels))
-
-
-@pytest.mark.slow
-def test_float_model_is_trained(trained, fmnist):
-    # The int8 checks below mean something only for a trained model.
-    acc = _accuracy(trained.predict(fmnist["x_test"], verbose=0), fmnist["y_test"])
-    assert acc >= 0.7
-
-
-# ------------------------------------------------------------------------------- the twin
-
-
-@pytest.mark.slow
-def test_twin_equals_keras3_model(fmnist):
-    from model_utils import perturb_norms
-
-    from keras_mvit2 import mobilevitv2_050
-    from keras_mvit2.quantize.twin_transfer import twin_outputs
-
-    models = []
-    for attention in ("separable", "mha"):
-        keras.utils.set_random_seed(1)
-        model = mobilevitv2_050(input_shape=(32, 32, 3), classes=10,
-                                classifier_activation=None, attention=attention)
-        perturb_norms(model, seed=2)
-        models.append(model)
-    x = fmnist["x_test"][:16]
-    twins = twin_outputs(models, x)
-    for model, twin in zip(models, twins, strict=True):
-        expected = np.asarray(model.predict(x, verbose=0))
-        assert twin.shape == expected.shape
-        assert np.abs(expected).max() > 0.1          # not a degenerate all-zero output
-        assert np.abs(twin - expected).max() <= 1e-5, model.name
-
-
-# ------------------------------------------------------------------------------- QAT
-
-
-@pytest.fixture(scope="module")
-def qat_run(trained, fmnist, tmp_path_factory):
-    from keras_mvit2.quantize import qat
-
-    legacy_before = os.environ.get("TF_USE_LEGACY_KERAS")
-    path = tmp_path_factory.mktemp("qat") / "small_int8.tflite"
-    result = qat(
-        trained, (fmnist["x"][:1920], fmnist["y"][:1920]), epochs=1, steps_per_epoch=30,
-        batch_size=BATCH, learning_rate=1e-4, output_path=path, io_dtype="int8",
-        validation_data=(fmnist["x_test"], fmnist["y_test"]), calibration_steps=8,
-    )
-    return result, legacy_before
-
-
-@pytest.mark.slow
-def test_qat_exports_full_integer_model(qat_run):
-    from keras_mvit2.export import inspect_tflite, read_tflite_metadata
-
-    result, _ = qat_run
-    assert os.path.exists(result.tflite_path)
-    report = inspect_tflite(result.tflite_path)
-    assert report.float_ops == {}                   # no float op, not even at the I/O
-    assert report.flex_ops == [] and report.custom_ops == []
-    assert [t.dtype for t in report.inputs] == ["int8"]
-    assert [t.dtype for t in report.outputs] == ["int8"]
-    assert report.op_histogram.get("CONV_2D", 0) >= 8
-    assert report.num_xnnpack_partitions is not None  # loads in ai_edge_litert
-    # The standard TFLite Model Metadata (what MediaPipe Tasks reads) as in to_tflite's
-    # files: RGB pixel p -> p / 255, which the int8 input's range [-128, 127] spans.
-    standard = read_tflite_metadata(result.tflite_path)["tflite_metadata"]
-    tensor = standard["subgraphMetadata"][0]["inputTensorMetadata"][0]
-    assert tensor["content"]["contentProperties"]["colorSpace"] == "RGB"
-    options = tensor["processUnits"][0]["options"]
-    assert (options["mean"], options["std"]) == ([0.0], [255.0])
-    scale, zero_point = report.inputs[0].quantization
-    np.testing.assert_allclose([(-128 - zero_point) * scale, (127 - zero_point) * scale],
-                               [0.0, 1.0], atol=1e-6)
-    # the tensors without a fake-quantizer were re-ranged as the int8 export ranges them
-    calibration = read_tflite_metadata(result.tflite_path)["calibration"]
-    assert calibration["activation_ranges"] == "p99.99"
-    # nested layers really were quantization-aware: their sublayers got QuantizeConfigs
-    assert "qkv_proj" in result.quantized_layers["mvit"]
-    assert "norm1: output" in result.quantized_layers["mvit"]
-    assert result.twin_max_abs_diff <= 1e-4
-    # no requantize: the function outputs' fake-quantizers do not double a layer's own
-    assert report.op_histogram.get("QUANTIZE", 0) == 0
-
-
-@pytest.mark.slow
-def test_qat_trains_and_keeps_the_ranges_of_function_outputs(qat_run):
-    """The SiLUs, the residual sums and the attention's product that the layers compute
-    with function calls were fake-quantized, except where a layer's output quantizer
-    already covers the tensor (ir2's residual sum, the transformer layer's second sum), and
-    the file quantizes each with its trained range, not one calibrated afterwards."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    result, _ = qat_run
-    assert set(result.function_ranges) == {
-        "ir1/silu_0", "ir1/silu_1", "ir2/silu_0", "ir2/silu_1", "mvit/silu_0",
-        "mvit.transformer.0/add_0", "mvit.transformer.0/silu_0",
-        "mvit.transformer.0.attn/multiply_0"}
-    quantized = [t["quantization"] for t in
-                 Interpreter(model_path=result.tflite_path).get_tensor_details()
-                 if t["dtype"] == np.int8]
-    for site, (low, high) in result.function_ranges.items():
-        # FakeQuantWithMinMaxVars' grid: 256 steps over [low, high], zero point nudged
-        # onto it; int8 stores the zero point shifted by -128.
-        scale = (high - low) / 255.0
-        zero_point = round(-low / scale) - 128
-        assert any(abs(s / scale - 1) < 1e-3 and abs(z - zero_point) <= 1
-                   for s, z in quantized), (site, low, high)
-
-
-@pytest.mark.slow
-def test_qat_int8_accuracy_close_to_float(qat_run, trained, fmnist):
-    from keras_mvit2.export import run_tflite
-
-    result, _ = qat_run
-    x, y = fmnist["x_test"], fmnist["y_test"]
-    int8 = run_tflite(result.tflite_path, x)         # our own LiteRT run of the file
-    float_acc = _accuracy(trained.predict(x, verbose=0), y)
-    int8_acc = _accuracy(int8, y)
-    assert int8_acc == pytest.approx(result.int8_accuracy)
-    assert result.float_accuracy == pytest.approx(float_acc)
-    # Measured: float 0.79, int8 0.78-0.79 on these 1,000 held-out images.
-    assert int8_acc >= float_acc - 0.03
-    assert abs(int8_acc - result.qat_accuracy) <= 0.02   # the TFLite model is the QAT model
-    assert result.int8_agreement >= 0.9
-
-
-@pytest.mark.slow
-def test_qat_keeps_tfmot_out_of_this_process(qat_run):
-    _, legacy_before = qat_run
-    assert "tensorflow_model_optimization" not in sys.modules
-    assert os.environ.get("TF_USE_LEGACY_KERAS") == legacy_before
-    assert keras.__version__.startswith("3.")
-
-
-@pytest.mark.slow
-def test_worker_failure_is_a_clear_error(fmnist, tmp_path):
-    from keras_mvit2.quantize import QuantizationWorkerError, qat
-
-    @keras.saving.register_keras_serializable(package="test_qat")
-    class Scale(keras.layers.Layer):
-        def call(self, x):
-            return 2.0 * x
-
-    inputs = keras.Input((32, 32, 3))
-    x = Scale(name="my_scale")(inputs)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    model = keras.Model(inputs, keras.layers.Dense(10)(x))
-    with pytest.raises(QuantizationWorkerError) as info:
-        qat(model, (fmnist["x"][:64], fmnist["y"][:64]), steps_per_epoch=1,
-            output_path=tmp_path / "never.tflite", verbose=False)
-    err = info.value
-    assert err.error_type == "TwinError"
-    assert "my_scale" in str(err) and "no tf_keras equivalent" in str(err)
-    assert "Traceback" in err.worker_traceback
-    assert not (tmp_path / "never.tflite").exists()
-
-
-def test_bad_arguments_fail_before_the_worker(fmnist):
-    from keras_mvit2.quantize import qat
-
-    model = small_model()  # the checks come before any training: no need to train it
-    with pytest.raises(ValueError, match="io_dtype"):
-        qat(model, (fmnist["x"][:8], fmnist["y"][:8]), io_dtype="int4")
-    with pytest.raises(ValueError, match=r"shape \(N, 32, 32, 3\)"):
-        qat(model, (fmnist["x"][:8, :28, :28], fmnist["y"][:8]))
-    with pytest.raises(ValueError, match=r"labels must be in \[0, 10\)"):
-        qat(model, (fmnist["x"][:8], fmnist["y"][:8] + 10))
-
-
-# ------------------------------------------------------------------------------- sparsity
-
-
-def _kernel_size(model, path: str) -> int:
-    return int(np.prod(next(w.shape for w in model.weights if w.path == path)))
-
-
-@pytest.mark.slow
-def test_prune_reaches_target_sparsity_in_keras_and_tflite(trained, fmnist, tmp_path):
-    from keras_mvit2.export import run_tflite
-    from keras_mvit2.quantize import prune
-
-    target = 0.5
-    path = tmp_path / "pruned.tflite"
-    result = prune(trained, (fmnist["x"][:1920], fmnist["y"][:1920]), target_sparsity=target,
-                   steps_per_epoch=30, batch_size=BATCH, output_path=path,
-                   validation_data=(fmnist["x_test"], fmnist["y_test"]))
-    model = result.model
-    assert model is not trained and isinstance(model, keras.Model)
-    # every Conv2D / Dense kernel, top-level and nested (attention, FFN, MV2 convs)
-    assert "mvit/transformer_0/attn/qkv_proj/kernel" in result.kernels
-    assert "ir1/expand_conv/kernel" in result.kernels and "logits/kernel" in result.kernels
-    for weight_path, sparsity in result.kernels.items():
-        assert sparsity >= target - 1.0 / _kernel_size(model, weight_path), weight_path
-        value = next(w for w in model.weights if w.path == weight_path).numpy()
-        assert np.mean(value == 0) == pytest.approx(sparsity)
-    # The exported float32 file holds exactly those zeros (folding BN into the convs scales
-    # output channels, zeros stay zeros). The separable attention reads its qkv_proj kernel
-    # as three convs (query, key, value), so 12 kernels give 14 CONV_2D/FC weights.
-    checked = [k for k in result.exported_kernels if k["op"] in ("CONV_2D", "FULLY_CONNECTED")]
-    assert len(checked) == len(result.kernels) + 2
-    sizes = [int(np.prod(k["shape"])) for k in checked]
-    exported_zeros = sum(round(k["sparsity"] * n) for k, n in zip(checked, sizes, strict=True))
-    pruned_zeros = sum(
-        int(np.sum(w.numpy() == 0)) for w in model.weights if w.path in result.kernels
-    )
-    assert sum(sizes) == sum(_kernel_size(model, p) for p in result.kernels)
-    assert exported_zeros == pruned_zeros
-    full = [k for k, n in zip(checked, sizes, strict=True) if k["sparsity"] >= target - 1.0 / n]
-    assert len(full) >= len(checked) - 3      # all but the three slices of qkv_proj
-    # and it is the pruned model
-    x = fmnist["x_test"][:32]
-    np.testing.assert_allclose(run_tflite(path, x), model.predict(x, verbose=0), atol=1e-4)
-    assert result.float_accuracy_after >= result.float_accuracy_before - 0.1
-
-
-@pytest.mark.slow
-def test_pruned_1x1_pairs_are_not_fused_on_export(fmnist, tmp_path):
-    # Two back-to-back 1x1 convs (the pair to_tflite fuses by default): the product of
-    # two pruned kernels is dense, so the export keeps them apart and keeps their zeros.
-    from keras_mvit2.quantize import prune
-
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((32, 32, 3))
-    x = keras.layers.Conv2D(16, 3, strides=4, padding="same", activation="relu")(inputs)
-    x = keras.layers.Conv2D(32, 1, use_bias=False, name="a")(x)
-    x = keras.layers.BatchNormalization(name="a_bn")(x)
-    x = keras.layers.Conv2D(32, 1, activation="relu", name="b")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    model = keras.Model(inputs, keras.layers.Dense(10)(x))
-    result = prune(model, (fmnist["x"][:640], fmnist["y"][:640]), target_sparsity=0.5,
-                   steps_per_epoch=10, batch_size=BATCH, output_path=tmp_path / "p.tflite")
-    assert result.tflite_report.metadata["graph_optimizations"] is None
-    convs = [k for k in result.exported_kernels if k["op"] == "CONV_2D"]
-    assert len(convs) == 3
-    assert all(k["sparsity"] >= 0.5 - 1.0 / np.prod(k["shape"]) for k in convs), convs
-
-
-@pytest.mark.slow
-def test_cluster_leaves_at_most_k_values_per_kernel(trained, fmnist, tmp_path):
-    from keras_mvit2.quantize import cluster
-
-    k = 8
-    result = cluster(trained, (fmnist["x"][:1280], fmnist["y"][:1280]), num_clusters=k,
-                     steps_per_epoch=20, batch_size=BATCH, output_path=tmp_path / "c.tflite")
-    # stem, 2 per InvertedResidual (no depthwise), 6 in the block, the head
-    assert len(result.kernels) == 12
-    assert "mvit/transformer_0/fc1/kernel" in result.kernels
-    assert max(result.kernels.values()) <= k
-    assert min(result.kernels.values()) >= 2
-    untouched = next(w for w in result.model.weights if w.path == "ir1/depthwise_conv/kernel")
-    assert np.unique(untouched.numpy()).size > k      # depthwise kernels are not clustered
-    exported = {e["op"]: [] for e in result.exported_kernels}
-    for entry in result.exported_kernels:
-        exported[entry["op"]].append(entry)
-    # convs: BN is folded in (a scale per output channel), so <= k values per channel
-    for entry in exported["CONV_2D"]:
-        assert entry["max_unique_per_channel"] <= k, entry
-    (dense,) = exported["FULLY_CONNECTED"]
-    assert dense["unique"] <= k
-
-
-def test_qat_names_an_unknown_range_method_before_training(fmnist):
-    from keras_mvit2.quantize import qat
-
-    with pytest.raises(ValueError, match="activation_ranges must be one of"):
-        qat(small_model(), (fmnist["x"][:8], fmnist["y"][:8]), activation_ranges="max")
-
-
-def test_distillation_trains_towards_the_float_models_probabilities(fmnist, tmp_path):
-    """`qat(..., distill=True)` (the finetune / optimize default) hands the worker the float
-    model's probabilities on the training images as its targets instead of the labels."""
-    from keras_mvit2.quantize._worker_client import stage_training_data
-
-    x, y = fmnist["x"][:10], fmnist["y"][:10]
-    model = small_model()  # logits out: the targets are their softmax
-    logits = np.asarray(model(x), np.float64)
-    expected = np.exp(logits - logits.max(1, keepdims=True))
-    expected /= expected.sum(1, keepdims=True)
-    for distill in (True, False):
-        _, labels, path, steps = stage_training_data(
-            model, (x, y), str(tmp_path), batch_size=4, steps_per_epoch=None,
-            distill_from_logits=True if distill else None)
-        with np.load(path["path"]) as saved:
-            targets = saved["y"]
-        assert steps == 3 and np.array_equal(labels, y)
-        if distill:
-            assert targets.shape == (10, 10) and targets.dtype == np.float32
-            np.testing.assert_allclose(targets, expected, atol=1e-6)
-        else:
-            assert np.array_equal(targets, y)
+    shipped, post = agreement(result.tflite_path), agreement(tmp_path / "post.tflite")
+    # 1,000 images, paired: the files differ on a few dozen of them.
+    assert shipped >= post - 0.01, (shipped, post, result.choice)
+    assert agreement(tmp_path / "qat.tflite") >= post - 0.01
+    assert os.path.getsize(result.tflite_path) > 0

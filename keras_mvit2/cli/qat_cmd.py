@@ -1,7 +1,7 @@
-"""`mvit2 qat`, `mvit2 prune` and `mvit2 cluster`: TFMOT on a trained Keras 3 model.
+"""`mvit2 qat` (quantization-aware training on the shipped int8 graph), `mvit2 prune` and
+`mvit2 cluster` (TFMOT, in a tf_keras worker process; see `keras_mvit2.quantize`).
 
-The TFMOT work runs in a tf_keras worker process (see `keras_mvit2.quantize`);
-these commands only parse arguments, call the library and print the result.
+These commands only parse arguments, call the library and print the result.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import argparse
 import functools
 
 from keras_mvit2.cli.failure import CommandFailedError
+from keras_mvit2.optimizer.qat_settings import QAT_BATCH_SIZE, QAT_LEARNING_RATE
 from keras_mvit2.utils.files import atomic_output, write_json
 
 
-def _common(p: argparse.ArgumentParser, *, lr: float) -> None:
+def _common(p: argparse.ArgumentParser, *, lr: float, batch_size: int = 32) -> None:
     p.add_argument("model", help="trained Keras 3 model (.keras)")
     p.add_argument("--data", required=True,
                    help="fine-tuning data: 'fashion_mnist' or a folder of class sub-folders")
@@ -23,26 +24,28 @@ def _common(p: argparse.ArgumentParser, *, lr: float) -> None:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--steps", type=int, default=None,
                    help="batches per epoch (default: the whole data)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=batch_size)
     p.add_argument("--lr", type=float, default=lr, help=f"Adam learning rate (default {lr:g})")
     p.add_argument("--json", dest="json_path", help="also write the result to this JSON file")
-    p.add_argument("--quiet", action="store_true", help="do not stream the worker's progress")
-    p.add_argument("--timeout", type=float, default=None, help="worker time limit (seconds)")
+    p.add_argument("--quiet", action="store_true", help="do not print the progress")
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "qat", help="quantization-aware training (TFMOT) -> full-integer .tflite",
-        description="Fine-tunes a trained Keras 3 model with simulated int8 quantization "
-                    "(TFMOT, on a tf_keras twin in a worker process) and exports a "
-                    "full-integer TFLite model.",
+        "qat", help="quantization-aware training of the int8 file -> the better .tflite",
+        description="Trains the weights of the post-training full-int8 file's own graph with "
+                    "its rounding, towards the Keras model's answers, and writes the "
+                    "quantization-aware-trained file only where it agrees with the Keras "
+                    "model measurably more often than the post-training file.",
     )
-    _common(p, lr=1e-4)
+    _common(p, lr=QAT_LEARNING_RATE, batch_size=QAT_BATCH_SIZE)
     p.add_argument("--output", "-o", default="model_int8.tflite", help="the .tflite to write")
+    p.add_argument("--post-training-output",
+                   help="also write the post-training int8 file here")
+    p.add_argument("--qat-output", help="also write the quantization-aware-trained file here")
     p.add_argument("--io-dtype", choices=("int8", "uint8", "float32"), default="int8")
     p.add_argument("--representative-data",
                    help="calibration images (default: images of --data)")
-    p.add_argument("--calibration-steps", type=int, default=16)
     p.set_defaults(handler=_qat)
 
     for name, help_text in (
@@ -56,6 +59,8 @@ def register(sub) -> None:
         p.add_argument("--tflite", help="also export to this .tflite file and check its kernels")
         p.add_argument("--quantization", default="float32",
                        help="quantization of the --tflite export (default float32)")
+        p.add_argument("--timeout", type=float, default=None,
+                       help="worker time limit (seconds)")
         if name == "prune":
             p.add_argument("--sparsity", type=float, default=0.5, help="target sparsity")
             p.add_argument("--frequency", type=int, default=None,
@@ -81,21 +86,29 @@ def _call_worker(name: str, *args, **kwargs):
 
 
 def _qat(args: argparse.Namespace) -> int:
-    result = _call_worker(
-        "qat", args.model, args.data, epochs=args.epochs, steps_per_epoch=args.steps,
-        learning_rate=args.lr, output_path=args.output,
-        representative_data=args.representative_data, io_dtype=args.io_dtype,
-        validation_data=args.validation_data, batch_size=args.batch_size,
-        calibration_steps=args.calibration_steps, verbose=not args.quiet,
-        timeout=args.timeout,
+    from keras_mvit2.quantize import qat
+
+    result = qat(
+        args.model, args.data, epochs=args.epochs, steps_per_epoch=args.steps,
+        learning_rate=args.lr, batch_size=args.batch_size,
+        output_path=args.output, post_training_path=args.post_training_output,
+        qat_path=args.qat_output, representative_data=args.representative_data,
+        io_dtype=args.io_dtype, validation_data=args.validation_data,
+        verbose=not args.quiet,
     )
-    report = result.report
-    print(f"wrote {result.tflite_path}: {report.size_bytes:,} bytes, {report.num_ops} ops, "
-          f"{result.io_dtype} I/O, float ops: {result.float_ops or 'none'}")
+    report, choice = result.report, result.choice
+    kind = "quantization-aware-trained" if result.shipped == "qat" else "post-training"
+    print(f"wrote {result.tflite_path} (the {kind} file): {report.size_bytes:,} bytes, "
+          f"{report.num_ops} ops, {result.io_dtype} I/O")
+    print(f"agreement with Keras on {result.judged_on}: post-training "
+          f"{100 * choice.agreement_a:.1f} %, quantization-aware-trained "
+          f"{100 * choice.agreement_b:.1f} % (difference {100 * choice.difference:+.1f} "
+          f"points, 95 % interval {100 * choice.difference_interval[0]:+.1f} to "
+          f"{100 * choice.difference_interval[1]:+.1f})")
     if result.float_accuracy is not None:
-        print(f"top-1 on {result.num_validation} images: float {result.float_accuracy:.4f}, "
-              f"QAT (fake-quant) {result.qat_accuracy:.4f}, int8 TFLite "
-              f"{result.int8_accuracy:.4f} (drop {result.accuracy_drop:.2f} points)")
+        print(f"top-1 on {result.num_validation} held-out images: Keras "
+              f"{result.float_accuracy:.4f}, the file {result.int8_accuracy:.4f} (drop "
+              f"{result.accuracy_drop:.2f} points)")
     _write_json(args.json_path, result.to_dict())
     return 0
 

@@ -2,9 +2,10 @@
 
 `QATSettings` (and `qat_settings`, the command lines' ``--qat-steps`` / ``--qat-lr`` /
 ``--qat-epochs``) say what the ``qat_int8`` candidate trains on and how long; the
-optimizer (`keras_mvit2.optimizer`) and `mvit2 finetune` build it from them through
-the TFMOT twin. This module needs no TensorFlow: `mvit2 finetune` checks the settings before
-training on every Keras backend (the file itself is built on the TensorFlow backend).
+optimizer (`keras_mvit2.optimizer`) and `mvit2 finetune` build it from them with
+`keras_mvit2.quantize.qat`. This module needs no TensorFlow: `mvit2 finetune` checks the
+settings before training on every Keras backend (the file itself is built on the TensorFlow
+backend).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ QAT_CANDIDATE = "qat_int8"
 #: The short QAT of the `qat_int8` candidate: `QAT_EPOCHS` passes over the training images
 #: read (`QAT_MAX_STEPS * QAT_BATCH_SIZE` of them at most: at most `QAT_MAX_STEPS` steps a
 #: pass), at this Adam learning rate, this many images a step, towards the float model's
-#: own probabilities (distillation; `QATSettings.distill`).
+#: own probabilities (distillation).
 QAT_MAX_STEPS = 300
 QAT_EPOCHS = 3
-QAT_LEARNING_RATE = 1e-4
+QAT_LEARNING_RATE = 1e-6
 QAT_BATCH_SIZE = 8
 
 
@@ -45,13 +46,12 @@ class QATSettings:
         max_steps: a pass over the images read is capped at this many steps (at most
             ``max_steps * batch_size`` images are read).
         epochs: passes over the images read.
-        learning_rate: Adam's learning rate (small: the model is already trained).
+        learning_rate: Adam's learning rate (1e-6 by default: larger rates flip weights
+            across their int8 rounding; `keras_mvit2.quantize.qat`).
         batch_size: images per step.
-        distill: train towards the float model's probabilities on the images (the int8
-            file learns to give the model's answers) instead of towards their labels.
         crop_ratio: the centre crop of the images read (default: the reader's, 0.875 for
             folders, 1.0 for Fashion-MNIST).
-        verbose: stream the QAT worker's progress lines.
+        verbose: print the training's progress lines.
     """
 
     train_data: Any
@@ -61,7 +61,6 @@ class QATSettings:
     crop_ratio: float | None = None
     verbose: bool = False
     epochs: int = QAT_EPOCHS
-    distill: bool = True
 
     def __post_init__(self) -> None:
         for name, option in (("max_steps", "--qat-steps"), ("epochs", "--qat-epochs"),
@@ -86,8 +85,7 @@ class QATSettings:
         else:
             source = getattr(getattr(data, "skipped", None), "where", None) or type(data).__name__
         return {"train_data": source, "max_steps": self.max_steps, "epochs": self.epochs,
-                "learning_rate": self.learning_rate, "batch_size": self.batch_size,
-                "distill": self.distill}
+                "learning_rate": self.learning_rate, "batch_size": self.batch_size}
 
     def images(self, image_size: tuple[int, int],
                class_names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -191,7 +191,8 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
 
     def qat_candidate() -> Candidate:
         return qat_candidate_of(export_target, model, qat, calibration_data=data.calibration,
-                                class_names=names, training_class_names=data.class_names)
+                                class_names=names, training_class_names=data.class_names,
+                                held_out=(data.held_out, data.labels))
 
     asked = None
     if qat_asked:  # before anything is built: a missing extra is said at once
@@ -228,7 +229,7 @@ def optimize(model: Any, output_dir: str | os.PathLike, *, target: str = "tflite
     if build_qat:
         try:
             candidate = asked or qat_candidate()
-        except NotImplementedError as err:  # the qat extra is not installed
+        except NotImplementedError as err:  # the target has no such candidate
             build_qat, reason = False, str(err)
         else:
             if verbose:

@@ -38,18 +38,19 @@ def _coreml(target: Any, model: Any, *, calibration_data: np.ndarray,
 def _tflite_qat(model: Any, settings: Any, *, calibration_data: np.ndarray,
                 class_names: Sequence[str] | None = None,
                 training_class_names: Sequence[str] | None = None,
-                io_dtype: str | None = None) -> Candidate:
+                io_dtype: str | None = None,
+                held_out: tuple[np.ndarray, np.ndarray] | None = None) -> Candidate:
     from keras_mvit2.optimizer.tflite_candidates import qat_candidate
 
     return qat_candidate(model, settings, calibration_data=calibration_data,
                          class_names=class_names, training_class_names=training_class_names,
-                         io_dtype=io_dtype or "float32")
+                         io_dtype=io_dtype or "float32", held_out=held_out)
 
 
 #: Export target name -> `f(target, model, *, calibration_data, class_names)`, its candidates.
 CANDIDATES: dict[str, Callable[..., list[Candidate]]] = {"tflite": _tflite, "coreml": _coreml}
 #: Export target name -> `f(model, settings, *, calibration_data, class_names,
-#: training_class_names, io_dtype)`, its ``qat_int8`` candidate.
+#: training_class_names, io_dtype, held_out)`, its ``qat_int8`` candidate.
 QAT_CANDIDATES: dict[str, Callable[..., Candidate]] = {"tflite": _tflite_qat}
 
 
@@ -76,7 +77,8 @@ def candidates_of(target: Any, model: Any, *, calibration_data: np.ndarray,
 def qat_candidate_of(target: Any, model: Any, settings: Any, *, calibration_data: np.ndarray,
                      class_names: Sequence[str] | None = None,
                      training_class_names: Sequence[str] | None = None,
-                     io_dtype: str | None = None) -> Candidate:
+                     io_dtype: str | None = None,
+                     held_out: tuple[np.ndarray, np.ndarray] | None = None) -> Candidate:
     """The quantization-aware-trained candidate (``"qat_int8"``) of `target` for `model`,
     whose build trains on `settings.train_data` (`keras_mvit2.optimizer.QATSettings`).
 
@@ -89,10 +91,11 @@ def qat_candidate_of(target: Any, model: Any, settings: Any, *, calibration_data
         training_class_names: the classes the training images must hold, in the model's
             order (default: `class_names`).
         io_dtype: the file's input / output type (default: the target's int8 file's).
+        held_out: held-out ``(images, labels)`` the choice between the quantization-aware-
+            trained and the post-training file is judged on first.
 
     Raises:
-        NotImplementedError: the target has no such candidate (not in `QAT_CANDIDATES`),
-            or the ``qat`` extra (tf_keras, TFMOT) is not installed.
+        NotImplementedError: the target has no such candidate (not in `QAT_CANDIDATES`).
     """
     if target.name not in QAT_CANDIDATES:
         raise NotImplementedError(
@@ -100,4 +103,4 @@ def qat_candidate_of(target: Any, model: Any, settings: Any, *, calibration_data
     return QAT_CANDIDATES[target.name](model, settings, calibration_data=calibration_data,
                                        class_names=class_names,
                                        training_class_names=training_class_names,
-                                       io_dtype=io_dtype)
+                                       io_dtype=io_dtype, held_out=held_out)

@@ -18,12 +18,15 @@ The mixed int8 / float candidates rank the layers with `layer_errors` on calibra
 | `weight_only_int4`      | int4 weights (depthwise kernels stay float)                      |
 | `weight_only_int4_int8` | int4 for kernels of >= 4096 elements, int8 for the others        |
 
-| `qat_int8` (given training images) | full int8 after a short quantization-aware training (TFMOT) |
+| `qat_int8` (given training images) | full int8 after a short quantization-aware training |
 
-`qat_int8` (`qat_candidate`) is the same kind of file as `int8` (full int8, float32 I/O,
-the same metadata, labels and signature), written by `keras_mvit2.quantize.qat` after one
-pass over the training images (at most `QATSettings.max_steps` steps); the optimizer builds
-it only when no post-training int8 candidate meets the budget.
+`qat_int8` (`qat_candidate`) is the `int8` file's own graph (the same ops, metadata, labels
+and signature), written by `keras_mvit2.quantize.qat` after `QATSettings.epochs` passes over
+the training images (at most `QATSettings.max_steps` steps each): the quantization-aware-
+trained weights where they agree with Keras measurably more often than the post-training
+file (judged on the held-out images and the shifted training images), else the
+post-training file itself; the optimizer builds it only when no post-training int8
+candidate meets the budget.
 
 ai-edge-quantizer's calibrated full-int8 recipes are not candidates: on MobileViTV2 they
 agree with Keras on ~71 % of Fashion-MNIST images where the converter's int8 agrees on
@@ -112,24 +115,17 @@ def tflite_candidates(model: Any, *, calibration_data: np.ndarray,
 def qat_candidate(model: Any, settings: Any, *, calibration_data: np.ndarray,
                   class_names: Sequence[str] | None = None,
                   training_class_names: Sequence[str] | None = None,
-                  io_dtype: str = "float32") -> Candidate:
+                  io_dtype: str = "float32",
+                  held_out: tuple[np.ndarray, np.ndarray] | None = None) -> Candidate:
     """The ``qat_int8`` candidate: `keras_mvit2.quantize.qat` on `settings`' training images
-    (`settings.epochs` passes of at most `settings.max_steps` steps, BatchNorm frozen,
-    towards the model's own probabilities with `settings.distill`), calibrated on
-    `calibration_data`, `class_names` in the file.
-
-    Raises:
-        NotImplementedError: the ``qat`` extra (tf_keras, TFMOT) is not installed.
+    (`settings.epochs` passes of at most `settings.max_steps` steps, towards the model's own
+    probabilities), calibrated on `calibration_data`, `class_names` in the file; the QAT file
+    where it measurably beats the post-training one on `held_out` ``(images, labels)`` and
+    the shifted training images, else the post-training file (the build's facts say which).
     """
-    from keras_mvit2.quantize.qat import qat_installed
-
-    if not qat_installed():
-        raise NotImplementedError(
-            f"{QAT_CANDIDATE} needs TensorFlow Model Optimization and tf_keras: "
-            "pip install 'keras_mvit2[qat]'")
     names = list(class_names) if class_names is not None else None
     expected = list(training_class_names) if training_class_names is not None else names
-    recipe = {"quantization": "int8", "quantizer": "TFMOT quantization-aware training",
+    recipe = {"quantization": "int8", "quantizer": "quantization-aware training",
               **settings.describe(), "io_dtype": io_dtype,
               "calibration_images": len(calibration_data)}
 
@@ -139,14 +135,18 @@ def qat_candidate(model: Any, settings: Any, *, calibration_data: np.ndarray,
         size = tuple(int(d) for d in model.inputs[0].shape[1:3])
         images, labels = settings.images(size, expected)
         result = qat(model, (images, labels), epochs=settings.epochs,
-                     learning_rate=settings.learning_rate, distill=settings.distill,
+                     learning_rate=settings.learning_rate, batch_size=settings.batch_size,
                      output_path=path, representative_data=calibration_data,
-                     io_dtype=io_dtype, batch_size=settings.batch_size,
-                     num_calibration_samples=len(calibration_data), class_names=names,
-                     verbose=settings.verbose)
-        return {"training_images": len(images),
-                "steps": result.steps_per_epoch * settings.epochs,
-                "qat_seconds": round(result.seconds, 1)}
+                     io_dtype=io_dtype, num_calibration_samples=len(calibration_data),
+                     validation_data=held_out, class_names=names, verbose=settings.verbose)
+        choice = result.choice
+        return {"training_images": len(images), "steps": result.steps,
+                "qat_seconds": round(result.seconds, 1), "shipped": result.shipped,
+                "judged_on": result.judged_on,
+                "agreement_post_training": round(choice.agreement_a, 6),
+                "agreement_qat": round(choice.agreement_b, 6),
+                "agreement_difference_interval": [round(v, 6)
+                                                  for v in choice.difference_interval]}
 
     return Candidate(QAT_CANDIDATE, recipe, build, _MEASURED_BY)
 

@@ -1,15 +1,13 @@
-"""Quantization-aware training, pruning and weight clustering with TFMOT, for Keras 3 models.
+"""Quantization-aware training, pruning and weight clustering of Keras 3 models.
 
-TensorFlow Model Optimization only works on tf_keras models and must not be
-imported in a Keras 3 process (it sets ``TF_USE_LEGACY_KERAS=1``). These
-functions take a Keras 3 model, run TFMOT in a separate worker process on a
-tf_keras twin built from the same keras_mvit2 layer code (weights transferred
-by variable path and checked on real images), and give back Keras 3 models and
-TFLite files:
-
-* `qat`: quantization-aware fine-tune, exported as a full-integer TFLite model;
-* `prune`: magnitude pruning of the conv / dense kernels;
-* `cluster`: weight clustering of the conv / dense kernels.
+* `qat`: quantization-aware training of the post-training full-int8 file's own graph
+  (`keras_mvit2.quantize.tflite_graph`), in this process; it writes the trained file only
+  where it agrees with the Keras model measurably more often than the post-training one.
+* `prune` / `cluster`: magnitude pruning and weight clustering of the conv / dense kernels
+  with TensorFlow Model Optimization. TFMOT only works on tf_keras models and must not be
+  imported in a Keras 3 process (it sets ``TF_USE_LEGACY_KERAS=1``), so they run in a
+  worker process on a tf_keras twin built from the same keras_mvit2 layer code (weights
+  transferred by variable path and checked on real images) and give back Keras 3 models.
 
 Importing this package imports neither TFMOT nor tf_keras.
 """

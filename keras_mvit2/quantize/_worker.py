@@ -5,7 +5,7 @@ Started by `keras_mvit2.quantize._worker_client.run_worker` as
 protocol). `main` installs the ``keras`` shim (tf_keras underneath) before anything
 imports Keras 3, registers ``keras_mvit2`` as a bare package (its ``__init__``
 does not run), runs the job's task (`_task_twin`, or the TFMOT tasks of
-`keras_mvit2.quantize.qat` / `keras_mvit2.quantize.sparsity`) with a
+`keras_mvit2.quantize.sparsity`) with a
 `WorkerContext`, and writes ``result.json``.
 
 Run as a script, this module imports only the standard library and numpy at the
@@ -80,9 +80,7 @@ class WorkerContext:
         from keras_mvit2.quantize._worker_common import load_arrays
 
         x, y, sizes = load_arrays(info)
-        # (N,) class indices, or (N, classes) soft targets (distillation: the float model's
-        # probabilities)
-        y = y.astype(np.int64) if y.ndim == 1 else y.astype(np.float32)
+        y = y.astype(np.int64)  # (N,) class indices
         if sizes is None:
             ds = tf.data.Dataset.from_tensor_slices((x, y))
             if shuffle:
@@ -179,12 +177,10 @@ def _task_twin(ctx: WorkerContext) -> dict[str, Any]:
 
 
 def _tasks() -> dict[str, Callable[[WorkerContext], dict[str, Any]]]:
-    from keras_mvit2.quantize.qat_worker import worker_qat
     from keras_mvit2.quantize.sparsity import worker_cluster, worker_prune
 
     return {
         "twin": _task_twin,
-        "qat": worker_qat,
         "prune": worker_prune,
         "cluster": worker_cluster,
     }

@@ -3,7 +3,7 @@ the job files, starts the worker process and turns its failures into errors.
 
 TFMOT must never be imported in the user's Keras 3 process (it sets
 ``TF_USE_LEGACY_KERAS=1`` and flips ``tf.keras`` to tf_keras for the rest of the
-process), so `qat`, `prune` and `cluster` run their TFMOT work in a child process
+process), so `prune` and `cluster` run their TFMOT work in a child process
 started with ``python -u keras_mvit2/quantize/_worker.py job.json`` (`WORKER_SCRIPT`;
 the child's code is in `keras_mvit2.quantize._worker`):
 
@@ -75,7 +75,7 @@ class QuantizationWorkerError(RuntimeError):
     """The tf_keras/TFMOT worker process failed.
 
     Attributes:
-        task: ``"qat"``, ``"prune"``, ``"cluster"`` or ``"twin"``.
+        task: ``"prune"``, ``"cluster"`` or ``"twin"``.
         error_type: the worker's exception class name (``None`` if it died
             without reporting one, e.g. killed or crashed).
         worker_message: the worker's exception message.
@@ -264,14 +264,11 @@ def image_input_shape(model) -> tuple[int, ...]:
 
 
 def stage_training_data(model, train_data, workdir: str, *, batch_size: int,
-                        steps_per_epoch: int | None, distill_from_logits: bool | None = None):
+                        steps_per_epoch: int | None):
     """Reads `train_data` for `model` and saves it for the worker.
 
     Returns `(x, y, path, steps)`: the images and integer labels read, the `.npz` the
-    worker trains on (distillation, where `distill_from_logits` is not None: its targets
-    are `model`'s probabilities on the images, `(N, classes)` float32, a softmax of its
-    outputs where it ends with logits, instead of the labels), and the steps per epoch
-    (`steps_per_epoch`, or one pass).
+    worker trains on, and the steps per epoch (`steps_per_epoch`, or one pass).
     """
     input_shape = image_input_shape(model)
     num_classes = int(model.outputs[0].shape[-1])
@@ -281,23 +278,9 @@ def stage_training_data(model, train_data, workdir: str, *, batch_size: int,
         max_batches=steps_per_epoch, split="train", limit=limit,
     )
     y = integer_labels(y, num_classes, "train_data")
-    targets = y if distill_from_logits is None else teacher_probabilities(
-        model, x, batch_size, from_logits=distill_from_logits)
-    path = save_arrays(os.path.join(workdir, "train.npz"), x, targets, sizes)
+    path = save_arrays(os.path.join(workdir, "train.npz"), x, y, sizes)
     steps = steps_per_epoch or (len(sizes) if sizes else math.ceil(len(x) / batch_size))
     return x, y, path, steps
-
-
-def teacher_probabilities(model, x: np.ndarray, batch_size: int, *,
-                          from_logits: bool) -> np.ndarray:
-    """`model`'s class probabilities on the images `x`, `(N, classes)` float32 (a softmax
-    of its outputs `from_logits`): the soft targets of distillation."""
-    import keras
-
-    out = np.asarray(model.predict(x, batch_size=max(batch_size, 32), verbose=0), np.float32)
-    if from_logits:
-        out = np.asarray(keras.ops.softmax(out, axis=-1), np.float32)
-    return out
 
 
 # --------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 `prune` and `cluster` fine-tune a trained Keras 3 model with TFMOT's
 `prune_low_magnitude` / `cluster_weights` in the tf_keras worker process (see
-`keras_mvit2.quantize.qat` for why), copy the resulting weights back into a copy
+`keras_mvit2.quantize` for why), copy the resulting weights back into a copy
 of the Keras 3 model and, when asked, export it with
 `keras_mvit2.export.to_tflite` and check the exported kernels.
 
@@ -129,8 +129,10 @@ def prune(
     3 copy of the model. See the module docstring for which kernels are pruned.
 
     Args:
-        model_or_path: a trained Keras 3 model or ``.keras`` path (as `qat`).
-        train_data: fine-tuning data (as `keras_mvit2.quantize.qat`).
+        model_or_path: a trained Keras 3 model or ``.keras`` path.
+        train_data: fine-tuning data: ``(images, labels)`` arrays, a `tf.data.Dataset` of
+            ``(images, labels)`` batches, or a folder of class sub-folders /
+            ``"fashion_mnist"``.
         target_sparsity: final fraction of zeros in each pruned kernel, in (0, 1).
         epochs: fine-tuning epochs (Adam).
         steps_per_epoch: batches per epoch (default: the whole data).
@@ -225,12 +227,12 @@ def _run(task, model_or_path, train_data, options, *, epochs, steps_per_epoch, l
          timeout) -> SparsityResult:
     import keras
 
-    from keras_mvit2.quantize.qat import _positive_int
+    from keras_mvit2.utils.arguments import validate_positive_ints
 
     start = time.monotonic()
-    _positive_int("epochs", epochs)
-    _positive_int("steps_per_epoch", steps_per_epoch, allow_none=True)
-    _positive_int("batch_size", batch_size)
+    validate_positive_ints(epochs=epochs, batch_size=batch_size)
+    if steps_per_epoch is not None:
+        validate_positive_ints(steps_per_epoch=steps_per_epoch)
     if not isinstance(learning_rate, int | float) or not learning_rate >= 0:
         raise ValueError(f"learning_rate must be >= 0. Received: learning_rate={learning_rate!r}")
     model = _worker_client.load_keras_model(model_or_path)

@@ -298,7 +298,7 @@ def install_keras_shim() -> types.ModuleType:
         raise RuntimeError(
             "Keras 3 is already imported in this process, so keras_mvit2 cannot be loaded on "
             "tf_keras here. The tf_keras twin is built in a separate worker process; call "
-            "keras_mvit2.quantize.qat / prune / cluster, which start it for you."
+            "keras_mvit2.quantize.prune / cluster, which start it for you."
         )
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     import tensorflow as tf

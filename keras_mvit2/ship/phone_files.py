@@ -10,12 +10,14 @@ target's file is instead the optimizer's choice (`keras_mvit2.optimizer.optimize
 default objective: the smallest candidate within the top-1 budget, measured on the same
 held-out images, that is not slower than float32 on this host), in the same records.
 
-Quantization-aware training (`qat`): where the default int8 `.tflite` scores more than
-`WARN_DROP_POINTS` top-1 points below Keras on the held-out images, the ``qat_int8`` file
-(the optimizer's candidate, trained on the run's own training images) is built and validated
-too, and replaces it where it loses fewer points (`ship_qat`; the post-training file is kept
-as `POST_TRAINING_FILE`). With `max_drop` the optimizer offers ``qat_int8`` when no
-post-training int8 file meets the budget.
+Quantization-aware training (`qat`): where the default int8 `.tflite` agrees with Keras on
+fewer than `QAT_BELOW_AGREEMENT` of the held-out images, the ``qat_int8`` file (the
+optimizer's candidate, trained on the run's own training images) is built;
+`keras_mvit2.quantize.qat` judges it against the post-training file by their agreement with
+Keras on every image at hand (the held-out ones and the shifted training ones, with a 95 %
+interval) and it replaces the default file only where it measurably agrees more often (the
+post-training file is kept as `POST_TRAINING_FILE`). With `max_drop` the optimizer offers
+``qat_int8`` when no post-training int8 file meets the budget.
 """
 
 from __future__ import annotations
@@ -27,9 +29,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_TARGETS", "PHONE_FOLDER", "POST_TRAINING_FILE", "QAT_FILE",
-           "WARN_DROP_POINTS", "PhoneData", "_export_phone_files", "drop_points",
-           "export_warnings", "file_kind", "ship_qat"]
+__all__ = [
+    "DEFAULT_TARGETS",
+    "PHONE_FOLDER",
+    "POST_TRAINING_FILE",
+    "QAT_BELOW_AGREEMENT",
+    "QAT_FILE",
+    "WARN_DROP_POINTS",
+    "PhoneData",
+    "_export_phone_files",
+    "drop_points",
+    "export_warnings",
+    "file_kind",
+]
 
 #: What `--export` exports by default.
 DEFAULT_TARGETS = ("tflite", "coreml")
@@ -39,6 +51,9 @@ PHONE_FOLDER = "phone"
 _FILES = {"tflite": ("model_int8.tflite", "int8"), "coreml": ("model.mlpackage", "float16")}
 #: Top-1 points a default file may lose against Keras on the held-out images unwarned.
 WARN_DROP_POINTS = 1.0
+#: Quantization-aware training is tried where the post-training int8 file agrees with Keras
+#: on fewer of the held-out images than this.
+QAT_BELOW_AGREEMENT = 0.99
 #: The quantization-aware-trained int8 file while it is measured (and where it stays when
 #: it does not replace the default one), and where the post-training file goes when it does.
 QAT_FILE = "model_qat_int8.tflite"
@@ -110,8 +125,9 @@ def _export_phone_files(
             gets no file and a record whose `note` starts with "over budget".
         qat: the run's training images and QAT schedule
             (`keras_mvit2.optimizer.QATSettings`) for the ``qat_int8`` file: tried
-            where the default int8 `.tflite` loses more than `WARN_DROP_POINTS` (see the
-            module docstring), and offered to the optimizer with `max_drop`; None: never.
+            where the default int8 `.tflite` agrees with Keras on fewer than
+            `QAT_BELOW_AGREEMENT` of the held-out images (see the module docstring), and
+            offered to the optimizer with `max_drop`; None: never.
         log: called with one line per step.
 
     Returns:
@@ -180,8 +196,9 @@ def _export_phone_files(
                           top1_agreement=checked.top1_agreement)
             if not checked.numeric:
                 record["note"] = target.host_note()
+            # (A top-1 drop over a point is an agreement below 99 % too.)
             if max_drop is None and name == "tflite" and qat is not None and (
-                    drop_points(record) or 0.0) > WARN_DROP_POINTS:
+                    record["top1_agreement"] < QAT_BELOW_AGREEMENT):
                 _try_qat(model, target, path, record, data, class_names, io_dtype,
                          reference, qat, log)
         record["latency"] = _latency(target, path, bench_runs)
@@ -229,31 +246,25 @@ def _qat_outcome(facts: dict[str, Any] | None) -> str:
         return ""
     if facts.get("error"):
         return f"Quantization-aware training was tried and failed ({facts['error'][:200]}). "
-    if facts.get("shipped"):  # better than the post-training file, still over the points
+    judged = (f"agreement with Keras on {facts['judged_on']}: post-training "
+              f"{100 * facts['agreement_post_training']:.1f} %, quantization-aware-trained "
+              f"{100 * facts['agreement_qat']:.1f} %")
+    if facts.get("shipped") == "qat":  # better than the post-training file, still warned
         before = facts["post_training"]
         return (f"It is quantization-aware trained ({facts.get('steps')} steps), which did "
-                f"not fix it but did better than the post-training file ({before['path']}), "
-                f"which scores {_against_keras(before['drop_points'])}. ")
-    return (f"Quantization-aware training ({facts.get('steps')} steps) did not fix it: its "
-            f"file ({facts['path']}) scores {_against_keras(facts['drop_points'])}. ")
-
-
-def ship_qat(post_training_drop: float | None, qat_drop: float | None) -> bool:
-    """Whether the quantization-aware-trained file replaces the default int8 one: the
-    post-training file loses more than `WARN_DROP_POINTS` top-1 points against Keras and
-    the QAT file loses fewer (on the same held-out images; a file that still loses more
-    than `WARN_DROP_POINTS` keeps the warning)."""
-    return (post_training_drop is not None and qat_drop is not None
-            and post_training_drop > WARN_DROP_POINTS and qat_drop < post_training_drop)
+                f"not fix it but does better than the post-training file ({before['path']}, "
+                f"{_against_keras(before['drop_points'])}; {judged}). ")
+    return (f"Quantization-aware training ({facts.get('steps')} steps) did not measurably "
+            f"do better ({judged}). ")
 
 
 def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: PhoneData,
              class_names: Sequence[str], io_dtype: str, reference: np.ndarray,
              qat: Any, log: Callable[[str], None]) -> None:
-    """Builds and validates the ``qat_int8`` file for the default int8 file at `path`
-    (`record`, which loses more than `WARN_DROP_POINTS`); where it loses fewer points
-    (`ship_qat`) it becomes the file at `path` and `record` its figures. `record["qat"]`
-    says what happened."""
+    """Builds the ``qat_int8`` file for the default int8 file at `path` (`record`); where
+    `keras_mvit2.quantize.qat` ships it (it agrees with Keras measurably more often than the
+    post-training file) it becomes the file at `path`, validated, and `record` its figures.
+    `record["qat"]` says what happened."""
     from keras_mvit2.export import validate
     from keras_mvit2.optimizer.qat_settings import QAT_CANDIDATE
     from keras_mvit2.optimizer.targets import qat_candidate_of
@@ -262,33 +273,36 @@ def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: P
     run_dir = os.path.dirname(folder)
     before = drop_points(record)
     qat_path = os.path.join(folder, QAT_FILE)
-    log(f"the post-training int8 file scores {_against_keras(before)}: "
-        f"quantization-aware training on the run's training images ({qat.epochs} "
-        f"pass(es) of at most {qat.max_steps} steps of {qat.batch_size}, learning rate "
-        f"{qat.learning_rate:g}"
-        + (", towards the Keras model's own answers)" if qat.distill else ")"))
+    log(f"the post-training int8 file agrees with Keras on "
+        f"{100 * record['top1_agreement']:.1f} % of the held-out images and scores "
+        f"{_against_keras(before)}: quantization-aware training on the run's training images "
+        f"({qat.epochs} pass(es) of at most {qat.max_steps} steps of {qat.batch_size}, "
+        f"learning rate {qat.learning_rate:g}, towards the Keras model's own answers)")
     facts: dict[str, Any] = {**qat.describe(), "post_training": {
         "top1": record["top1"], "top1_agreement": record["top1_agreement"],
         "drop_points": before, "size_bytes": record["size_bytes"]}}
     record["qat"] = facts
     try:
         candidate = qat_candidate_of(target, model, qat, calibration_data=data.calibration,
-                                     class_names=list(class_names), io_dtype=io_dtype)
+                                     class_names=list(class_names), io_dtype=io_dtype,
+                                     held_out=(data.images, data.labels))
         facts.update(candidate.build(qat_path) or {})
-    except Exception as err:  # the worker, TFMOT or the converter: reported, never fatal
+    except Exception as err:  # the training or the converter: reported, never fatal
         facts["error"] = f"{type(err).__name__}: {err}"
         log(f"quantization-aware training failed: {facts['error'].splitlines()[0][:200]}")
+        return
+    judged = (f"agreement with Keras on {facts['judged_on']}: post-training "
+              f"{100 * facts['agreement_post_training']:.1f} %, quantization-aware-trained "
+              f"{100 * facts['agreement_qat']:.1f} %")
+    if facts["shipped"] != "qat":
+        os.remove(qat_path)  # the build wrote the post-training file there
+        log(f"{judged}: the post-training file stays")
         return
     checked = validate(qat_path, model, data.images, data.labels,
                        class_names=list(class_names), reference_outputs=reference)
     after = round(100 * (checked.reference_accuracy - checked.accuracy), 6)
     facts.update(top1=checked.accuracy, top1_agreement=checked.top1_agreement,
-                 drop_points=after, shipped=ship_qat(before, after))
-    if not facts["shipped"]:
-        facts["path"] = os.path.relpath(qat_path, run_dir)
-        log(f"the quantization-aware-trained file scores {_against_keras(after)}: not "
-            f"shipped ({facts['path']})")
-        return
+                 drop_points=after)
     kept = os.path.join(folder, POST_TRAINING_FILE)
     os.replace(path, kept)  # both renames are atomic: each file is whole or absent
     os.replace(qat_path, path)
@@ -302,11 +316,9 @@ def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: P
         f"The {file_kind(record)} file ({record['path']}) is quantization-aware trained "
         f"({QAT_CANDIDATE}: {facts.get('steps')} steps on "
         f"{facts.get('training_images')} training images, learning rate "
-        f"{qat.learning_rate:g}): on the held-out images the post-training int8 file "
-        f"scored {_against_keras(before)}, this one {_against_keras(after)} (the "
-        f"post-training file is kept as {facts['post_training']['path']}).")
-    log(f"shipping the quantization-aware-trained int8 file as {record['path']}: it scores "
-        f"{_against_keras(after)} (post-training: {_against_keras(before)})")
+        f"{qat.learning_rate:g}); {judged} (the post-training file is kept as "
+        f"{facts['post_training']['path']}).")
+    log(f"shipping the quantization-aware-trained int8 file as {record['path']}: {judged}")
 
 
 def _against_keras(drop: float) -> str:

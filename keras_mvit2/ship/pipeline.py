@@ -307,7 +307,7 @@ def _export_step(record: dict[str, Any], run_dir: str, seconds: float) -> DemoSt
     latency = record.get("latency")
     if latency:
         parts.append(f"{latency['median_ms']:.2f} ms on this host")
-    if (record.get("qat") or {}).get("shipped"):
-        parts.append("quantization-aware trained (the post-training file lost "
-                     f"{record['qat']['post_training']['drop_points']:.1f} points)")
+    if (record.get("qat") or {}).get("shipped") == "qat":  # else "post_training"
+        parts.append("quantization-aware trained (the post-training file agrees with Keras "
+                     f"on {_pct(record['qat']['post_training']['top1_agreement'])})")
     return DemoStep(name, ", ".join(parts), os.path.join(run_dir, record["path"]), seconds)

@@ -107,6 +107,7 @@ def to_tflite(
     float_layers: Sequence[str] | None = None,
     activation_ranges: str | None = None,
     forms: export_forms.ExportForms | None = None,
+    calibrated_edit: Callable[[bytes, np.ndarray], bytes] | None = None,
 ) -> TFLiteReport:
     """Converts a Keras 3 model to a TFLite file with builtin ops only, optionally quantized.
 
@@ -205,6 +206,10 @@ def to_tflite(
             (`keras_mvit2.layers.export_forms.ExportForms`); None: the quantization's own
             (`TFLiteQuantization.forms`: `export_forms.INT8` for ``"int8"``, else
             `export_forms.KERAS`). Recorded in the metadata as ``forms``.
+        calibrated_edit: for ``"int8"``, a function of the calibrated float graph (a
+            flatbuffer, its activation ranges chosen) and the calibration images that
+            returns the graph to quantize: `keras_mvit2.quantize.qat` captures the graph
+            here and hands back the same graph with trained weights.
 
     Returns:
         The `TFLiteReport` of the written file (with `float_ops` and `metadata`).
@@ -234,6 +239,10 @@ def to_tflite(
         float_layers=float_layers,
     )
     activation_ranges = _activation_ranges(activation_ranges, quant)
+    if calibrated_edit is not None and not quant.calibrated:
+        raise ValueError(
+            f"calibrated_edit applies to the calibrated quantizations {CALIBRATED}; "
+            f"quantization={quant.name!r} has no calibrated graph.")
     float_layers = tuple(float_layers or ())
     calibration, calibration_info = _calibration_data(
         representative_data, quant, input_shape, num_calibration_samples,
@@ -250,6 +259,7 @@ def to_tflite(
         converted, fusions = _convert_model(
             model, input_shape, quant, io_dtype, calibration, fuse_pointwise,
             float_layers=float_layers, activation_ranges=activation_ranges,
+            calibrated_edit=calibrated_edit,
         )
     flatbuffer = _with_postprocess_and_metadata(
         converted,
@@ -483,6 +493,7 @@ def _convert_model(
     *,
     float_layers: Sequence[str] = (),
     activation_ranges: str | None = None,
+    calibrated_edit: Callable[[bytes, np.ndarray], bytes] | None = None,
 ) -> tuple[Any, list[PointwiseFusion]]:
     """The converted flatbuffer, parsed (`ModelT`: the edits after the conversion change it
     in place and `_with_postprocess_and_metadata` serializes it once), and the 1x1
@@ -500,8 +511,9 @@ def _convert_model(
     fusions: list[PointwiseFusion] = []
     if fuse_pointwise and quant.calibrated:
         _fuse_before_calibration(converter, fusions)
-    if float_layers or activation_ranges not in (None, "minmax"):
-        _quantize_after_calibration(converter, model, float_layers, activation_ranges)
+    if float_layers or activation_ranges not in (None, "minmax") or calibrated_edit:
+        _quantize_after_calibration(converter, model, float_layers, activation_ranges,
+                                    calibrated_edit)
     try:
         with warnings.catch_warnings():
             # "Statistics for quantized inputs were expected, but not specified" (harmless).
@@ -524,19 +536,26 @@ def _convert_model(
 
 
 def _quantize_after_calibration(converter, model: keras.Model, float_layers: Sequence[str],
-                                activation_ranges: str | None) -> None:
-    """Hooks the range selection and the float layers between calibration and quantization."""
+                                activation_ranges: str | None,
+                                calibrated_edit: Callable[[bytes, np.ndarray], bytes] | None
+                                ) -> None:
+    """Hooks the range selection, the caller's edit and the float layers between calibration
+    and quantization."""
     from keras_mvit2.export.tflite.calibrated_quantize import (
         quantize_after_calibration,
         representative_images,
     )
 
-    edit = denylist = None
-    if activation_ranges not in (None, "minmax"):
-        from keras_mvit2.export.tflite.activation_ranges import select_ranges
+    denylist = None
 
-        def edit(calibrated: bytes) -> bytes:
-            return select_ranges(calibrated, representative_images(converter), activation_ranges)
+    def edit(calibrated: bytes) -> bytes:
+        images = representative_images(converter)
+        if activation_ranges not in (None, "minmax"):
+            from keras_mvit2.export.tflite.activation_ranges import select_ranges
+
+            calibrated = select_ranges(calibrated, images, activation_ranges)
+        return calibrated if calibrated_edit is None else calibrated_edit(calibrated, images)
+
     if float_layers:
         from keras_mvit2.export.tflite.float_layers import selected_nodes
         from keras_mvit2.export.tflite.layer_names import LayerNames
