@@ -109,6 +109,40 @@ def test_layer_kept_in_float_really_computes_in_float(tiny_float, tmp_path):
         "serving_default": {"inputs": ["image"], "outputs": ["logits"]}}
 
 
+def _output_scale(path: str, layer: str) -> float:
+    """The int8 scale of the output of `layer`'s CONV_2D in the file at `path`."""
+    model = parse_flatbuffer(path)
+    names = op_names(model)
+    tensors = model.subgraphs[0].tensors
+    for op in model.subgraphs[0].operators:
+        out = tensors[tensor_indices(op.outputs)[0]]
+        if names[op.opcodeIndex] == "CONV_2D" and f"/{layer}_" in decode_name(out.name):
+            return float(out.quantization.scale[0])
+    raise AssertionError(f"no CONV_2D of {layer} in {path}")
+
+
+def test_static_int8_takes_the_99_99_percent_ranges(tiny_float, tmp_path):
+    """The full-int8 recipe's activation ranges are the calibration values' 99.99 %
+    intervals (as `to_tflite`'s int8), not ai-edge-quantizer's own: conv_a's ReLU output
+    [0, b] with 0.005 % of the Keras layer's values above b (to a histogram bin)."""
+    default, minmax = str(tmp_path / "p9999.tflite"), str(tmp_path / "minmax.tflite")
+    quantize_with_edge_quantizer(tiny_float, default, recipe="static_wi8_ai8",
+                                 calibration_images=CALIBRATION)
+    quantize_with_edge_quantizer(tiny_float, minmax, recipe="static_wi8_ai8",
+                                 calibration_images=CALIBRATION, activation_ranges="minmax")
+    model = _tiny()
+    values = np.asarray(keras.Model(model.input, model.get_layer("conv_a").output)(CALIBRATION))
+    top, tail = float(values.max()), 0.00005 * values.size  # 0.005 % above the interval
+    bin_width = top / 2048  # the histogram's bins over the global range
+    high = 255 * _output_scale(default, "conv_a")  # ReLU: the range is [0, high]
+    assert np.sum(values > high + 1e-6) <= tail < np.sum(values > high - 2 * bin_width)
+    assert high < 0.99 * top
+    # ai-edge-quantizer's own ranges are not the global min / max either: an average over
+    # the batches (here below the 99.99 % interval's end).
+    assert 255 * _output_scale(minmax, "conv_a") < high
+    assert read_tflite_metadata(default)["calibration"]["activation_ranges"] == "p99.99"
+
+
 def test_bad_arguments_name_the_valid_choices(tiny_float, tmp_path):
     out = str(tmp_path / "x.tflite")
     with pytest.raises(ValueError, match=r"recipe must be one of .*static_wi8_ai8"):

@@ -28,6 +28,7 @@ import dataclasses
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,8 @@ from keras_mvit2.export.tflite.flatbuffer import (
     tensor_indices,
 )
 
-__all__ = ["RANGE_METHODS", "RangeStats", "check_range_method", "select_ranges"]
+__all__ = ["RANGE_METHODS", "RangeStats", "check_range_method", "select_named_ranges",
+           "select_ranges"]
 
 #: Activation range methods of `to_tflite(activation_ranges=...)` (and any ``"p<percent>"``).
 RANGE_METHODS = ("minmax", "mse", "p99.99", "p99.9")
@@ -145,15 +147,47 @@ def select_ranges(calibrated: bytes, images: np.ndarray, method: str,
     return serialize_flatbuffer(model, size_hint=len(calibrated) + 1024)
 
 
-def _histograms(calibrated: bytes, images: np.ndarray, ranged: dict[int, tuple[float, float]]):
-    """Per tensor: a `BINS`-bin histogram over its calibrated range and its mean square,
-    from the calibrated float model run in LiteRT on `images` (every tensor kept)."""
+def select_named_ranges(float_model: bytes, images: np.ndarray,
+                        ranges: dict[str, tuple[float, float]],
+                        method: str) -> dict[str, tuple[float, float]]:
+    """Ranges chosen by `method` for the tensors of a float flatbuffer named in `ranges`
+    (another calibrator's ranges, e.g. ai-edge-quantizer's calibration result, keyed by
+    tensor name), from their values on `images`: the same choice as `select_ranges`, for a
+    graph without the converter's annotations. Tensors whose range the kernels fix, and the
+    model's inputs, keep theirs."""
+    method = check_range_method(method)
+    model = parse_flatbuffer(float_model)
+    subgraph = model.subgraphs[0]
+    kinds = op_names(model)
+    fixed = set(tensor_indices(subgraph.inputs)) | {
+        i for op in subgraph.operators or [] if kinds[op.opcodeIndex] in _FIXED_RANGE_OPS
+        for i in tensor_indices(op.outputs)}
+    index = {decode_name(t.name): i for i, t in enumerate(subgraph.tensors)}
+    named = [index[name] for name in ranges if name in index and index[name] not in fixed]
+    if method == "minmax" or not named:
+        return dict(ranges)
+    # The other calibrator's min / max may be averages over batches: the histograms span
+    # each tensor's global extremes, with 0 inside (int8 holds 0 exactly).
+    wanted = {i: (min(lo, 0.0), max(hi, 0.0))
+              for i, (lo, hi) in _extremes(float_model, images, named).items() if hi - lo > 1e-6}
+    histograms = _histograms(float_model, images, wanted)
+    chosen = dict(ranges)
+    names = {i: name for name, i in index.items()}
+    for i, (lo, hi) in wanted.items():
+        if i in histograms:
+            chosen[names[i]] = choose_range(histograms[i][0], lo, hi, method)
+    return chosen
+
+
+def _tensor_values(model: bytes, images: np.ndarray, indices) -> Iterator[dict[int, np.ndarray]]:
+    """Per batch of `images`, the values of the tensors `indices` of the float flatbuffer
+    `model` run in LiteRT (every tensor kept), flattened."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     with tempfile.TemporaryDirectory(prefix="keras_mvit2_ranges_") as tmp:
         path = os.path.join(tmp, "calibrated.tflite")
         with open(path, "wb") as f:
-            f.write(calibrated)
+            f.write(model)
         interpreter = Interpreter(
             model_path=path, experimental_preserve_all_tensors=True,
             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
@@ -161,22 +195,40 @@ def _histograms(calibrated: bytes, images: np.ndarray, ranged: dict[int, tuple[f
         interpreter.allocate_tensors()
         detail = interpreter.get_input_details()[0]
         batch = int(detail["shape"][0]) or 1
-        hists = {i: np.zeros(BINS) for i in ranged}
-        squares = dict.fromkeys(ranged, 0.0)
-        counts = dict.fromkeys(ranged, 0)
         for start in range(0, len(images) - batch + 1, batch):
             interpreter.set_tensor(
                 detail["index"], np.ascontiguousarray(images[start:start + batch], np.float32))
             interpreter.invoke()
-            for i, (lo, hi) in ranged.items():
-                values = interpreter.get_tensor(i).ravel()
-                # The bins of np.histogram(values, BINS, (lo, hi)), counted with bincount
-                # (several times faster on the ~500 tensors of a model, per image).
-                bins = ((values - lo) * (BINS / (hi - lo))).astype(np.int64)
-                hists[i] += np.bincount(np.clip(bins, 0, BINS - 1), minlength=BINS)
-                squares[i] += float(np.dot(values, values))
-                counts[i] += values.size
+            yield {i: interpreter.get_tensor(i).ravel() for i in indices}
+
+
+def _histograms(calibrated: bytes, images: np.ndarray, ranged: dict[int, tuple[float, float]]):
+    """Per tensor: a `BINS`-bin histogram over its calibrated range and its mean square,
+    from the calibrated float model run in LiteRT on `images`."""
+    hists = {i: np.zeros(BINS) for i in ranged}
+    squares = dict.fromkeys(ranged, 0.0)
+    counts = dict.fromkeys(ranged, 0)
+    for values_of in _tensor_values(calibrated, images, ranged):
+        for i, (lo, hi) in ranged.items():
+            values = values_of[i]
+            # The bins of np.histogram(values, BINS, (lo, hi)), counted with bincount
+            # (several times faster on the ~500 tensors of a model, per image).
+            bins = ((values - lo) * (BINS / (hi - lo))).astype(np.int64)
+            hists[i] += np.bincount(np.clip(bins, 0, BINS - 1), minlength=BINS)
+            squares[i] += float(np.dot(values, values))
+            counts[i] += values.size
     return {i: (hists[i], squares[i] / max(counts[i], 1)) for i in ranged}
+
+
+def _extremes(model: bytes, images: np.ndarray, indices) -> dict[int, tuple[float, float]]:
+    """Each tensor's global ``(min, max)`` over `images`."""
+    low = dict.fromkeys(indices, np.inf)
+    high = dict.fromkeys(indices, -np.inf)
+    for values_of in _tensor_values(model, images, indices):
+        for i in indices:
+            low[i] = min(low[i], float(values_of[i].min()))
+            high[i] = max(high[i], float(values_of[i].max()))
+    return {i: (low[i], high[i]) for i in indices}
 
 
 def _percentiles(hist: np.ndarray, lo: float, hi: float, percent: float) -> tuple[float, float]:

@@ -126,6 +126,7 @@ def quantize_with_edge_quantizer(
     layer_recipes: Mapping[str, str] | None = None,
     class_names: Sequence[str] | None = None,
     quantization_name: str | None = None,
+    activation_ranges: str = "p99.99",
 ) -> TFLiteReport:
     """Quantizes a float32 `to_tflite` export with ai-edge-quantizer and writes it, checked.
 
@@ -146,6 +147,11 @@ def quantize_with_edge_quantizer(
         quantization_name: what the metadata's ``quantization`` says (default: `recipe`;
             the torch road writes its target format, e.g. ``"int8"``, and the recipe stays
             under ``quantizer``).
+        activation_ranges: for the int8-activation recipes, how each activation's range is
+            chosen from its values on the calibration images, as `to_tflite`'s full int8
+            chooses them (`keras_mvit2.export.tflite.activation_ranges`): ``"p99.99"``
+            (default), ``"mse"``, ``"p<percent>"`` or ``"minmax"`` (ai-edge-quantizer's
+            own min / max). Recorded under ``calibration``.
 
     Returns:
         The `TFLiteReport` of the written file.
@@ -157,6 +163,9 @@ def quantize_with_edge_quantizer(
     """
     float_tflite, output = os.fspath(float_tflite), os.fspath(output)
     chosen, info = _checked_recipe(recipe, float_tflite, calibration_images, layer_recipes)
+    from keras_mvit2.export.tflite.activation_ranges import check_range_method
+
+    activation_ranges = check_range_method(activation_ranges)
     aeq = _import_quantizer()
     with open(float_tflite, "rb") as f:
         float_bytes = f.read()
@@ -178,6 +187,8 @@ def quantize_with_edge_quantizer(
                  for i in range(0, len(images) - batch + 1, batch)]
         calibration = quantizer.calibrate({SERVING_SIGNATURE: feeds},
                                           num_threads=os.cpu_count() or 1)
+        if chosen.activation_bits == 8:
+            calibration = _chosen_ranges(calibration, float_bytes, images, activation_ranges)
     quantized = bytes(quantizer.quantize(calibration, enable_progress_bar=False,
                                          enable_progress_report=False).quantized_model)
 
@@ -190,7 +201,9 @@ def quantize_with_edge_quantizer(
         "quantizer": {"tool": "ai-edge-quantizer", "version": _version(), "recipe": recipe,
                       "layer_recipes": dict(layer_recipes or {})},
         "calibration": None if calibration is None else {
-            "source": "calibration_images", "num_samples": len(images)},
+            "source": "calibration_images", "num_samples": len(images),
+            **({"activation_ranges": activation_ranges} if chosen.activation_bits == 8
+               else {})},
     })
     if names is not None:
         info["class_names"] = names
@@ -202,6 +215,25 @@ def quantize_with_edge_quantizer(
             f.write(quantized)
         _check_runs(tmp_path, dynamic_batch=bool(inputs[0].shape_signature[0] < 0))
     return inspect_tflite(output)
+
+
+def _chosen_ranges(calibration: dict[str, Any], float_bytes: bytes, images: np.ndarray,
+                   method: str) -> dict[str, Any]:
+    """ai-edge-quantizer's calibration result with each per-tensor min / max replaced by the
+    range `method` chooses (`select_named_ranges`), in the result's own array shapes."""
+    from keras_mvit2.export.tflite.activation_ranges import select_named_ranges
+
+    ranges = {name: (float(np.min(entry["min"])), float(np.max(entry["max"])))
+              for name, entry in calibration.items()
+              if "min" in entry and np.size(entry["min"]) == 1}
+    chosen = select_named_ranges(float_bytes, images, ranges, method)
+    out = dict(calibration)
+    for name, (lo, hi) in chosen.items():
+        entry = dict(calibration[name])
+        entry["min"] = np.full_like(np.asarray(entry["min"]), lo)
+        entry["max"] = np.full_like(np.asarray(entry["max"]), hi)
+        out[name] = entry
+    return out
 
 
 def tflite_layer_names(float_tflite: str | os.PathLike | bytes) -> list[str]:
