@@ -25,6 +25,9 @@ every file run in LiteRT (XNNPACK, as apps run it):
   model with the attention output equalized (`keras_mvit2.export.equalize_attention`, a
   float-exact rewrite); ``default gn E[x^2] mean`` / ``... matmul``: the default method with
   each GroupNorm variance form (`VARIANCE_ROWS`; the matrix product is the int8 default);
+  ``plain converter``: the plain `tf.lite.TFLiteConverter` with the control's settings
+  (`control_int8`), which traces the Keras model's own call (`export_forms.KERAS`): the
+  file a user gets who converts our model as TensorFlow's guides teach;
 * ``mobilenetv2_050``: the control, float and uint8 I/O.
 
 `--networks` trains and measures only some networks (the others' rows stay as recorded); a
@@ -151,7 +154,8 @@ TIMING_RUNS = 60
 
 
 def control_int8(model, path: str, calibration, io_dtype: str) -> None:
-    """The control's file, as MobileNetV2's users make it: the plain converter."""
+    """The control's file, as MobileNetV2's users make it: the plain converter (also
+    our model's ``int8 plain converter`` row, float I/O)."""
     import tensorflow as tf
 
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
@@ -264,6 +268,10 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
                 mv.export.to_tflite(equalized, out, quantization="int8",
                                     representative_data=calibration)
             rows["int8 default equalized"] = out
+            out = os.path.join(folder, f"{arch}_int8_plain_converter.tflite")
+            if not os.path.exists(out):  # the control's converter settings, our model
+                control_int8(model, out, calibration, "float32")
+            rows["int8 plain converter"] = out
         else:
             if not os.path.exists(f32):
                 control_float32(model, f32)

@@ -12,7 +12,7 @@ value holds one choice per step, and a conversion traces the model inside `traci
 | normaliser `"exp_mean"`   | default                      | no TRANSPOSE; int16, int8 safe (3) |
 | normaliser `"softmax"`    | Core ML blocks (2)           | one `softmax` op, last axis        |
 | variance `"one_pass"`     | default                      | 2 full-tensor ops, not 5 (4)       |
-| variance `"one_pass_matmul"` | full int8, QAT twin (6)   | int8: `E[x^2]` summed in int32 (5) |
+| variance `"one_pass_matmul"` | full int8 (6)             | int8: `E[x^2]` summed in int32 (5) |
 | variance `"centred"`      | Core ML blocks (2)           | no cancellation in fp16            |
 | unfold `"space_to_depth"` | default                      | no TRANSPOSE channels-last         |
 | unfold `"depthwise_conv"` | Core ML blocks (2)           | no transpose channels-first        |
@@ -24,14 +24,25 @@ float runtimes: the matmul adds 9 matmul and 27 reshape ops to MobileViTV2-0.5).
 `keras_mvit2.layers.functional.CHANNELS_FIRST`. (3) `exp(q - max)` is pooled and the pooled
 tokens divided once by `mean_N(N * e)`: TFLite's SOFTMAX is last-axis only, LiteRT's int16
 SUM is wrong (MEAN is not), and int8 divides by a value >= 1 instead of rounding `1 / N`
-scores per token. (4) The affine folded into one scale and shift; `x * x`, not SQUARE (SQUARE stays
-float in int8 TFLite). The centred form's `E[(x - E[x])^2]` has no `E[x^2] - E[x]^2`
+scores per token; above 510 tokens (inputs over 361 x 361), where int8 can round the sum
+to 0 and LiteRT's int8 DIV fails on a zero divisor, the division is two products by the
+sum's `rsqrt` (`functional.divide_by_token_sum`), in every form and under every converter.
+(4) The affine folded into one scale and shift; `x * x`, not SQUARE (SQUARE stays float in
+int8 TFLite). The centred form's `E[(x - E[x])^2]` has no `E[x^2] - E[x]^2`
 cancellation, which matters in Core ML's fp16. (5) `E[x^2]` as one BATCH_MATMUL per sample
 (the flattened tensor times itself), not MEAN of `x * x`: in full int8 `x * x` is rounded to
 8 bits per element, and with heavy tails most squares round to zero (docs/int8.md, "The
-GroupNorm's squares"). (6) `INT8`: `to_tflite(quantization="int8")` and the QAT
-twin's worker; float graphs keep `"one_pass"` (one MEAN where the matrix product takes a
-BATCH_MATMUL and two RESHAPEs).
+GroupNorm's squares"). (6) `INT8`: `to_tflite(quantization="int8")` (the file QAT
+trains). Float graphs keep `"one_pass"`: the matrix product makes the float32 file 1.41-1.43x
+slower (MobileViTV2-0.5 at 256x256, 1 thread, XNNPACK, three interleaved runs of 600
+invokes: median 10.0-11.2 against 14.2-15.9 ms), since XNNPACK packs the `K x 1` right
+operand to its 16-column tile on every invoke; as a `c x c` Gram matrix of `(K / c, c)` rows
+(c = 16 or 32) it still cost 5-9 %. So `KERAS`, what `model(x)`, the plain
+`tf.lite.TFLiteConverter` and Keras' `model.export(format="litert")` trace, keeps the MEAN of
+`x * x`. With the plain converter's min / max ranges that form measured no worse than the
+matrix product (`benchmarks/int8_fidelity.py`, ``plain converter``: 89.7 % agreement against
+89.2 % traced with `INT8`, one MobileViTV2-0.5 trained at 256x256; what such a file loses
+is the min / max ranges': `to_tflite`'s default file, 97.0 %).
 
 Presets: `KERAS` (the default, everything the first row), `INT8` (`KERAS` with the
 `"one_pass_matmul"` variance), `FLOAT_RUNTIME` (`KERAS` with `"product_mean"` pooling: Core ML
@@ -98,10 +109,11 @@ class ExportForms:
                 )
 
 
-#: Keras training and inference, every TFLite format, the QAT twin.
+#: Keras training and inference (`model(x)`: also what the plain TFLite converter and Keras'
+#: LiteRT export trace), every TFLite format but full int8, the tf_keras twin.
 KERAS = ExportForms()
-#: Full-int8 TFLite and the QAT twin: `KERAS` with the GroupNorm's `E[x^2]`
-#: as a matrix product, summed in int32 (5).
+#: Full-int8 TFLite: `KERAS` with the GroupNorm's `E[x^2]` as a matrix product, summed in
+#: int32 (5); not `KERAS`'s, for float speed (6).
 INT8 = dataclasses.replace(KERAS, variance="one_pass_matmul")
 #: Float runtimes (Core ML traced channels-last, the PyTorch road, float candidates): the
 #: token sum as a product and a mean, where the matrix product only adds ops (1).

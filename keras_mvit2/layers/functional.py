@@ -38,7 +38,9 @@ from keras_mvit2.layers.export_forms import ExportForms
 __all__ = [
     "CHANNELS_FIRST",
     "CHANNELS_LAST",
+    "DIVISION_MAX_TOKENS",
     "TokenLayout",
+    "divide_by_token_sum",
     "exp_over_tokens",
     "fold",
     "group_norm1",
@@ -186,8 +188,8 @@ def exp_over_tokens(x, *, axis: int = 1):
     TFLite's SOFTMAX only works on the last axis; max / exp / mean keeps the token
     axis where it is, so the converted graph has no TRANSPOSE. The normaliser
     sum(e) is computed as mean(N * e): LiteRT's int16 SUM kernel is wrong and its
-    MEAN is not (int16x8 models), and, unlike N * mean(e), the quantized tensor
-    that int8 models divide by stays >= 1 (never rounds to zero).
+    MEAN is not (int16x8 models). The sum is >= 1 (the largest term is exp(0)); what
+    divides by it is `divide_by_token_sum`.
 
     Returns:
         `e` with the shape of `x`, and its sum over `axis` (kept, size 1).
@@ -196,10 +198,35 @@ def exp_over_tokens(x, *, axis: int = 1):
     return e, ops.mean(e * _num_tokens(x, axis), axis=axis, keepdims=True)
 
 
+#: Above this many tokens `divide_by_token_sum` multiplies twice by `rsqrt(sum)` instead of
+#: dividing by the sum: a quantized sum can round to zero beyond it.
+DIVISION_MAX_TOKENS = 510
+
+
+def divide_by_token_sum(values, total, tokens: int | None):
+    """`values / total`, where `total` is `exp_over_tokens`' sum over `tokens` tokens.
+
+    The sum lies in [1, N]. Full-int8 TFLite quantizes it over [0, its calibrated maximum]
+    (at most N) in 255 steps: with a maximum above 510 a step is over 2, the smallest sum
+    (1: one token takes all the weight) rounds to zero, and LiteRT's int8 DIV fails on a
+    zero divisor (``data[i] != zero_point``: the interpreter's invoke raises). Above
+    `DIVISION_MAX_TOKENS` tokens, or an unknown count, the division is two products,
+    `values * s * s` with `s = rsqrt(total)` in [1 / sqrt(N), 1]: a sum rounded to zero
+    saturates RSQRT to its largest value (near 1, right for one dominating token) instead
+    of failing, and neither factor falls under a step. Float: within a few ulp of the
+    division. MobileViTV2 has (H / 16) * (W / 16) tokens at stride 8: more than 510
+    above 361 x 361 pixels (384 x 384: 576); smaller inputs keep the division.
+    """
+    if tokens is not None and tokens <= DIVISION_MAX_TOKENS:
+        return values / total
+    scale = ops.rsqrt(total)
+    return values * scale * scale
+
+
 def softmax_over_tokens(x, *, axis: int = 1):
     """Softmax along `axis`, without a TRANSPOSE in TFLite (see `exp_over_tokens`)."""
     e, total = exp_over_tokens(x, axis=axis)
-    return e / total
+    return divide_by_token_sum(e, total, x.shape[axis])
 
 
 def _softmax(x, axis: int):
@@ -305,7 +332,7 @@ def separable_attention(x, qkv_kernel, qkv_bias, out_projection: Callable, *,
         weights = dropout(weights)
     pooled = pool_tokens(x, weights, layout=layout, pooling=forms.token_pooling)
     if total is not None:
-        pooled = pooled / total
+        pooled = divide_by_token_sum(pooled, total, x.shape[axis])
     context = pointwise_conv(pooled, qkv_kernel, qkv_bias, layout=layout, outputs=(1, 1 + dim))
     if key_bias_correction and qkv_bias is not None:
         key_bias = layout.per_channel(qkv_bias[1 : 1 + dim], x.dtype)
