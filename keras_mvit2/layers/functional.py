@@ -354,8 +354,7 @@ def transformer_layer(x, *, norm1: Callable, attention: Callable, norm2: Callabl
     with the layers' weights); `attention_output`, `hidden` and `ffn_output` wrap the
     attention output, the FFN hidden activation and the FFN output (dropout, stochastic
     depth) and are skipped when None. The sums and the product of `separable_attention` are
-    `ops.add` / `ops.multiply` calls (the same graph as `+` and `*`) so that the QAT twin
-    can fake-quantize them (`keras_mvit2.quantize.function_fake_quant`).
+    `ops.add` / `ops.multiply` calls (the same graph as `+` and `*`).
     """
     y = attention(norm1(x))
     x = ops.add(x, y if attention_output is None else attention_output(y))
