@@ -27,7 +27,13 @@ every file run in LiteRT (XNNPACK, as apps run it):
   each GroupNorm variance form (`VARIANCE_ROWS`; the matrix product is the int8 default);
   ``plain converter``: the plain `tf.lite.TFLiteConverter` with the control's settings
   (`control_int8`), which traces the Keras model's own call (`export_forms.KERAS`): the
-  file a user gets who converts our model as TensorFlow's guides teach;
+  file a user gets who converts our model as TensorFlow's guides teach; ``qat``:
+  `keras_mvit2.quantize.qat` (quantization-aware training on the shipped graph) with its
+  defaults, `--qat-steps` steps of 8 of the training images, the choice judged on
+  `--qat-held-out` training images the model never saw (after the first `--train-images`)
+  and the training images shifted: ``int8 qat trained`` is the trained file,
+  ``int8 qat shipped`` the file `qat` wrote (the trained one only where it measured
+  better); its wall time and choice are in the JSON and a second table;
 * ``mobilenetv2_050``: the control, float and uint8 I/O.
 
 `--networks` trains and measures only some networks (the others' rows stay as recorded); a
@@ -151,6 +157,9 @@ VARIANCE_ROWS = {"int8 default gn E[x^2] mean": "one_pass",
                  "int8 default gn E[x^2] matmul": "one_pass_matmul"}
 CALIBRATION_IMAGES = 200
 TIMING_RUNS = 60
+#: The QAT rows' extra facts (kept in the JSON beside the measures).
+QAT_FACTS = ("shipped", "qat_seconds", "train_seconds", "steps", "learning_rate",
+             "judged_agreement_post_training", "judged_agreement_qat", "judged_interval")
 
 
 def control_int8(model, path: str, calibration, io_dtype: str) -> None:
@@ -213,6 +222,39 @@ def latencies(paths: dict[str, str]) -> dict[str, float]:
     return {key: float(np.median(s.wall_ms)) for key, s in samples.items()}
 
 
+def run_qat(model, size: int, folder: str, args, calibration) -> dict:
+    """`keras_mvit2.quantize.qat` on the model (kept: a second call reads its facts)."""
+    import numpy as np
+
+    from keras_mvit2.quantize import qat
+
+    facts_path = os.path.join(folder, "mobilevitv2_050_qat.json")
+    if os.path.exists(facts_path):
+        with open(facts_path) as f:
+            return json.load(f)
+    x, y = fashion_mnist("train", args.train_images)
+    held_x, held_y = fashion_mnist("train", args.qat_held_out, offset=args.train_images)
+    start = time.time()
+    result = qat(model, (np.asarray(as_model_input(x, size)), y),
+                 steps_per_epoch=args.qat_steps,
+                 validation_data=(np.asarray(as_model_input(held_x, size)), held_y),
+                 representative_data=calibration,
+                 output_path=os.path.join(folder, "mobilevitv2_050_int8_qat_shipped.tflite"),
+                 qat_path=os.path.join(folder, "mobilevitv2_050_int8_qat_trained.tflite"),
+                 io_dtype="float32")
+    choice = result.choice
+    facts = {"tflite_path": result.tflite_path, "qat_path": result.qat_path,
+             "shipped": result.shipped, "qat_seconds": time.time() - start,
+             "train_seconds": result.train_seconds, "steps": result.steps,
+             "learning_rate": result.learning_rate,
+             "judged_agreement_post_training": choice.agreement_a,
+             "judged_agreement_qat": choice.agreement_b,
+             "judged_interval": list(choice.difference_interval)}
+    with open(facts_path, "w") as f:
+        json.dump(facts, f, indent=1)
+    return dict(facts)
+
+
 def run_size_seed(size: int, seed: int, args, results: dict) -> None:
     """Trains (or loads) both networks, converts and measures every row."""
     import numpy as np
@@ -272,6 +314,9 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
             if not os.path.exists(out):  # the control's converter settings, our model
                 control_int8(model, out, calibration, "float32")
             rows["int8 plain converter"] = out
+            qat_facts = run_qat(model, size, folder, args, calibration)
+            rows["int8 qat trained"] = qat_facts.pop("qat_path")
+            rows["int8 qat shipped"] = qat_facts.pop("tflite_path")
         else:
             if not os.path.exists(f32):
                 control_float32(model, f32)
@@ -284,6 +329,8 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
             row_key = f"{arch} {name}"
             if row_key not in done:
                 done[row_key] = {**float_row, **measure(out, images, y, reference)}
+                if name.startswith("int8 qat"):
+                    done[row_key].update(qat_facts)
                 print(f"{key} {row_key}: {done[row_key]}", flush=True)
             files[row_key] = out
         files[f"{arch} float32"] = f32
@@ -306,6 +353,9 @@ def summarize(results: dict, sizes, seeds) -> list[dict]:
         for name in names:
             runs = [results[k][name] for k in keys if name in results[k]]
             entry = {"size": size, "row": name, "seeds": len(runs)}
+            if name.endswith("int8 qat shipped"):
+                entry["runs"] = [{"seed": k.split("seed")[-1], **{f: results[k][name][f]
+                                  for f in QAT_FACTS}} for k in keys if name in results[k]]
             for field in ("keras_top1", "top1", "drop_points", "agreement", "median_margin",
                           "logit_rel_error", "latency_ms", "x_float32", "size_mb"):
                 values = [r[field] for r in runs if field in r]
@@ -339,6 +389,27 @@ def markdown(table: list[dict], args) -> str:
             f"{pct(e['top1'])} | {e['drop_points']:+.1f} | {pct(e['agreement'])} | "
             f"{e['median_margin']:.2f} | {e['logit_rel_error']:.3f} | "
             f"{num(e['latency_ms'])} | {num(e['x_float32'])} |")
+    qat_rows = [e for e in table if e["row"].endswith("int8 qat shipped")]
+    if qat_rows:
+        lines += [
+            "",
+            "Quantization-aware training (`keras_mvit2.quantize.qat`, per training: the file "
+            "written, the wall time of the whole call and of its training, and the two files' "
+            "agreement on the images the choice was judged on, with the 95 % interval of the "
+            "difference):",
+            "",
+            "| size | seed | shipped | qat s | train s | steps | judged: post-training | "
+            "judged: QAT | interval (points) |",
+            "|---:|---:|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for e in qat_rows:
+            for run in e["runs"]:
+                low, high = run["judged_interval"]
+                lines.append(
+                    f"| {e['size']} | {run['seed']} | {run['shipped']} | "
+                    f"{run['qat_seconds']:.0f} | {run['train_seconds']:.0f} | {run['steps']} | "
+                    f"{pct(run['judged_agreement_post_training'])} | "
+                    f"{pct(run['judged_agreement_qat'])} | {100 * low:+.1f} to {100 * high:+.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -354,6 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--networks", nargs="+", choices=NETWORKS, default=list(NETWORKS),
                         help="the networks to train (or load) and measure; the rows of the "
                              "others stay as recorded")
+    parser.add_argument("--qat-steps", type=int, default=300,
+                        help="the QAT row's training steps (batches of 8)")
+    parser.add_argument("--qat-held-out", type=int, default=500,
+                        help="training images after --train-images that the QAT choice is "
+                             "judged on")
     parser.add_argument("--train-only", action="store_true",
                         help="train (or load) the models and stop")
     args = parser.parse_args(argv)

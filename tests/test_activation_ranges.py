@@ -83,6 +83,11 @@ def _scales(path):
             if d["dtype"] == np.int8 and d["quantization"][0]}
 
 
+def _zero_points(path):
+    interpreter = Interpreter(model_path=str(path))
+    return {d["name"]: d["quantization"][1] for d in interpreter.get_tensor_details()}
+
+
 def _op_outputs(path, op_name):
     interpreter = Interpreter(model_path=str(path))
     details = interpreter.get_tensor_details()
@@ -115,14 +120,70 @@ def test_default_ranges_are_narrower_and_recorded(small_model, tmp_path):
     minmax, default = _scales(files["minmax"]), _scales(files[None])
     common = set(minmax) & set(default)
     assert len(common) > 100
-    # Every clipped range is within the min / max one (a percentile never widens it) ...
-    assert all(default[n] <= minmax[n] * (1 + 1e-6) for n in common)
+    # Every clipped range is within the min / max one (a percentile never widens it), but
+    # for the matrix products' second operands, made to cover it with zero point 0 ...
+    zero_points = _zero_points(files[None])
+    widened = {n for n in common if default[n] > minmax[n] * (1 + 1e-6)}
+    assert all(zero_points[n] == 0 for n in widened)
+    assert all(default[n] <= 255 / 127 * minmax[n] * (1 + 1e-6) for n in widened)
     # ... many are narrower, and the fixed-range outputs (sigmoid: 1/256) are untouched.
     assert sum(default[n] < 0.99 * minmax[n] for n in common) > 20
     for name in _op_outputs(files[None], "LOGISTIC"):
         assert default[name] == pytest.approx(1 / 256)
     assert read_tflite_metadata(files[None])["calibration"]["activation_ranges"] == "p99.99"
     assert read_tflite_metadata(files["minmax"])["calibration"]["activation_ranges"] == "minmax"
+
+
+def _matmul_operands(path):
+    """Per BATCH_MATMUL of the file: its int8 operands, output and adjoint flags, as XNNPACK
+    (LiteRT's default delegate, what phones run) computed them on one random image."""
+    from keras_mvit2.export.tflite.flatbuffer import op_names, parse_flatbuffer
+
+    model = parse_flatbuffer(str(path))
+    kinds = op_names(model)
+    flags = [(bool(op.builtinOptions.adjX), bool(op.builtinOptions.adjY))
+             for op in model.subgraphs[0].operators if kinds[op.opcodeIndex] == "BATCH_MATMUL"]
+    interpreter = Interpreter(model_path=str(path), experimental_preserve_all_tensors=True)
+    interpreter.allocate_tensors()
+    inp = interpreter.get_input_details()[0]
+    image = np.random.default_rng(1).random(inp["shape"]).astype(inp["dtype"])
+    interpreter.set_tensor(inp["index"], image)
+    interpreter.invoke()
+    details = interpreter.get_tensor_details()
+
+    def tensor(i):
+        return interpreter.get_tensor(i).astype(np.int64), details[i]["quantization"]
+
+    ops = [op for op in interpreter._get_ops_details() if op["op_name"] == "BATCH_MATMUL"]
+    return [(tensor(op["inputs"][0]), tensor(op["inputs"][1]), tensor(op["outputs"][0]), adj)
+            for op, adj in zip(ops, flags, strict=True)]
+
+
+def test_matmul_second_operand_has_zero_point_0_so_xnnpack_multiplies_exactly(tmp_path):
+    # XNNPACK computes an int8 BATCH_MATMUL as if its second operand's zero point were 0
+    # (measured on MobileViTV2-0.5: the attention's context product 6-10 steps off on every
+    # element). The ranges give that operand zero point 0; the oracle is the int8 arithmetic
+    # written out in numpy.
+    import tiny_model
+
+    keras.utils.set_random_seed(0)
+    model = tiny_model.tiny_mvit2(classes=10, classifier_activation=None)
+    rng = np.random.default_rng(0)
+    for weight in model.weights:  # non-trivial norm affines and biases, as trained ones
+        if weight.path.endswith(("gamma", "beta", "bias")):
+            shift = 1.0 if weight.path.endswith("gamma") else 0.0
+            weight.assign(shift + 0.3 * rng.standard_normal(weight.shape).astype("float32"))
+    path = tmp_path / "tiny.tflite"
+    to_tflite(model, path, quantization="int8",
+              representative_data=rng.random((16, 32, 32, 3)).astype("float32"))
+    products = _matmul_operands(path)
+    assert len(products) >= 4  # the attentions' context products and the norms' E[x^2]
+    for (a, (sa, za)), (b, (sb, zb)), (out, (so, zo)), (adj_x, adj_y) in products:
+        assert zb == 0
+        a = np.swapaxes(a - za, -1, -2) if adj_x else a - za
+        b = np.swapaxes(b, -1, -2) if adj_y else b
+        expected = np.clip(np.round(np.matmul(a, b) * (sa * sb / so)) + zo, -128, 127)
+        assert np.abs(out - expected).max() <= 1
 
 
 def test_equalize_attention_is_float_exact(small_model):

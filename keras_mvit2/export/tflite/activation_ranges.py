@@ -18,7 +18,9 @@ converter makes; `keras_mvit2.export.tflite.calibrated_quantize`):
 * ``"p99.99"`` (any ``"p<percent>"``): the two-sided percentile.
 
 Tensors whose range the int8 kernels fix (the model input, the outputs of LOGISTIC, EXP,
-SOFTMAX, TANH) keep theirs. The histograms also give `RangeStats`: per tensor the
+SOFTMAX, TANH) keep theirs. The second operand of every BATCH_MATMUL gets a range whose int8
+zero point is 0 (`zero_offset_matmul_operands`): XNNPACK, which runs int8 files on phones'
+CPUs, ignores that operand's zero point. The histograms also give `RangeStats`: per tensor the
 calibrated range against its 99.9 / 99.99 percentiles and the chosen range.
 """
 
@@ -42,7 +44,7 @@ from keras_mvit2.export.tflite.flatbuffer import (
 )
 
 __all__ = ["RANGE_METHODS", "RangeStats", "check_range_method", "select_named_ranges",
-           "select_ranges"]
+           "select_ranges", "zero_offset_matmul_operands"]
 
 #: Activation range methods of `to_tflite(activation_ranges=...)` (and any ``"p<percent>"``).
 RANGE_METHODS = ("minmax", "mse", "p99.99", "p99.9")
@@ -52,6 +54,9 @@ BINS = 2048
 _FRACTIONS = np.linspace(0.05, 1.0, 96)
 #: Ops whose int8 output range the kernels fix.
 _FIXED_RANGE_OPS = ("LOGISTIC", "EXP", "SOFTMAX", "TANH")
+#: Ops whose int8 output keeps the input's scale and zero point (the quantizer ties them).
+_SAME_SCALE_OPS = ("RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS", "SPACE_TO_DEPTH",
+                   "DEPTH_TO_SPACE")
 _PERCENTILE = re.compile(r"^p(\d+(?:\.\d+)?)$")
 
 
@@ -144,7 +149,61 @@ def select_ranges(calibrated: bytes, images: np.ndarray, method: str,
             ))
         tensors[i].quantization.min = np.array([chosen[0]], np.float32)
         tensors[i].quantization.max = np.array([chosen[1]], np.float32)
+    zero_offset_matmul_operands(model)
     return serialize_flatbuffer(model, size_hint=len(calibrated) + 1024)
+
+
+def zero_offset_matmul_operands(model: Any) -> int:
+    """Widens the range of each BATCH_MATMUL's second operand so that its int8 zero point is 0.
+
+    XNNPACK (LiteRT's default CPU delegate) computes an int8 BATCH_MATMUL as if the second
+    operand's zero point were 0: on MobileViTV2-0.5 its context product came out 6-10
+    output steps from the int8 arithmetic on every element, exactly ``A (q_B)`` instead of
+    ``A (q_B - z_B)``, while LiteRT's own kernels give the exact product. With ``z_B = 0``
+    both are exact. The new range ``[-128 s, 127 s]`` covers the old one
+    (``s = max(max / 127, -min / 128)``) and goes to every tensor the quantizer ties to the
+    operand's scale (through `_SAME_SCALE_OPS`), so the file keeps its ops.
+
+    Args:
+        model: a parsed calibrated flatbuffer (`parse_flatbuffer`), changed in place.
+
+    Returns:
+        The number of operands changed.
+    """
+    subgraph = model.subgraphs[0]
+    tensors = subgraph.tensors
+    kinds = op_names(model)
+    parent = list(range(len(tensors)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    operands = []
+    for op in subgraph.operators or []:
+        kind, ins = kinds[op.opcodeIndex], tensor_indices(op.inputs)
+        if kind in _SAME_SCALE_OPS:
+            for out in tensor_indices(op.outputs):
+                parent[root(out)] = root(ins[0])
+        elif kind == "BATCH_MATMUL" and len(ins) > 1:
+            operands.append(ins[1])
+
+    def ranged(i: int) -> bool:
+        q = tensors[i].quantization
+        return q is not None and q.min is not None and len(q.min) == 1 and len(q.max) == 1
+
+    groups = {root(i) for i in operands if ranged(i)}
+    for group in groups:
+        members = [i for i in range(len(tensors)) if root(i) == group and ranged(i)]
+        lo = min(float(tensors[i].quantization.min[0]) for i in members)
+        hi = max(float(tensors[i].quantization.max[0]) for i in members)
+        step = max(hi / 127.0, -lo / 128.0, 1e-12)
+        for i in members:
+            tensors[i].quantization.min = np.array([-128.0 * step], np.float32)
+            tensors[i].quantization.max = np.array([127.0 * step], np.float32)
+    return len(groups)
 
 
 def select_named_ranges(float_model: bytes, images: np.ndarray,
