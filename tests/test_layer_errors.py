@@ -121,6 +121,27 @@ def test_float_layers_check_still_catches_other_float_ops(tmp_path):
     assert "first" in {e.layer for e in ranked} and "last" not in {e.layer for e in ranked}
 
 
+def test_ranking_calibrates_like_the_file_so_matrix_products_are_not_shifted():
+    # Calibrated with the converter's own min / max and its zero points, the ranking showed
+    # every attention's context product (BATCH_MATMUL) shifted by 5-14 steps: XNNPACK
+    # ignores the second operand's zero point. With the file's ranges (the 99.99 %
+    # interval, that operand at zero point 0) no product is shifted by more than a step.
+    import tiny_model
+
+    keras.utils.set_random_seed(0)
+    model = tiny_model.tiny_mvit2(classes=10, classifier_activation=None)
+    rng = np.random.default_rng(0)
+    for weight in model.weights:  # non-trivial norm affines and biases, as trained ones
+        if weight.path.endswith(("gamma", "beta", "bias")):
+            shift = 1.0 if weight.path.endswith("gamma") else 0.0
+            weight.assign(shift + 0.3 * rng.standard_normal(weight.shape).astype("float32"))
+    images = rng.random((16, 32, 32, 3)).astype("float32")
+    ops = [op for error in layer_errors(model, images) for op in error.ops]
+    products = [op for op in ops if op["op"] == "BATCH_MATMUL"]
+    assert len(products) >= 2  # the two attentions' context products
+    assert max(abs(op["mean_error_over_scale"]) for op in products) <= 1.0, products
+
+
 def test_plot_layer_errors(tmp_path):
     errors = [_error(f"stage{i}_block0", 10.0 / (i + 1)) for i in range(30)]
     path = plot_layer_errors(errors, tmp_path / "chart.png", top=5)

@@ -2,7 +2,8 @@
 
 `layer_errors` converts the model exactly as ``to_tflite(quantization="int8")`` does (the
 same traced function, converter settings, calibration images from
-`keras_mvit2.export.calibration` and 1x1 convolution fusion before calibration), hands the
+`keras_mvit2.export.calibration`, 1x1 convolution fusion before calibration and the
+activation ranges of `keras_mvit2.export.tflite.activation_ranges`), hands the
 converter to TensorFlow Lite's ``tf.lite.experimental.QuantizationDebugger`` and runs the
 debug model on `images`. The debug model is the shipped int8 graph (float I/O) with a
 ``NumericVerify`` op after each quantized op: in its default per-layer mode the float
@@ -19,9 +20,11 @@ Per op (output tensor ``t``, int8 scale ``s``, float twin ``f``):
 * ``max_abs_error_over_scale = max|t - f| / s``;
 * ``mean_error_over_scale = mean(t - f) / s``: the systematic part (a shifted output);
 * ``std_error_over_scale = sqrt(mean((t - f)^2) - mean(t - f)^2) / s`` (over all images
-  and elements): the error without a shift common to all images. The debug model's int8
-  BATCH_MATMUL can differ from its float twin by a near-constant shift that the shipped
-  file run in LiteRT does not have; ``rank_by="std_error_over_scale"`` leaves it out.
+  and elements): the error without a shift common to all images
+  (``rank_by="std_error_over_scale"``). A shift of many steps is a kernel's: XNNPACK's
+  int8 BATCH_MATMUL ignores its second operand's zero point, which showed here as a shift
+  of 5-14 steps on every attention's context product until the ranges gave that operand
+  zero point 0 (`activation_ranges.zero_offset_matmul_operands`).
 
 Not measured: how coarse a step is for the signal (that needs the float twins' values,
 which the debugger keeps only when run from a model file, where TF's interpreter fails on
@@ -120,6 +123,7 @@ def layer_errors(
     image_size: int | tuple[int, int] | None = None,
     depth: int | None = None,
     rank_by: str = "rmse_over_scale",
+    activation_ranges: str | None = None,
 ) -> list[LayerError]:
     """Ranks the layers of `model`'s full-int8 conversion by their own quantization error.
 
@@ -143,6 +147,8 @@ def layer_errors(
             as ``"stage3_block1"``); ``None`` keeps the full path.
         rank_by: ``"rmse_over_scale"`` (TF's metric for this debugger) or
             ``"std_error_over_scale"`` (without constant shifts; see the module notes).
+        activation_ranges: as for `to_tflite` (default: the int8 default, the 99.99 %
+            interval).
 
     Returns:
         One `LayerError` per layer (and per unmapped op), worst first by `rank_by` (a
@@ -169,6 +175,7 @@ def layer_errors(
         float_layers=float_layers,
     )
     x = _debug_images(images, input_shape)
+    activation_ranges = tflite_convert._activation_ranges(activation_ranges, quant)
     calibration, _ = tflite_convert._calibration_data(
         source, quant, input_shape, num_calibration_samples, calibration_seed)
     converter = tflite_convert._make_converter(
@@ -182,11 +189,20 @@ def layer_errors(
         warnings.simplefilter("ignore")  # tf.lite.Interpreter's deprecation, converter notes
         debugger = debug.QuantizationDebugger(
             converter=converter, debug_dataset=_one_at_a_time(x[:1]))
+        options = debug.QuantizationDebugOptions()
+        if activation_ranges not in (None, "minmax"):  # the file's ranges, as to_tflite's
+            from keras_mvit2.export.tflite.activation_ranges import select_ranges
+            from keras_mvit2.export.tflite.calibrated_quantize import representative_images
+
+            debugger.calibrated_model = select_ranges(
+                bytes(debugger.calibrated_model), representative_images(converter),
+                activation_ranges)
         if float_layers:
             from keras_mvit2.export.tflite.float_layers import selected_nodes
 
             nodes = selected_nodes(bytes(debugger.calibrated_model), names, float_layers)
-            debugger.options = debug.QuantizationDebugOptions(denylisted_nodes=nodes)
+            options = debug.QuantizationDebugOptions(denylisted_nodes=nodes)
+        debugger.options = options  # (re)builds the debug model from the calibrated one
         debug_model = bytes(debugger.quant_model)
         shipped_names = _tensor_names(bytes(debugger.calibrated_model))
     rows = _measure(debug_model, x, shipped_names)  # outside: its warning must show
@@ -436,6 +452,7 @@ def layer_errors_of_file(
         calibration_seed=int(calibration.get("seed", 0)),
         fuse_pointwise=meta.get("graph_optimizations") is not None,
         float_layers=calibration.get("float_layers") or None,
+        activation_ranges=calibration.get("activation_ranges") or "minmax",
     )
     notes.append(
         f"per-layer: {len(errors)} layers ranked on {len(images)} images, calibrated like the "
