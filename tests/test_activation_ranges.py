@@ -9,6 +9,7 @@ converter's own min / max file; for the rewrite, the original Keras model's logi
 import keras
 import numpy as np
 import pytest
+import tiny_model
 from ai_edge_litert.interpreter import Interpreter
 
 import keras_mvit2 as mv
@@ -102,10 +103,7 @@ def small_model():
     keras.utils.set_random_seed(0)
     model = mv.MobileViTV2(0.5, input_shape=(32, 32, 3), classes=10, classifier_activation=None)
     rng = np.random.default_rng(0)
-    for weight in model.weights:
-        if weight.path.endswith(("gamma", "beta", "bias")):
-            shift = 1.0 if weight.path.endswith("gamma") else 0.0
-            weight.assign(shift + 0.3 * rng.standard_normal(weight.shape).astype("float32"))
+    tiny_model.spread_affines(model, rng)
     return model, rng.random((12, 32, 32, 3)).astype("float32")
 
 
@@ -164,15 +162,10 @@ def test_matmul_second_operand_has_zero_point_0_so_xnnpack_multiplies_exactly(tm
     # (measured on MobileViTV2-0.5: the attention's context product 6-10 steps off on every
     # element). The ranges give that operand zero point 0; the oracle is the int8 arithmetic
     # written out in numpy.
-    import tiny_model
-
     keras.utils.set_random_seed(0)
     model = tiny_model.tiny_mvit2(classes=10, classifier_activation=None)
     rng = np.random.default_rng(0)
-    for weight in model.weights:  # non-trivial norm affines and biases, as trained ones
-        if weight.path.endswith(("gamma", "beta", "bias")):
-            shift = 1.0 if weight.path.endswith("gamma") else 0.0
-            weight.assign(shift + 0.3 * rng.standard_normal(weight.shape).astype("float32"))
+    tiny_model.spread_affines(model, rng)  # as a trained model's
     path = tmp_path / "tiny.tflite"
     to_tflite(model, path, quantization="int8",
               representative_data=rng.random((16, 32, 32, 3)).astype("float32"))

@@ -20,6 +20,7 @@ import os
 import keras
 import numpy as np
 import pytest
+import tiny_model
 from shared_fixtures import fashion_mnist_ready, fashion_mnist_rgb
 
 from keras_mvit2.cli.main import main
@@ -126,15 +127,10 @@ def test_ranking_calibrates_like_the_file_so_matrix_products_are_not_shifted():
     # every attention's context product (BATCH_MATMUL) shifted by 5-14 steps: XNNPACK
     # ignores the second operand's zero point. With the file's ranges (the 99.99 %
     # interval, that operand at zero point 0) no product is shifted by more than a step.
-    import tiny_model
-
     keras.utils.set_random_seed(0)
     model = tiny_model.tiny_mvit2(classes=10, classifier_activation=None)
     rng = np.random.default_rng(0)
-    for weight in model.weights:  # non-trivial norm affines and biases, as trained ones
-        if weight.path.endswith(("gamma", "beta", "bias")):
-            shift = 1.0 if weight.path.endswith("gamma") else 0.0
-            weight.assign(shift + 0.3 * rng.standard_normal(weight.shape).astype("float32"))
+    tiny_model.spread_affines(model, rng)  # as a trained model's
     images = rng.random((16, 32, 32, 3)).astype("float32")
     ops = [op for error in layer_errors(model, images) for op in error.ops]
     products = [op for op in ops if op["op"] == "BATCH_MATMUL"]

@@ -194,9 +194,11 @@ def zero_offset_matmul_operands(model: Any) -> int:
         q = tensors[i].quantization
         return q is not None and q.min is not None and len(q.min) == 1 and len(q.max) == 1
 
-    groups = {root(i) for i in operands if ranged(i)}
-    for group in groups:
-        members = [i for i in range(len(tensors)) if root(i) == group and ranged(i)]
+    groups = {root(i): [] for i in operands if ranged(i)}
+    for i in range(len(tensors)):
+        if root(i) in groups and ranged(i):
+            groups[root(i)].append(i)
+    for members in groups.values():
         lo = min(float(tensors[i].quantization.min[0]) for i in members)
         hi = max(float(tensors[i].quantization.max[0]) for i in members)
         step = max(hi / 127.0, -lo / 128.0, 1e-12)

@@ -157,6 +157,8 @@ def layer_errors(
     import tensorflow as tf
 
     from keras_mvit2.export.tflite import convert as tflite_convert
+    from keras_mvit2.export.tflite.activation_ranges import select_ranges
+    from keras_mvit2.export.tflite.calibrated_quantize import representative_images
 
     if quantization != "int8":
         raise ValueError(
@@ -189,14 +191,11 @@ def layer_errors(
         warnings.simplefilter("ignore")  # tf.lite.Interpreter's deprecation, converter notes
         debugger = debug.QuantizationDebugger(
             converter=converter, debug_dataset=_one_at_a_time(x[:1]))
+        # The file's ranges, as to_tflite chooses them ("minmax" leaves the model as it is).
+        debugger.calibrated_model = select_ranges(
+            bytes(debugger.calibrated_model), representative_images(converter),
+            activation_ranges)
         options = debug.QuantizationDebugOptions()
-        if activation_ranges not in (None, "minmax"):  # the file's ranges, as to_tflite's
-            from keras_mvit2.export.tflite.activation_ranges import select_ranges
-            from keras_mvit2.export.tflite.calibrated_quantize import representative_images
-
-            debugger.calibrated_model = select_ranges(
-                bytes(debugger.calibrated_model), representative_images(converter),
-                activation_ranges)
         if float_layers:
             from keras_mvit2.export.tflite.float_layers import selected_nodes
 
