@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                     path = os.path.join(tmp, f"{name}_{precision}.mlpackage")
                     labels = [f"class_{i}" for i in range(10)] if kind == "classifier" else None
                     _recorded(records, f"coreml/{name}/{precision}", _coreml, model, path,
-                              precision=precision, class_labels=labels)
+                              quantization=precision, class_names=labels)
                 if kind == "detector":
                     path = os.path.join(tmp, f"{name}_vision.mlpackage")
                     _recorded(records, f"coreml/{name}/vision", _vision, model, path,

@@ -110,7 +110,7 @@ def test_coreml_converts_in_the_attentions_layout(name, tmp_path):
     pytest.importorskip("coremltools")
     from keras_mvit2.export import to_coreml
 
-    report = to_coreml(_host(name), tmp_path / "m.mlpackage", precision="float32",
+    report = to_coreml(_host(name), tmp_path / "m.mlpackage", quantization="float32",
                        image_input=False)
     ops = report.op_histogram
     assert report.max_tensor_rank <= 5 and report.outputs[0]["shape"] == [1, 10]

@@ -81,7 +81,7 @@ def test_coreml_ml_program(name, host, tmp_path):
 
     build = _mobilevitv2 if host == "mobilevitv2_050" else _deit_tiny
     report = to_coreml(build(ATTENTION_CONFIGS[name]), tmp_path / "m.mlpackage",
-                       precision="float32", image_input=False)
+                       quantization="float32", image_input=False)
     assert report.max_tensor_rank <= 5
     assert report.outputs[0]["shape"] == [1, 10]
     if name == "separable" and host == "mobilevitv2_050":
@@ -106,5 +106,5 @@ def test_mobilevit_v1_converts_to_tflite_and_coreml(name, tmp_path, rng):
     assert report.flex_ops == [] and report.custom_ops == [] and report.max_tensor_rank <= 4
     scale = max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(run_tflite(report.path, x), want, atol=1e-4 * scale)
-    coreml = to_coreml(model, tmp_path / "m.mlpackage", precision="float32", image_input=False)
+    coreml = to_coreml(model, tmp_path / "m.mlpackage", quantization="float32", image_input=False)
     assert coreml.max_tensor_rank <= 5 and coreml.outputs[0]["shape"] == [1, 10]

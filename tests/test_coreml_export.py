@@ -60,8 +60,8 @@ def test_ml_program_structure(fp16_package, capsys):
 @pytest.mark.slow
 def test_classifier_labels_and_float32(ct, tmp_path):
     model = mv.MobileViTV2(0.5, input_shape=(64, 64, 3), classes=3, classifier_activation=None)
-    report = to_coreml(model, tmp_path / "c.mlpackage", precision="float32",
-                       class_labels=["cat", "dog", "fox"])
+    report = to_coreml(model, tmp_path / "c.mlpackage", quantization="float32",
+                       class_names=["cat", "dog", "fox"])
     names = [o["name"] for o in report.outputs]
     assert names == ["classLabel", "classLabel_probs"]
     # A logits model gets a softmax so the classifier's probabilities are probabilities:
@@ -85,7 +85,7 @@ def test_small_model_converts_with_image_input_and_labels(ct, tmp_path):
     x = MobileViTV2Block(32, num_layers=1, ffn_dim=64, name="mvit")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inputs, keras.layers.Dense(3)(x), name="small_mvit")
-    report = to_coreml(model, tmp_path / "small.mlpackage", class_labels=["a", "b", "c"])
+    report = to_coreml(model, tmp_path / "small.mlpackage", class_names=["a", "b", "c"])
     assert report.spec_version >= 7 and report.max_tensor_rank <= 4
     (image,) = report.inputs
     assert image == {"name": "image", "type": "imageType", "width": 32, "height": 32,
@@ -132,10 +132,10 @@ def test_bad_arguments_leave_nothing_behind(tmp_path):
     model = mv.MobileViTV2(0.5, input_shape=(64, 64, 3), classes=3)
     with pytest.raises(ValueError, match=r"\.mlpackage"):
         to_coreml(model, tmp_path / "m.mlmodel")
-    with pytest.raises(ValueError, match="class_labels has 2 entries"):
-        to_coreml(model, tmp_path / "m.mlpackage", class_labels=["a", "b"])
-    with pytest.raises(ValueError, match="precision"):
-        to_coreml(model, tmp_path / "m.mlpackage", precision="int4")
+    with pytest.raises(ValueError, match="class_names has 2 entries"):
+        to_coreml(model, tmp_path / "m.mlpackage", class_names=["a", "b"])
+    with pytest.raises(ValueError, match="quantization"):
+        to_coreml(model, tmp_path / "m.mlpackage", quantization="int4")
     with pytest.raises(ValueError, match="weight_compression"):
         to_coreml(model, tmp_path / "m.mlpackage", weight_compression="int4")
     assert os.listdir(tmp_path) == []
@@ -151,6 +151,6 @@ def test_predictions_match_keras_on_macos(classifier, tmp_path, rng):
 
     images = rng.integers(0, 256, size=(2, 256, 256, 3)).astype("uint8")
     path = tmp_path / "fp32.mlpackage"
-    to_coreml(classifier, path, precision="float32")
+    to_coreml(classifier, path, quantization="float32")
     want = keras.ops.convert_to_numpy(classifier(mv.preprocess_input(images), training=False))
     np.testing.assert_allclose(run_coreml(path, images), want, atol=1e-4)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import warnings
 
 import keras
 import numpy as np
@@ -164,23 +163,6 @@ def test_coreml_target_names_and_op_count(classifier, tmp_path):
     assert meta["class_names"] == ["a", "b", "c"] and meta["quantization"] == "float16"
     if not target.can_run():
         assert "need macOS" in target.host_note()
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not HAS_COREML, reason="needs the coreml extra")
-def test_renamed_core_ml_arguments_warn_and_still_work(classifier, tmp_path):
-    with pytest.warns(DeprecationWarning, match=r"precision=\.\.\.\) is deprecated.*quantization"):
-        old = mv.export.to_coreml(classifier, tmp_path / "old.mlpackage", precision="float32",
-                                  class_labels=["a", "b", "c"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        new = mv.export.to_coreml(classifier, tmp_path / "new.mlpackage", quantization="float32",
-                                  class_names=["a", "b", "c"])
-    assert old.op_histogram == new.op_histogram
-    assert old.metadata["keras_mvit2.precision"] == new.metadata["keras_mvit2.precision"]
-    with pytest.raises(TypeError, match="both precision= and its new name quantization="):
-        mv.export.to_coreml(classifier, tmp_path / "x.mlpackage", precision="float32",
-                            quantization="float32")
 
 
 def test_a_new_target_is_reached_by_the_cli(keras_file_target, classifier, tmp_path, capsys):

@@ -305,13 +305,13 @@ def test_coreml_export_with_and_without_preprocessing(classifier, tmp_path):
     pytest.importorskip("coremltools")
     from keras_mvit2.export import to_coreml
 
-    bare = to_coreml(classifier, tmp_path / "bare.mlpackage", precision="float32")
+    bare = to_coreml(classifier, tmp_path / "bare.mlpackage", quantization="float32")
     (image,) = bare.inputs
     assert (image["type"], image["width"], image["height"]) == ("imageType", SIZE, SIZE)
     # Core ML's image input divides by 255 itself: rescale=False.
     model = mvhub.inference_model(classifier, input_shape=(80, 96, 3),
                                   interpolation="bilinear", antialias=False, rescale=False)
-    with_pre = to_coreml(model, tmp_path / "with.mlpackage", precision="float32")
+    with_pre = to_coreml(model, tmp_path / "with.mlpackage", quantization="float32")
     (image,) = with_pre.inputs
     assert (image["type"], image["width"], image["height"]) == ("imageType", 96, 80)
     assert with_pre.op_histogram.get("resize_bilinear", 0) + with_pre.op_histogram.get(

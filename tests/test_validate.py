@@ -240,7 +240,7 @@ def test_coreml_is_structural_off_macos(model, data, tmp_path):
 
     _, _, x, y = data
     path = tmp_path / "tiny.mlpackage"
-    to_coreml(model, path, class_labels=CLASSES)
+    to_coreml(model, path, class_names=CLASSES)
     report = validate(path, model, x[:20], y[:20])
     assert report.format == "coreml" and report.op_histogram
     if platform.system() != "Darwin":

@@ -21,21 +21,19 @@ def check_object_names(class_names: Any, num_classes: int) -> list[str]:
     return names
 
 
-def check_class_names(class_names: Any, model: keras.Model, *,
-                      argument: str = "class_names") -> list[str] | None:
+def check_class_names(class_names: Any, model: keras.Model) -> list[str] | None:
     """`class_names` as strings, one per output class of `model`, or a ValueError that says
     what the model needs.
 
     A classifier `(batch, classes)` or a segmenter `(batch, height, width, classes)` takes
     one name per class, in output order; a detector with its post-process
-    (`with_detection_postprocess`) one per object class, background excluded. `argument` is
-    the name the caller passed them under, for the messages.
+    (`with_detection_postprocess`) one per object class, background excluded.
     """
     if class_names is None:
         return None
     if isinstance(class_names, (str, bytes)) or not isinstance(class_names, Sequence):
         raise ValueError(
-            f"{argument} must be a list of strings, one per output class. "
+            "class_names must be a list of strings, one per output class. "
             f"Received: {type(class_names).__name__}"
         )
     names = [str(c) for c in class_names]
@@ -45,13 +43,13 @@ def check_class_names(class_names: Any, model: keras.Model, *,
     output_shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else ()
     if len(model.outputs or []) != 1 or len(output_shape) not in (2, 4):
         raise ValueError(
-            f"{argument} needs a classifier with one output of shape (batch, classes) or a "
+            "class_names needs a classifier with one output of shape (batch, classes) or a "
             "segmenter with one output (batch, height, width, classes). "
             f"Received: output shapes {[tuple(o.shape) for o in model.outputs or []]}"
         )
     if output_shape[-1] != len(names):
         raise ValueError(
-            f"{argument} has {len(names)} entries but the model outputs {output_shape[-1]} "
+            f"class_names has {len(names)} entries but the model outputs {output_shape[-1]} "
             "classes. Pass one name per class, in output order."
         )
     return names

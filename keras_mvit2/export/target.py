@@ -42,8 +42,8 @@ __all__ = [
 
 
 #: Converter arguments that are not options: what a shared argument maps onto
-#: (`to_tflite`'s `representative_data`) and old names kept for one release.
-_NOT_OPTIONS = frozenset({"representative_data", "precision", "class_labels"})
+#: (`to_tflite`'s `representative_data`).
+_NOT_OPTIONS = frozenset({"representative_data"})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,7 +35,6 @@ from keras_mvit2.export.coreml.description import (
 )
 from keras_mvit2.export.coreml.inspect import CoreMLReport, _coremltools, inspect_coreml
 from keras_mvit2.export.coreml.layout import coreml_tracing
-from keras_mvit2.utils.deprecation import renamed_argument
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = ["COMPUTE_UNITS_GUIDANCE", "DEPLOYMENT_TARGETS", "PRECISIONS", "to_coreml"]
@@ -44,7 +43,7 @@ def to_coreml(
     model: keras.Model,
     path: str | os.PathLike,
     *,
-    quantization: str | None = None,
+    quantization: str = "float16",
     image_input: bool = True,
     class_names: Sequence[str] | None = None,
     minimum_deployment_target: str = "iOS16",
@@ -54,8 +53,6 @@ def to_coreml(
     metadata: dict[str, str] | None = None,
     image_size: int | tuple[int, int] | None = None,
     fuse_pointwise: bool = True,
-    precision: str | None = None,
-    class_labels: Sequence[str] | None = None,
     palettize_granularity: str = "per_tensor",
     palettize_group_size: int = 16,
     activation_quantization: str | None = None,
@@ -93,8 +90,6 @@ def to_coreml(
             ``keras_mvit2.weight_compression``, ``keras_mvit2.compression`` (JSON: the
             compression options), ``keras_mvit2.pointwise_fusions`` and
             ``keras_mvit2.compute_units``, which are always written).
-        precision: deprecated name of `quantization` (removed in 0.4.0).
-        class_labels: deprecated name of `class_names` (removed in 0.4.0).
         image_size: the size to export a model built with `input_shape=(None, None, 3)`
             at (int or `(height, width)`; default: its checkpoint's size or 256), see
             `keras_mvit2.with_input_size`.
@@ -106,30 +101,25 @@ def to_coreml(
     Returns:
         A `CoreMLReport` of the saved program.
     """
-    precision, precision_argument = renamed_argument(
-        "to_coreml", "precision", precision, "quantization", quantization, default="float16")
-    class_labels, labels_argument = renamed_argument(
-        "to_coreml", "class_labels", class_labels, "class_names", class_names)
     ct = _coremltools()
     path = os.fspath(path)
-    model, shape, class_labels = checked_arguments(
-        model, path, precision=precision, weight_compression=weight_compression,
+    model, shape, class_names = checked_arguments(
+        model, path, quantization=quantization, weight_compression=weight_compression,
         minimum_deployment_target=minimum_deployment_target, image_size=image_size,
-        image_input=image_input, class_labels=class_labels,
-        arguments=(precision_argument, labels_argument),
+        image_input=image_input, class_names=class_names,
     )
     check_compression(weight_compression, bits=palettize_bits, sparsity=prune_sparsity,
                       granularity=palettize_granularity, group_size=palettize_group_size,
                       minimum_deployment_target=minimum_deployment_target)
     _check_activation_quantization(activation_quantization, calibration_images,
                                    minimum_deployment_target, shape)
-    add_softmax = class_labels is not None and not is_probability_output(model)
+    add_softmax = class_names is not None and not is_probability_output(model)
     mlmodel, fusions = _convert(
         ct, model, shape, add_softmax=add_softmax, image_input=image_input,
-        class_labels=class_labels, precision=precision,
+        class_names=class_names, quantization=quantization,
         minimum_deployment_target=minimum_deployment_target, fuse_pointwise=fuse_pointwise,
     )
-    if not class_labels:
+    if not class_names:
         mlmodel = with_output_name(ct, mlmodel, model)
     if activation_quantization is not None:
         mlmodel = quantize_activations(mlmodel, calibration_images)
@@ -138,7 +128,7 @@ def to_coreml(
     compression = compression_info(weight_compression, palettize_bits, palettize_granularity,
                                    palettize_group_size, activation_quantization)
     metadata = {"keras_mvit2.compression": json.dumps(compression), **(metadata or {})}
-    add_metadata(mlmodel, model, shape, precision, weight_compression, fusions, metadata)
+    add_metadata(mlmodel, model, shape, quantization, weight_compression, fusions, metadata)
     with atomic_output(path) as tmp:
         mlmodel.save(tmp)
     return inspect_coreml(path)
@@ -167,7 +157,7 @@ def _check_activation_quantization(method: str | None, images, target: str,
 
 
 def _convert(ct, model: keras.Model, shape: tuple[int, ...], *, add_softmax: bool,
-             image_input: bool, class_labels: list[str] | None, precision: str,
+             image_input: bool, class_names: list[str] | None, quantization: str,
              minimum_deployment_target: str, fuse_pointwise: bool):
     """The traced model converted by coremltools, and the 1x1 convolution pairs fused."""
 
@@ -192,8 +182,8 @@ def _convert(ct, model: keras.Model, shape: tuple[int, ...], *, add_softmax: boo
             source="tensorflow",
             convert_to="mlprogram",
             inputs=inputs,
-            classifier_config=ct.ClassifierConfig(list(class_labels)) if class_labels else None,
-            compute_precision=(ct.precision.FLOAT16 if precision == "float16"
+            classifier_config=ct.ClassifierConfig(list(class_names)) if class_names else None,
+            compute_precision=(ct.precision.FLOAT16 if quantization == "float16"
                                else ct.precision.FLOAT32),
             minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
             pass_pipeline=pipeline_with_pointwise_fusion() if fuse_pointwise else None,

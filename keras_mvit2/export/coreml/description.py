@@ -56,13 +56,12 @@ def checked_arguments(
     model: keras.Model,
     path: str,
     *,
-    precision: str,
+    quantization: str,
     weight_compression: str | None,
     minimum_deployment_target: str,
     image_size: int | tuple[int, int] | None,
     image_input: bool,
-    class_labels: Sequence[str] | None,
-    arguments: tuple[str, str] = ("quantization", "class_names"),
+    class_names: Sequence[str] | None,
 ) -> tuple[keras.Model, tuple[int, ...], list[str] | None]:
     """Checks a Core ML export's arguments (ValueError on the first bad one).
 
@@ -70,26 +69,22 @@ def checked_arguments(
         model: the Keras model, input ``(batch, H, W, C)`` (``(None, None, 3)`` is
             exported at `image_size`).
         path: the destination; must end in ``.mlpackage``.
-        precision: one of `PRECISIONS`.
+        quantization: the numeric format, one of `PRECISIONS`.
         weight_compression: the compression asked (checked by `compress.check_compression`).
         minimum_deployment_target: one of `DEPLOYMENT_TARGETS`.
         image_size: the size to export a dynamic-size model at.
         image_input: the input is declared an RGB image (needs 3 channels).
-        class_labels: one name per output class, or None.
-        arguments: the names the caller used for the numeric format and the class names
-            (messages name them).
+        class_names: one name per output class, or None.
 
     Returns:
         The model to convert, its input shape ``(height, width, channels)`` and the class
         names (None: no classifier).
     """
-    precision_argument, labels_argument = arguments
     if not path.endswith(".mlpackage"):
         raise ValueError(f"A Core ML ML Program is saved as .mlpackage. Received: path={path!r}")
-    if precision not in PRECISIONS:
+    if quantization not in PRECISIONS:
         raise ValueError(
-            f"{precision_argument} must be one of {PRECISIONS}. "
-            f"Received: {precision_argument}={precision!r}"
+            f"quantization must be one of {PRECISIONS}. Received: quantization={quantization!r}"
         )
     if minimum_deployment_target not in DEPLOYMENT_TARGETS:
         raise ValueError(
@@ -102,14 +97,14 @@ def checked_arguments(
             f"image_input=True needs 3 RGB channels. Received: input shape {shape}; "
             "pass image_input=False for other inputs."
         )
-    class_labels = check_class_names(class_labels, model, argument=labels_argument)
+    class_names = check_class_names(class_names, model)
     output_shape = tuple(model.output_shape)
-    if class_labels is not None and len(output_shape) != 2:
+    if class_names is not None and len(output_shape) != 2:
         raise ValueError(
-            f"{labels_argument} makes a Core ML classifier, which needs a model with one output "
+            "class_names makes a Core ML classifier, which needs a model with one output "
             f"of shape (batch, classes). Received: output shape {output_shape}"
         )
-    return model, shape, class_labels
+    return model, shape, class_names
 
 
 def fixed_size_model(model: keras.Model, image_size: int | tuple[int, int] | None,

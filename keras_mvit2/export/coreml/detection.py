@@ -23,7 +23,6 @@ from keras_mvit2.export.class_names import check_object_names
 from keras_mvit2.export.coreml.convert import to_coreml
 from keras_mvit2.export.tflite.detection_postprocess import ssd_settings
 from keras_mvit2.tasks.detection import decode_boxes
-from keras_mvit2.utils.deprecation import renamed_argument
 from keras_mvit2.utils.files import atomic_output
 
 __all__ = ["to_coreml_detector"]
@@ -80,9 +79,8 @@ def to_coreml_detector(
     *,
     iou_threshold: float = 0.5,
     confidence_threshold: float = 0.01,
-    quantization: str | None = None,
+    quantization: str = "float32",
     minimum_deployment_target: str = "iOS16",
-    precision: str | None = None,
 ) -> Any:
     """Saves an SSDLite model as a Vision-ready Core ML pipeline (see the module).
 
@@ -96,7 +94,6 @@ def to_coreml_detector(
             decoder's outputs float32, the type the ``NonMaximumSuppression`` model takes
             (with float16 they are float16 arrays).
         minimum_deployment_target: as in `keras_mvit2.export.to_coreml`.
-        precision: deprecated name of `quantization` (removed in 0.4.0).
 
     Returns:
         The pipeline's ``coremltools.models.MLModel`` (predictions need macOS).
@@ -107,8 +104,6 @@ def to_coreml_detector(
     """
     import coremltools as ct
 
-    quantization, _ = renamed_argument("to_coreml_detector", "precision", precision,
-                                       "quantization", quantization, default="float32")
     path = os.fspath(path)
     if not path.endswith(".mlpackage"):
         raise ValueError(f"A Core ML pipeline is saved as .mlpackage. Received: path={path!r}")

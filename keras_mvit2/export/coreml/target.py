@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any
 
 import numpy as np
@@ -90,9 +89,6 @@ class CoreMLTarget(ExportTarget):
                          image_size=image_size, **options)
 
     def add_cli_arguments(self, group: Any) -> None:
-        group.add_argument("--precision", choices=PRECISIONS, default=None,
-                           help="deprecated: --quantization float16|float32 (compute "
-                                "precision, default float16)")
         group.add_argument("--weight-compression", choices=("int8", "palettize", "prune"),
                            help="coremltools.optimize weight compression (default none)")
         group.add_argument("--deployment-target", default="iOS16",
@@ -101,20 +97,10 @@ class CoreMLTarget(ExportTarget):
                            help="float tensor input in [0, 1] instead of an RGB image input")
 
     def cli_arguments(self, args: Any) -> dict[str, Any]:
-        quantization = args.quantization
-        if args.precision is not None:
-            if quantization is not None and quantization != args.precision:
-                raise ValueError(
-                    f"--precision {args.precision} and --quantization {quantization} disagree; "
-                    "pass --quantization only (--precision is its deprecated name)."
-                )
-            print("mvit2 export: --precision is deprecated; use --quantization "
-                  f"{args.precision}.", file=sys.stderr)
-            quantization = args.precision
         road = getattr(args, "road", None)
         return {
             **({"road": check_road(road, self.name)} if road is not None else {}),
-            "quantization": self.check_format(quantization),
+            "quantization": self.check_format(args.quantization),
             "image_input": not args.tensor_input,
             "minimum_deployment_target": args.deployment_target,
             "weight_compression": args.weight_compression,

@@ -106,14 +106,14 @@ def to_coreml_via_torch(
     check_road("torch", "coreml")
     ct = _coremltools()
     path = os.fspath(path)
-    model, shape, class_labels = checked_arguments(
-        model, path, precision=quantization, weight_compression=weight_compression,
+    model, shape, class_names = checked_arguments(
+        model, path, quantization=quantization, weight_compression=weight_compression,
         minimum_deployment_target=minimum_deployment_target, image_size=image_size,
-        image_input=image_input, class_labels=class_names)
+        image_input=image_input, class_names=class_names)
     check_compression(weight_compression, bits=palettize_bits, sparsity=prune_sparsity,
                       granularity=palettize_granularity, group_size=palettize_group_size,
                       minimum_deployment_target=minimum_deployment_target)
-    add_softmax = class_labels is not None and not is_probability_output(model)
+    add_softmax = class_names is not None and not is_probability_output(model)
     program = torch_program(model, shape, add_softmax=add_softmax)
     from keras_mvit2.export.coreml.pointwise_fusion import (
         collect_fusions,
@@ -127,13 +127,13 @@ def to_coreml_via_torch(
             program,
             convert_to="mlprogram",
             inputs=input_types(ct, shape, image_input),
-            classifier_config=ct.ClassifierConfig(list(class_labels)) if class_labels else None,
+            classifier_config=ct.ClassifierConfig(list(class_names)) if class_names else None,
             compute_precision=(ct.precision.FLOAT16 if quantization == "float16"
                                else ct.precision.FLOAT32),
             minimum_deployment_target=getattr(ct.target, minimum_deployment_target),
             pass_pipeline=passes,
         )
-    if not class_labels:
+    if not class_names:
         mlmodel = with_output_name(ct, mlmodel, model)
     mlmodel = compress_weights(mlmodel, weight_compression, palettize_bits, prune_sparsity,
                                granularity=palettize_granularity, group_size=palettize_group_size)
