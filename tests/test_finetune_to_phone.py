@@ -38,6 +38,7 @@ from keras_mvit2.data.files import (
     load_fashion_mnist_arrays,
 )
 from keras_mvit2.ship import check_training_data
+from keras_mvit2.ship.phone_files import POST_TRAINING_FILE, QAT_BELOW_AGREEMENT, QAT_FILE
 from keras_mvit2.training import load_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -278,6 +279,20 @@ def test_finetune_from_a_tag_through_the_standin_hub_leaves_labelled_phone_files
     assert facts["evaluation"]["top1"] == pytest.approx(np.mean(keras_top1 == held.labels))
     assert record["tflite"]["size_bytes"] == os.path.getsize(out / "phone/model_int8.tflite")
     assert record["tflite"]["latency"]["median_ms"] > 0
+    # Quantization-aware training is tried exactly where the post-training file agrees with
+    # Keras on fewer than QAT_BELOW_AGREEMENT of the held-out images; the file written is
+    # the trained one only where its agreement measured better (the paired interval above
+    # 0), and then the post-training file is kept beside it.
+    qat = record["tflite"].get("qat")
+    post_training = qat["post_training"] if qat else record["tflite"]
+    assert (qat is not None) == (post_training["top1_agreement"] < QAT_BELOW_AGREEMENT)
+    if qat is not None:
+        assert "error" not in qat, qat
+        assert qat["shipped"] == ("qat" if qat["agreement_difference_interval"][0] > 0
+                                  else "post_training"), qat
+        assert qat["judged_on"].startswith(f"{len(held.images)} held-out images")
+        assert not (out / "phone" / QAT_FILE).exists()
+        assert (out / "phone" / POST_TRAINING_FILE).exists() == (qat["shipped"] == "qat")
     assert facts["data"]["per_class"] == {n: {"train": 9, "validation": 3} for n in CLASSES}
     # Warned (printed, in the card's limits) exactly when the int8 file loses over a point.
     lost = round(100 * (record["tflite"]["keras_top1"] - record["tflite"]["top1"]), 6) > 1.0
@@ -325,7 +340,8 @@ def test_the_command_again_on_a_complete_run_only_exports_and_keeps_its_records(
         run, hub, photos, tmp_path):
     """Re-quantizing without training again: the same command on a copy of the finished
     run folder evaluates and exports only; the records keep the training's speed (its
-    epochs' median, not NaN) and the card names the files this call wrote."""
+    epochs' median, not NaN) and the card names the files this call wrote. (Without
+    quantization-aware training, `--qat-steps 0`: the first run tried it.)"""
     import io
     import shutil
     import statistics
@@ -337,7 +353,7 @@ def test_the_command_again_on_a_complete_run_only_exports_and_keeps_its_records(
     buffer = io.StringIO()
     with redirect_stdout(buffer):
         code = main(["finetune", str(photos), "--model", MODEL, "--weights", "imagenet",
-                     "-o", str(again), "--export", "tflite", *TINY])
+                     "-o", str(again), "--export", "tflite", "--qat-steps", "0", *TINY])
     stdout = buffer.getvalue()
     assert code == 0, stdout[-3000:]
     assert f"Run folder {again}: already complete (1 of 1 epochs" in stdout

@@ -166,6 +166,9 @@ def test_format_converts_and_runs_on_real_images(
     assert report.quantization == quantization
     if io_dtype != "float32":
         assert report.inputs[0].quantization[0] > 0 and report.outputs[0].quantization[0] > 0
+    if (quantization, io_dtype) == ("int8", "int8"):
+        # Input range pinned to [0, 1]: raw pixels minus 128 are the int8 input.
+        assert report.inputs[0].quantization == (pytest.approx(1 / 255), -128)
 
     n = len(test_set["y"]) if quantization == "int8" else NUM_TEST
     got = run_tflite(report.path, test_set["x"][:n])
@@ -233,27 +236,6 @@ def at_256(trained):
     return model
 
 
-def test_int8_real_size_256(at_256, data, out_dir, record_property):
-    """Full int8 at 256x256, the deployment size: builtin integer ops only, rank <= 4, raw
-    pixels as the int8 input. (How closely it follows Keras is checked where it can be
-    measured without training luck: the whole network at 32x32 above, the attention at
-    256 tokens below.)"""
-    report = to_tflite(
-        at_256, out_dir / "fm_int8_256.tflite", quantization="int8", io_dtype="int8",
-        representative_data=_rgb(data["x_cal"][:64], 256),
-    )
-    _assert_builtin_only(report)
-    assert report.inputs[0].shape == (1, 256, 256, 3) and report.inputs[0].dtype == "int8"
-    # Input range pinned to [0, 1]: raw pixels minus 128 are the int8 input.
-    assert report.inputs[0].quantization == (pytest.approx(1 / 255), -128)
-    assert report.float_ops == {} and float_ops_from_interpreter(report.path) == {}
-    assert report.max_tensor_rank <= 4
-    assert report.op_histogram.get("BATCH_MATMUL", 0) >= 9  # the attention's token sums
-    record_property("op_histogram_256_int8", json.dumps(report.op_histogram))
-    record_property("xnnpack_partitions_256_int8", report.num_xnnpack_partitions)
-    record_property("ops_outside_xnnpack_256_int8", json.dumps(report.ops_outside_xnnpack))
-
-
 @pytest.fixture(scope="module")
 def finetuned_256():
     """The trained classifier fine-tuned briefly at 256x256, so that its activations are
@@ -265,10 +247,11 @@ def finetuned_256():
     return model
 
 
-@pytest.mark.slow  # two full-int8 conversions at 256x256 (~110 s)
+@pytest.mark.slow  # two full-int8 conversions at 256x256 (~60 s)
 def test_int8_ranges_follow_float_better_at_256(finetuned_256, data, out_dir, record_property):
-    """Full int8 at 256x256: the default activation ranges (per-tensor 99.99 % intervals)
-    against the converter's global min / max, on a model fine-tuned at that size.
+    """Full int8 at 256x256, the deployment size: the default activation ranges (per-tensor
+    99.99 % intervals) against the converter's global min / max, on a model fine-tuned at
+    that size. Both files hold builtin integer ops only, of rank <= 4.
 
     Measured in `benchmarks/int8_fidelity.py` (MobileViTV2-0.5 trained from scratch at
     256x256, three seeds, 1,000 images): the logits' relative error falls from 0.13-0.28 to
@@ -287,13 +270,21 @@ def test_int8_ranges_follow_float_better_at_256(finetuned_256, data, out_dir, re
         report = to_tflite(finetuned_256, out_dir / f"fm_int8_256_{method}.tflite",
                            quantization="int8", representative_data=calibration,
                            activation_ranges=method)
-        assert report.float_ops == {}
+        _assert_builtin_only(report)
+        assert report.float_ops == {} and float_ops_from_interpreter(report.path) == {}
+        assert report.max_tensor_rank <= 4
+        assert report.op_histogram.get("BATCH_MATMUL", 0) >= 9  # the attention's token sums
         out = run_tflite(report.path, x)
         figures[method or "default"] = {
             "logit_rel_error": float(np.sqrt(((out - reference) ** 2).mean()
                                              / (reference ** 2).mean())),
             "agreement": float(np.mean(out.argmax(1) == reference.argmax(1))),
         }
+        if method is None:
+            record_property("op_histogram_256_int8", json.dumps(report.op_histogram))
+            record_property("xnnpack_partitions_256_int8", report.num_xnnpack_partitions)
+            record_property("ops_outside_xnnpack_256_int8",
+                            json.dumps(report.ops_outside_xnnpack))
     for name, values in figures.items():
         for key, value in values.items():
             record_property(f"{name}_{key}", value)
