@@ -49,6 +49,19 @@ def perturb_norms(model: keras.Model, seed: int = 0) -> None:
             w.assign(rng.normal(0.0, 0.2, n).astype("float32"))
 
 
+def spread_affines(model: keras.Model, rng) -> keras.Model:
+    """Gives `model`'s norm affines and biases values as a trained model's (gamma about 1,
+    beta and biases about 0, spread 0.3; not the 1 / 0 initialization), drawn from the
+    numpy Generator `rng` (the caller's stream goes on to draw the inputs), in place;
+    returns `model`. Unlike `perturb_norms`, it moves the biases too and leaves the
+    BatchNorm statistics."""
+    for weight in model.weights:
+        if weight.path.endswith(("gamma", "beta", "bias")):
+            shift = 1.0 if weight.path.endswith("gamma") else 0.0
+            weight.assign(shift + 0.3 * rng.standard_normal(weight.shape).astype("float32"))
+    return model
+
+
 #: The two halves of `layer_zoo` (two small models: each compiles in half the time on JAX):
 #: the attentions of each part's MobileViTV2Blocks, and whether it has the v1 and ViT paths.
 LAYER_ZOO_PARTS = {

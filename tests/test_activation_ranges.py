@@ -7,6 +7,7 @@ converter's own min / max file; for the rewrite, the original Keras model's logi
 """
 
 import keras
+import model_utils
 import numpy as np
 import pytest
 import tiny_model
@@ -103,7 +104,7 @@ def small_model():
     keras.utils.set_random_seed(0)
     model = mv.MobileViTV2(0.5, input_shape=(32, 32, 3), classes=10, classifier_activation=None)
     rng = np.random.default_rng(0)
-    tiny_model.spread_affines(model, rng)
+    model_utils.spread_affines(model, rng)
     return model, rng.random((12, 32, 32, 3)).astype("float32")
 
 
@@ -165,7 +166,7 @@ def test_matmul_second_operand_has_zero_point_0_so_xnnpack_multiplies_exactly(tm
     keras.utils.set_random_seed(0)
     model = tiny_model.tiny_mvit2(classes=10, classifier_activation=None)
     rng = np.random.default_rng(0)
-    tiny_model.spread_affines(model, rng)  # as a trained model's
+    model_utils.spread_affines(model, rng)  # as a trained model's
     path = tmp_path / "tiny.tflite"
     to_tflite(model, path, quantization="int8",
               representative_data=rng.random((16, 32, 32, 3)).astype("float32"))

@@ -18,6 +18,7 @@ import json
 import os
 
 import keras
+import model_utils
 import numpy as np
 import pytest
 import tiny_model
@@ -130,7 +131,7 @@ def test_ranking_calibrates_like_the_file_so_matrix_products_are_not_shifted():
     keras.utils.set_random_seed(0)
     model = tiny_model.tiny_mvit2(classes=10, classifier_activation=None)
     rng = np.random.default_rng(0)
-    tiny_model.spread_affines(model, rng)  # as a trained model's
+    model_utils.spread_affines(model, rng)  # as a trained model's
     images = rng.random((16, 32, 32, 3)).astype("float32")
     ops = [op for error in layer_errors(model, images) for op in error.ops]
     products = [op for op in ops if op["op"] == "BATCH_MATMUL"]

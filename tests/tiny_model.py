@@ -44,14 +44,3 @@ def tiny_mvit2(
 
 if "tiny_mvit2" not in list_models():
     register_model(tiny_mvit2)
-
-
-def spread_affines(model: keras.Model, rng) -> keras.Model:
-    """Gives `model`'s norm affines and biases values as a trained model's (gamma about 1,
-    beta and biases about 0, spread 0.3; not the 1 / 0 initialization), drawn from the
-    numpy Generator `rng`, in place; returns `model`."""
-    for weight in model.weights:
-        if weight.path.endswith(("gamma", "beta", "bias")):
-            shift = 1.0 if weight.path.endswith("gamma") else 0.0
-            weight.assign(shift + 0.3 * rng.standard_normal(weight.shape).astype("float32"))
-    return model
