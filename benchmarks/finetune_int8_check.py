@@ -11,14 +11,16 @@ files in class folders named as the run's classes, read back with the run's eval
 transform, as the photos are): the Keras model (`RUN/model_ema.keras`) and every `.tflite`
 in `RUN/phone/` (the shipped `model_int8.tflite`, and `model_qat_int8.tflite` /
 `model_int8_post_training.tflite` where the run made them), each in LiteRT. Reports top-1,
-the drop against Keras in points, argmax agreement, and the 95 % interval (at most) of a
-top-1 difference measured on the run's own held-out images (normal approximation of the
-paired disagreements), in `finetune_int8_check.json` / `.md` under `--out`, one entry per run
-folder name. Each entry also keeps what the run itself measured (``held_out``): the shipped
-file's top-1 and agreement with Keras on the held-out images, and its quantization-aware
-training's choice (``qat``, from the run record: `shipped` ``"qat"`` or ``"post_training"``,
-`agreement_post_training` and `agreement_qat` on the images it judged them on,
-`judged_on`; null where it was not tried), tabled under the files.
+the drop against Keras in points, argmax agreement (also on the half of the images where
+Keras' top-1 margin is largest: how much of the disagreement is low-margin images), and the
+95 % interval (at most) of a top-1 difference measured on the run's own held-out images
+(normal approximation of the paired disagreements), in `finetune_int8_check.json` / `.md`
+under `--out`, one entry per run folder name. Each entry also keeps what the run itself
+measured (``held_out``): the shipped file's top-1 and agreement with Keras on the held-out
+images, and its quantization-aware training's choice (``qat``, from the run record:
+`shipped` ``"qat"`` or ``"post_training"``, `agreement_post_training` and `agreement_qat` on
+the images it judged them on, `judged_on`; null where it was not tried), tabled under the
+files.
 """
 
 from __future__ import annotations
@@ -43,6 +45,53 @@ def held_out_interval(agreement: float, held_out: int) -> float:
     `held_out` images when the two models disagree on a `1 - agreement` share of them (an
     upper bound: the variance of a paired difference is at most the disagreeing share)."""
     return 100 * 1.96 * math.sqrt((1 - agreement) / held_out)
+
+
+def confident_cell(row: dict) -> str:
+    """The agreement on the half of the test images with the larger Keras top-1 margin
+    (blank for entries measured before it was recorded)."""
+    value = row.get("agreement_confident_half")
+    return "" if value is None else f"{100 * value:.1f} %"
+
+
+def table(record: dict) -> list[str]:
+    """The Markdown tables of `record` (`finetune_int8_check.json`: run name -> entry)."""
+    lines = ["| run | file | test images | top-1 | drop (points) | agreement | agreement, "
+             "margin above the median | 95 % interval on the held-out images |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for run_name, entry in record.items():
+        for name, row in entry["test"].items():
+            if name == "keras":
+                confidence = (f" (median top-1 probability {row['median_top1_probability']:.2f}"
+                              f", margin {row['median_margin']:.2f})"
+                              if "median_margin" in row else "")
+                lines.append(f"| {run_name} | Keras{confidence} | {entry['test_images']} | "
+                             f"{100 * row['top1']:.1f} % | | | | |")
+                continue
+            lines.append(f"| {run_name} | {name} | {entry['test_images']} | "
+                         f"{100 * row['top1']:.1f} % | {row['drop_points']:+.1f} | "
+                         f"{100 * row['agreement']:.1f} % | {confident_cell(row)} | "
+                         f"±{row['held_out_interval_points']:.1f} on "
+                         f"{entry['held_out_images']} |")
+    lines += ["", "What each run measured itself (its held-out images; QAT's agreements on the "
+              "images it judged the two files on):", "",
+              "| run | held-out images | shipped file: top-1 (Keras) | its agreement | QAT: file "
+              "shipped | agreement post-training | agreement QAT | judged on |",
+              "|---|---:|---:|---:|---|---:|---:|---|"]
+    for run_name, entry in record.items():
+        seen = entry["held_out"]
+        qat = qat_facts(seen)  # records of the earlier QAT have no agreements: blank cells
+        shipped = qat_cell(qat).split(" (")[0]
+        cells = [f"{100 * qat[k]:.1f} %" if qat and qat.get(k) is not None else ""
+                 for k in ("agreement_post_training", "agreement_qat")]
+        shipped_top1 = seen.get("shipped_top1")
+        agreement = seen.get("shipped_agreement")
+        lines.append(f"| {run_name} | {entry['held_out_images']} | "
+                     f"{'' if shipped_top1 is None else f'{100 * shipped_top1:.1f} %'} "
+                     f"({100 * seen['keras_top1']:.1f} %) | "
+                     f"{'' if agreement is None else f'{100 * agreement:.1f} %'} | {shipped} | "
+                     f"{cells[0]} | {cells[1]} | {(qat or {}).get('judged_on') or ''} |")
+    return lines
 
 
 def main() -> None:
@@ -75,9 +124,11 @@ def main() -> None:
     keras_top1 = float(np.mean(reference.argmax(1) == test.labels))
     exports = {e["target"]: e for e in run["exports"]}
     ranked = np.sort(reference, axis=1)
+    margin = ranked[:, -1] - ranked[:, -2]
+    confident = margin >= np.median(margin)  # the half of the images Keras is surest of
     rows = {"keras": {"top1": keras_top1,  # how confident the float model is
                       "median_top1_probability": float(np.median(ranked[:, -1])),
-                      "median_margin": float(np.median(ranked[:, -1] - ranked[:, -2]))}}
+                      "median_margin": float(np.median(margin))}}
     phone = os.path.join(args.run, "phone")
     for name in sorted(os.listdir(phone)):
         if not name.endswith(".tflite"):
@@ -88,6 +139,8 @@ def main() -> None:
         top1 = float(np.mean(predicted == test.labels))
         rows[name] = {"top1": top1, "drop_points": 100 * (keras_top1 - top1),
                       "agreement": agreement,
+                      "agreement_confident_half": float(np.mean(
+                          predicted[confident] == reference.argmax(1)[confident])),
                       "held_out_interval_points": held_out_interval(agreement, held_out)}
         print(name, rows[name], flush=True)
     record = {}
@@ -108,40 +161,7 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     with open(path, "w") as f:
         json.dump(record, f, indent=2)
-    lines = ["| run | file | test images | top-1 | drop (points) | agreement | "
-             "95 % interval on the held-out images |", "|---|---|---:|---:|---:|---:|---:|"]
-    for run_name, entry in record.items():
-        for name, row in entry["test"].items():
-            if name == "keras":
-                confidence = (f" (median top-1 probability {row['median_top1_probability']:.2f}"
-                              f", margin {row['median_margin']:.2f})"
-                              if "median_margin" in row else "")
-                lines.append(f"| {run_name} | Keras{confidence} | {entry['test_images']} | "
-                             f"{100 * row['top1']:.1f} % | | | |")
-                continue
-            lines.append(f"| {run_name} | {name} | {entry['test_images']} | "
-                         f"{100 * row['top1']:.1f} % | {row['drop_points']:+.1f} | "
-                         f"{100 * row['agreement']:.1f} % | "
-                         f"±{row['held_out_interval_points']:.1f} on "
-                         f"{entry['held_out_images']} |")
-    lines += ["", "What each run measured itself (its held-out images; QAT's agreements on the "
-              "images it judged the two files on):", "",
-              "| run | held-out images | shipped file: top-1 (Keras) | its agreement | QAT: file "
-              "shipped | agreement post-training | agreement QAT | judged on |",
-              "|---|---:|---:|---:|---|---:|---:|---|"]
-    for run_name, entry in record.items():
-        seen = entry["held_out"]
-        qat = qat_facts(seen)  # records of the earlier QAT have no agreements: blank cells
-        shipped = qat_cell(qat).split(" (")[0]
-        cells = [f"{100 * qat[k]:.1f} %" if qat and qat.get(k) is not None else ""
-                 for k in ("agreement_post_training", "agreement_qat")]
-        shipped_top1 = seen.get("shipped_top1")
-        agreement = seen.get("shipped_agreement")
-        lines.append(f"| {run_name} | {entry['held_out_images']} | "
-                     f"{'' if shipped_top1 is None else f'{100 * shipped_top1:.1f} %'} "
-                     f"({100 * seen['keras_top1']:.1f} %) | "
-                     f"{'' if agreement is None else f'{100 * agreement:.1f} %'} | {shipped} | "
-                     f"{cells[0]} | {cells[1]} | {(qat or {}).get('judged_on') or ''} |")
+    lines = table(record)
     with open(os.path.join(args.out, "finetune_int8_check.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -6,10 +6,10 @@ teach) or with Keras' `model.export(format="litert")` gets the graph of `model(x
 forms `keras_mvit2.export.to_tflite` picks. These tests hold that graph to what such a file
 needs:
 
-* the separable attention's normaliser never divides by an int8 zero: the sum of
-  `exp(q - max)` over N tokens lies in [1, N], and with a calibrated maximum above 510 the
-  smallest sum rounds to zero, on which LiteRT's int8 DIV fails at invoke. Above
-  `functional.DIVISION_MAX_TOKENS` tokens the division is two products by `rsqrt(sum)`
+* the separable attention's normaliser never divides by an int8 sum: the sum of
+  `exp(q - max)` over N tokens lies in [1, N], and int8 knows a sum near 1 only to N / 510;
+  with a calibrated maximum above 510 the smallest sum rounds to zero, on which LiteRT's
+  int8 DIV fails at invoke. The division is two products by `rsqrt(sum)`
   (`functional.divide_by_token_sum`), float-exact;
 * the trained classifier converted both ways agrees with Keras (slow tier: a checkpoint).
 """
@@ -24,8 +24,9 @@ from keras_mvit2.export.tflite.inspect import inspect_tflite
 from keras_mvit2.export.tflite.run import run_tflite
 from keras_mvit2.layers import functional
 
-#: More tokens than `DIVISION_MAX_TOKENS`: a 384x384 MobileViTV2's stride-8 map (24 x 24
-#: patches of 2 x 2 pixels), here one pixel position per token and 8 channels.
+#: More than 510 tokens, where a one-token int8 sum rounds to zero: a 384x384 MobileViTV2's
+#: stride-8 map (24 x 24 patches of 2 x 2 pixels), here one pixel position per token and 8
+#: channels.
 TOKENS, DIM = 576, 8
 
 
@@ -76,17 +77,13 @@ def _tokens(rng: np.random.Generator, count: int, peaked: bool) -> np.ndarray:
     return x
 
 
-def test_the_token_sum_division_becomes_two_products_above_510_tokens(rng):
+def test_the_token_sum_division_is_two_products_by_its_rsqrt(rng):
     values = rng.normal(size=(2, 1, 4, 8)).astype("float32")
     total = rng.uniform(1.0, 600.0, (2, 1, 4, 1)).astype("float32")
-    want = values / total
-    for tokens in (functional.DIVISION_MAX_TOKENS + 1, None):
-        got = keras.ops.convert_to_numpy(functional.divide_by_token_sum(
-            tf.constant(values), tf.constant(total), tokens))
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
-    exact = functional.divide_by_token_sum(tf.constant(values), tf.constant(total), 510)
-    np.testing.assert_array_equal(keras.ops.convert_to_numpy(exact), want)
-    # The layer over 576 tokens (products) and over 16 (the division): eq. 3 within 1e-5.
+    got = keras.ops.convert_to_numpy(functional.divide_by_token_sum(
+        tf.constant(values), tf.constant(total)))
+    np.testing.assert_allclose(got, values / total, rtol=1e-6, atol=0)
+    # The layer over 576 tokens and over 16: eq. 3 within 1e-5.
     for tokens in (TOKENS, 16):
         layer = mv.layers.SeparableSelfAttention()
         x = rng.normal(size=(2, tokens, 4, DIM)).astype("float32")
@@ -117,9 +114,9 @@ def test_plain_converter_int8_never_divides_by_a_zero_token_sum(tmp_path, monkey
     error = np.abs(got - want).mean() / np.abs(want).mean()
     assert error < 0.3 and np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.95, error
 
-    # The same model traced with the division (as up to 510 tokens): the int8 sum of a
-    # one-token sample is zero and the invoke fails.
-    monkeypatch.setattr(functional, "DIVISION_MAX_TOKENS", TOKENS)
+    # The same model traced with a division by the sum: the int8 sum of a one-token sample
+    # is zero and the invoke fails.
+    monkeypatch.setattr(functional, "divide_by_token_sum", lambda values, total: values / total)
     divided = tmp_path / "division.tflite"
     divided.write_bytes(_plain_int8(_peaked_attention(), calibration))
     assert inspect_tflite(divided).op_histogram["DIV"] == 1

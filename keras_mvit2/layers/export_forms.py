@@ -24,9 +24,10 @@ float runtimes: the matmul adds 9 matmul and 27 reshape ops to MobileViTV2-0.5).
 `keras_mvit2.layers.functional.CHANNELS_FIRST`. (3) `exp(q - max)` is pooled and the pooled
 tokens divided once by `mean_N(N * e)`: TFLite's SOFTMAX is last-axis only, LiteRT's int16
 SUM is wrong (MEAN is not), and int8 divides by a value >= 1 instead of rounding `1 / N`
-scores per token; above 510 tokens (inputs over 361 x 361), where int8 can round the sum
-to 0 and LiteRT's int8 DIV fails on a zero divisor, the division is two products by the
-sum's `rsqrt` (`functional.divide_by_token_sum`), in every form and under every converter.
+scores per token. The division is two products by the sum's `rsqrt`
+(`functional.divide_by_token_sum`), in every form and under every converter: an int8 sum
+near 1 is known only to N / 510 and can round to 0 (LiteRT's int8 DIV fails on it), its
+`rsqrt` in [1 / sqrt(N), 1] cannot.
 (4) The affine folded into one scale and shift; `x * x`, not SQUARE (SQUARE stays float in
 int8 TFLite). The centred form's `E[(x - E[x])^2]` has no `E[x^2] - E[x]^2`
 cancellation, which matters in Core ML's fp16. (5) `E[x^2]` as one BATCH_MATMUL per sample

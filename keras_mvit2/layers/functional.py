@@ -38,7 +38,6 @@ from keras_mvit2.layers.export_forms import ExportForms
 __all__ = [
     "CHANNELS_FIRST",
     "CHANNELS_LAST",
-    "DIVISION_MAX_TOKENS",
     "TokenLayout",
     "divide_by_token_sum",
     "exp_over_tokens",
@@ -198,27 +197,21 @@ def exp_over_tokens(x, *, axis: int = 1):
     return e, ops.mean(e * _num_tokens(x, axis), axis=axis, keepdims=True)
 
 
-#: Above this many tokens `divide_by_token_sum` multiplies twice by `rsqrt(sum)` instead of
-#: dividing by the sum: a quantized sum can round to zero beyond it.
-DIVISION_MAX_TOKENS = 510
+def divide_by_token_sum(values, total):
+    """`values / total`, where `total` is `exp_over_tokens`' sum, as `values * s * s` with
+    `s = rsqrt(total)`.
 
-
-def divide_by_token_sum(values, total, tokens: int | None):
-    """`values / total`, where `total` is `exp_over_tokens`' sum over `tokens` tokens.
-
-    The sum lies in [1, N]. Full-int8 TFLite quantizes it over [0, its calibrated maximum]
-    (at most N) in 255 steps: with a maximum above 510 a step is over 2, the smallest sum
-    (1: one token takes all the weight) rounds to zero, and LiteRT's int8 DIV fails on a
-    zero divisor (``data[i] != zero_point``: the interpreter's invoke raises). Above
-    `DIVISION_MAX_TOKENS` tokens, or an unknown count, the division is two products,
-    `values * s * s` with `s = rsqrt(total)` in [1 / sqrt(N), 1]: a sum rounded to zero
-    saturates RSQRT to its largest value (near 1, right for one dominating token) instead
-    of failing, and neither factor falls under a step. Float: within a few ulp of the
-    division. MobileViTV2 has (H / 16) * (W / 16) tokens at stride 8: more than 510
-    above 361 x 361 pixels (384 x 384: 576); smaller inputs keep the division.
+    The sum lies in [1, N]: 1 where one token takes all the weight, N where the weight is
+    spread evenly. Full-int8 TFLite quantizes it over [0, its calibrated maximum] in 255
+    steps, so a sum near 1 is known only to about N / 510: a divisor up to 12-50 % off at
+    MobileViTV2's 64-256 tokens (256x256 input), an error of about 10 output steps in a
+    peaked attention's output (`mvit2 validate --per-layer` on a fine-tune's file), and above 510
+    tokens a sum of 1 rounds to zero, on which LiteRT's int8 DIV fails at invoke. `s` lies
+    in [1 / sqrt(N), 1] and is quantized with the step of that range: a sum near 1 gives
+    `s` near 1 known to 0.2 %, a sum rounded to zero saturates RSQRT to its largest value
+    instead of failing. Float: within a few ulp of the division (the same in every form,
+    under every converter).
     """
-    if tokens is not None and tokens <= DIVISION_MAX_TOKENS:
-        return values / total
     scale = ops.rsqrt(total)
     return values * scale * scale
 
@@ -226,7 +219,7 @@ def divide_by_token_sum(values, total, tokens: int | None):
 def softmax_over_tokens(x, *, axis: int = 1):
     """Softmax along `axis`, without a TRANSPOSE in TFLite (see `exp_over_tokens`)."""
     e, total = exp_over_tokens(x, axis=axis)
-    return divide_by_token_sum(e, total, x.shape[axis])
+    return divide_by_token_sum(e, total)
 
 
 def _softmax(x, axis: int):
@@ -332,7 +325,7 @@ def separable_attention(x, qkv_kernel, qkv_bias, out_projection: Callable, *,
         weights = dropout(weights)
     pooled = pool_tokens(x, weights, layout=layout, pooling=forms.token_pooling)
     if total is not None:
-        pooled = divide_by_token_sum(pooled, total, x.shape[axis])
+        pooled = divide_by_token_sum(pooled, total)
     context = pointwise_conv(pooled, qkv_kernel, qkv_bias, layout=layout, outputs=(1, 1 + dim))
     if key_bias_correction and qkv_bias is not None:
         key_bias = layout.per_channel(qkv_bias[1 : 1 + dim], x.dtype)

@@ -55,9 +55,10 @@ class SeparableSelfAttention(keras.layers.Layer):
     The sum over tokens is one small matrix product per sample (`pool_tokens`),
     with `exp(q - max)` as weights and one division by their sum afterwards, so
     that full-int8 TFLite keeps it accurate at hundreds of tokens (see
-    `pool_tokens`; above 510 tokens two products by the sum's `rsqrt`, which int8
-    never turns into a division by zero: `functional.divide_by_token_sum`); Core ML
-    exports trace it as a product and a mean.
+    `pool_tokens`; the division is two products by the sum's `rsqrt`, which int8
+    keeps accurate where one token takes the weight and never turns into a division
+    by zero: `functional.divide_by_token_sum`); Core ML exports trace it as a
+    product and a mean.
 
     The key projection is applied once, to the score-weighted tokens, rather than
     to every token: `sum_N(c_s * (W_k x + b_k)) = W_k sum_N(c_s * x) + b_k sum_N(c_s)`.
