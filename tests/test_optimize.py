@@ -959,7 +959,7 @@ def test_finetune_tries_qat_when_its_int8_file_loses_a_point(tmp_path, monkeypat
     and 1 are nearly tied (full int8 flips them: the default file loses points), labels its
     own top-1 (Keras scores 100 %). The QAT file replaces the default one exactly when the
     paired interval of its agreement with Keras over the post-training file's lies above 0,
-    which three short passes of distillation reach here; every figure re-measured in
+    which four short passes of distillation reach here; every figure re-measured in
     LiteRT."""
     from test_sparsity import small_model
 
@@ -977,10 +977,10 @@ def test_finetune_tries_qat_when_its_int8_file_loses_a_point(tmp_path, monkeypat
     held_out, _ = _fashion_mnist("test", 0, 100)
     labels = model.predict(held_out, verbose=0).argmax(-1)
     names = [f"class_{i}" for i in range(10)]
-    # distils (the labels are not used); 1e-4, above the default: 36 steps move the tied
+    # distils (the labels are not used); 1e-4, above the default: 48 steps move the tied
     # logits apart
     qat = QATSettings((train, np.zeros(len(train), np.int64)), max_steps=12, batch_size=16,
-                      epochs=3, learning_rate=1e-4)
+                      epochs=4, learning_rate=1e-4)
     files = tmp_path / "qat_files"
     seen = _keep_both_qat_files(monkeypatch, files)
     run = tmp_path / "run"
@@ -990,11 +990,13 @@ def test_finetune_tries_qat_when_its_int8_file_loses_a_point(tmp_path, monkeypat
     facts = record["qat"]
     assert "error" not in facts, facts.get("error")
     assert facts["post_training"]["drop_points"] > 1.0  # the default file lost a point
-    assert facts["steps"] == 36 and facts["training_images"] == 192
+    assert facts["steps"] == 48 and facts["training_images"] == 192
     np.testing.assert_array_equal(seen["train"], train)
     shipped = _check_the_real_choice(model, facts, held_out, seen, files)
-    # On this model the training fixes the flips (at the time of writing, 18 of the 292
-    # judged images and none the other way): the QAT file is shipped.
+    # On this model the training fixes the flips (measured: agreement with Keras 95.9 ->
+    # 98.6 % of the 292 judged images; three passes, 36 steps, reached 97.9 %, an interval
+    # from -0.6 points, once the token sum was two products by its rsqrt): the QAT file is
+    # shipped.
     assert shipped == "qat", facts
     phone = run / "phone"
     assert sorted(os.listdir(phone)) == ["model_int8.tflite", "model_int8_post_training.tflite"]
@@ -1008,11 +1010,11 @@ def test_finetune_tries_qat_when_its_int8_file_loses_a_point(tmp_path, monkeypat
     top1 = _litert_top1(phone / "model_int8.tflite", held_out)
     assert record["top1"] == facts["top1"] == pytest.approx(np.mean(top1 == labels))
     assert facts["drop_points"] == pytest.approx(100 * (1 - np.mean(top1 == labels)))
-    assert "quantization-aware trained (qat_int8: 36 steps on 192" in record["note"]
+    assert "quantization-aware trained (qat_int8: 48 steps on 192" in record["note"]
     warned = export_warnings([record])
     assert warned == [] if facts["drop_points"] <= 1.0 else \
-        "It is quantization-aware trained (36 steps), which did not fix it" in warned[0]
+        "It is quantization-aware trained (48 steps), which did not fix it" in warned[0]
     tflite = mv.export.get_target("tflite")
     meta = tflite.metadata(phone / "model_int8.tflite")
-    assert meta["user"]["quantization_aware_training"]["steps"] == 36
+    assert meta["user"]["quantization_aware_training"]["steps"] == 48
     assert tflite.class_names(phone / "model_int8.tflite") == names
