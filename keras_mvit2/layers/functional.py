@@ -330,7 +330,7 @@ def separable_attention(x, qkv_kernel, qkv_bias, out_projection: Callable, *,
     if key_bias_correction and qkv_bias is not None:
         key_bias = layout.per_channel(qkv_bias[1 : 1 + dim], x.dtype)
         kept = ops.sum(weights, axis=axis, keepdims=True)
-        kept = kept if total is None else kept / total
+        kept = kept if total is None else divide_by_token_sum(kept, total)
         context = context + key_bias * (kept - 1.0)
     # ReLU(W_v x + b_v) as its own 1x1 conv, so converters fuse the ReLU into it.
     value = ops.relu(pointwise_conv(x, qkv_kernel, qkv_bias, layout=layout,
