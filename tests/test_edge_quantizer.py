@@ -3,6 +3,7 @@ metadata, the labels and the serving signature, is as small as its recipe says a
 with Keras on real Fashion-MNIST images; per-layer overrides really change those layers."""
 
 import os
+from typing import Any
 
 import keras
 import numpy as np
@@ -226,3 +227,70 @@ def test_every_recipe_runs_keeps_metadata_and_agrees_with_keras(trained, tmp_pat
     assert sizes["weight_only_wi8_afp32"] < 0.35 * sizes["float32"]
     assert sizes["dynamic_wi8_afp32"] < 0.4 * sizes["float32"]
     assert sizes["static_wi8_ai8"] < 0.45 * sizes["float32"]
+
+
+def _second_operands(path: str) -> dict[str, Any]:
+    """``{name: tensor}`` of the second operand of every BATCH_MATMUL of the file whose
+    operand is computed at run time (not a constant)."""
+    model = parse_flatbuffer(path)
+    names = op_names(model)
+    tensors = model.subgraphs[0].tensors
+    found = {}
+    for op in model.subgraphs[0].operators:
+        ins = tensor_indices(op.inputs)
+        if names[op.opcodeIndex] == "BATCH_MATMUL" and len(ins) > 1 and (
+                model.buffers[tensors[ins[1]].buffer].data is None
+                or not len(model.buffers[tensors[ins[1]].buffer].data)):
+            found[decode_name(tensors[ins[1]].name)] = tensors[ins[1]]
+    return found
+
+
+def _widened_by_the_tensorflow_road(float_path: str) -> set[str]:
+    """The tensors of the float graph whose range `zero_offset_matmul_operands` (the
+    TensorFlow road's full int8) changes, every activation annotated with [-1, 3]."""
+    from ai_edge_litert import schema_py_generated as tfl_schema
+
+    from keras_mvit2.export.tflite.activation_ranges import zero_offset_matmul_operands
+
+    model = parse_flatbuffer(float_path)
+    tensors = model.subgraphs[0].tensors
+    for t in tensors:
+        t.quantization = None
+        if int(t.type) == 0 and not (model.buffers[t.buffer].data is not None
+                                     and len(model.buffers[t.buffer].data)):
+            t.quantization = tfl_schema.QuantizationParametersT()
+            t.quantization.min = np.array([-1.0], np.float32)
+            t.quantization.max = np.array([3.0], np.float32)
+    zero_offset_matmul_operands(model)
+    return {decode_name(t.name) for t in tensors if t.quantization is not None
+            and (t.quantization.min[0], t.quantization.max[0]) != (-1.0, 3.0)}
+
+
+def test_static_int8_gives_the_products_operands_the_tensorflow_roads_zero_point(tmp_path):
+    """The PyTorch road's full int8 (ai-edge-quantizer's static recipe, on any float32 file)
+    shares the TensorFlow road's rule for the matrix products' second operand: every operand
+    that `activation_ranges.zero_offset_matmul_operands` widens in the float graph has int8
+    zero point 0 in the file (XNNPACK ignores that zero point); with the quantizer's own
+    min / max ranges (``activation_ranges="minmax"``, where the TensorFlow road does not
+    widen either) it does not."""
+    from test_qat import _images, tiny_model
+
+    float_path = str(tmp_path / "mvit_float32.tflite")
+    to_tflite(tiny_model(), float_path)
+    widened = _widened_by_the_tensorflow_road(float_path)
+    operands = _second_operands(float_path)
+    assert widened and set(operands) & widened  # the token sum's product has one
+    calibration = _images(32)
+    zero_points = {}
+    for method in ("p99.99", "minmax"):
+        path = str(tmp_path / f"int8_{method}.tflite")
+        quantize_with_edge_quantizer(float_path, path, recipe="static_wi8_ai8",
+                                     calibration_images=calibration, activation_ranges=method)
+        in_file = _second_operands(path)
+        assert set(in_file) == set(operands)
+        zero_points[method] = {name: int(t.quantization.zeroPoint[0])
+                               for name, t in in_file.items() if name in widened}
+        assert all(TENSOR_TYPE_NAMES[t.type] == "int8" for t in in_file.values())
+        run_tflite(path, calibration[:2])  # it runs
+    assert set(zero_points["p99.99"].values()) == {0}, zero_points
+    assert any(z != 0 for z in zero_points["minmax"].values()), zero_points

@@ -280,17 +280,26 @@ def test_finetune_from_a_tag_through_the_standin_hub_leaves_labelled_phone_files
     assert record["tflite"]["size_bytes"] == os.path.getsize(out / "phone/model_int8.tflite")
     assert record["tflite"]["latency"]["median_ms"] > 0
     # Quantization-aware training is tried exactly where the post-training file agrees with
-    # Keras on fewer than QAT_BELOW_AGREEMENT of the held-out images; the file written is
-    # the trained one only where its agreement measured better (the paired interval above
-    # 0), and then the post-training file is kept beside it.
+    # Keras on fewer than QAT_BELOW_AGREEMENT of the held-out images; it is judged on them
+    # and on training images set aside; the file written is the trained one only where the
+    # exact paired test chose it (p < 0.05) and nothing is lower on the held-out images, and
+    # then the post-training file is kept beside it.
     qat = record["tflite"].get("qat")
     post_training = qat["post_training"] if qat else record["tflite"]
     assert (qat is not None) == (post_training["top1_agreement"] < QAT_BELOW_AGREEMENT)
     if qat is not None:
+        from test_qat import _binomial_tail
+
         assert "error" not in qat, qat
-        assert qat["shipped"] == ("qat" if qat["agreement_difference_interval"][0] > 0
-                                  else "post_training"), qat
-        assert qat["judged_on"].startswith(f"{len(held.images)} held-out images")
+        assert qat["p_value"] == pytest.approx(
+            _binomial_tail(qat["only_post_training"], qat["only_qat"]), rel=1e-9)
+        assert qat["judge_images"]["held_out"] == len(held.images)
+        assert qat["judged_on"].startswith(f"{len(held.images)} held-out images and ")
+        held_figures = qat["held_out"]
+        if qat["shipped"] == "qat":
+            assert qat["p_value"] < 0.05
+            assert held_figures["agreement_qat"] >= held_figures["agreement_post_training"]
+            assert held_figures["top1_qat"] >= held_figures["top1_post_training"]
         assert not (out / "phone" / QAT_FILE).exists()
         assert (out / "phone" / POST_TRAINING_FILE).exists() == (qat["shipped"] == "qat")
     assert facts["data"]["per_class"] == {n: {"train": 9, "validation": 3} for n in CLASSES}
@@ -329,6 +338,11 @@ def test_model_card_holds_the_measured_numbers_of_run_json(run):
         counts = facts["data"]["per_class"][name]
         expected.append(f"| {name} | {counts['train']} | {counts['validation']} | "
                         f"{pct(100 * accuracy)} |")
+    qat = record["tflite"].get("qat")
+    if qat is not None and "error" not in qat:  # which int8 file, on how many images, p
+        expected.append(f"chosen on {qat['num_judged']} images neither file trained or "
+                        "calibrated on")
+        expected.append(f"exact one-sided paired test p = {qat['p_value']:.2g}")
     for value in expected:
         assert value in body, value
     for placeholder in (r"\bNone\b", r"\bnan\b", r"[{}]", r"\bTODO\b"):

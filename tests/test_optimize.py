@@ -506,19 +506,26 @@ def test_qat_int8_is_offered_only_when_no_post_training_int8_file_meets_the_budg
 
 
 def _qat_facts(shipped, **extra):
-    """The facts `_try_qat` records, as the real build returns them (`qat_candidate`)."""
-    return {"steps": 339, "training_images": 2712, "shipped": shipped,
-            "judged_on": "200 held-out images and 2712 training images shifted by 16x16 pixels",
-            "agreement_post_training": 0.8, "agreement_qat": 0.875,
-            "agreement_difference_interval": [0.05, 0.1], **extra}
+    """The facts `_try_qat` records, as the real build returns them (`qat_facts`)."""
+    return {"steps": 339, "training_images": 2034, "shipped": shipped,
+            "reason": "the QAT file agrees more often (p = 0.0003, below 0.05) with a top-1 "
+                      "not lower, and neither is lower on the held-out images",
+            "judged_on": "200 held-out images and 678 of the 2712 training images set aside "
+                         "before training (seed 0; QAT trained on 2034 others)",
+            "judge_images": {"held_out": 200, "set_aside": 678}, "num_judged": 878,
+            "agreement_post_training": 0.8, "agreement_qat": 0.875, "only_post_training": 20,
+            "only_qat": 86, "p_value": 0.0003, **extra}
 
 
 def test_the_warning_and_the_summary_say_which_file_qat_shipped_and_both_agreements(tmp_path):
+    from keras_mvit2.ship.model_card import _qat_choice
     from keras_mvit2.ship.phone_files import export_warnings
     from keras_mvit2.ship.pipeline import _export_step
 
-    judged = ("agreement with Keras on 200 held-out images and 2712 training images shifted "
-              "by 16x16 pixels: post-training 80.0 %, quantization-aware-trained 87.5 %")
+    judged = ("agreement with Keras on 878 images neither file trained or calibrated on (200 "
+              "held-out images and 678 of the 2712 training images set aside before training "
+              "(seed 0; QAT trained on 2034 others)): post-training 80.0 %, "
+              "quantization-aware-trained 87.5 %, paired test p = 0.0003")
     post = {"top1": 0.47, "top1_agreement": 0.6, "drop_points": 16.0,
             "path": "phone/model_int8_post_training.tflite"}
     record = {"format": "TFLite", "quantization": "int8", "path": "phone/model_int8.tflite",
@@ -527,23 +534,30 @@ def test_the_warning_and_the_summary_say_which_file_qat_shipped_and_both_agreeme
               "qat": _qat_facts("qat", post_training=post, drop_points=3.0)}
     (warning,) = export_warnings([record])
     assert warning.startswith("the TFLite int8 file (phone/model_int8.tflite) scores 3.0 top-1")
-    assert ("It is quantization-aware trained (339 steps), which did not fix it but does "
-            "better than the post-training file (phone/model_int8_post_training.tflite, "
+    assert ("It is quantization-aware trained (339 steps), which did not fix it; the paired "
+            "test chose it over the post-training file (phone/model_int8_post_training.tflite, "
             f"16.0 top-1 points below Keras; {judged}). Before shipping it") in warning
     step = _export_step(record, str(tmp_path), 1.0)
     assert step.figure.endswith(", quantization-aware trained (the post-training file "
                                 "agrees with Keras on 60.00 %)"), step.figure
-    # kept: the file is the post-training one, QAT is named as tried and not better
+    card = _qat_choice(record)
+    assert card.startswith("Int8 file: the quantization-aware-trained file, chosen on 878 "
+                           "images neither file trained or calibrated on (200 held-out, 678 "
+                           "training images set aside before the training)"), card
+    assert "exact one-sided paired test p = 0.0003" in card and "at most 5 % of runs" in card
+    # kept: the file is the post-training one, QAT is named as tried and why it was not shipped
+    why = "the paired test does not show that the QAT file agrees more often (p = 0.21, not " \
+          "below 0.05)"
     kept = {**record, "top1_agreement": 0.6,
             "qat": _qat_facts("post_training", post_training={
                 k: v for k, v in post.items() if k != "path"},
-                              agreement_qat=0.81, agreement_difference_interval=[-0.02, 0.04])}
+                              agreement_qat=0.81, p_value=0.21, reason=why)}
     (warning,) = export_warnings([kept])
-    assert ("Quantization-aware training (339 steps) did not measurably do better (agreement "
-            "with Keras on 200 held-out images and 2712 training images shifted by 16x16 "
-            "pixels: post-training 80.0 %, quantization-aware-trained 81.0 %). Before "
-            "shipping it") in warning
+    assert (f"Quantization-aware training (339 steps) was not shipped: {why} (agreement with "
+            "Keras on 878 images neither file trained or calibrated on") in warning
     assert "quantization-aware" not in _export_step(kept, str(tmp_path), 1.0).figure
+    assert _qat_choice(kept).startswith("Int8 file: the post-training file, chosen on 878")
+    assert f"p = 0.21; {why}." in _qat_choice(kept)
     failed = {**record, "qat": {"error": "UnsupportedGraphError: no GATHER", "steps": 339}}
     assert ("Quantization-aware training was tried and failed (UnsupportedGraphError: no "
             "GATHER). Before shipping it") in export_warnings([failed])[0]
@@ -600,39 +614,50 @@ def test_naming_qat_int8_without_training_images_is_a_clear_error(tiny, tmp_path
         assert not (tmp_path / "candidates").exists()
 
 
-def _paired(reference: np.ndarray, post: np.ndarray, trained: np.ndarray):
-    """Two files' agreement with `reference` (top-1 classes of the same images) and the
-    95 % interval of their paired difference (normal approximation), written out."""
+def _rule(reference, post, trained, labels, num_held_out):
+    """The choice written out: the exact one-sided binomial tail of the images only the
+    trained file agrees on (`test_qat._binomial_tail`) below 0.05, its top-1 not lower, and
+    on the first `num_held_out` images (the held-out ones) neither its agreement nor its
+    top-1 lower. Returns (ship, agreement post, agreement trained, p)."""
+    from test_qat import _binomial_tail
+
     a, b = post == reference, trained == reference
-    d = b.astype(np.float64) - a.astype(np.float64)
-    half = 1.959963984540054 * d.std(ddof=1) / np.sqrt(len(d))
-    return float(a.mean()), float(b.mean()), (d.mean() - half, d.mean() + half)
+    p = _binomial_tail(int((a & ~b).sum()), int((b & ~a).sum()))
+    ship = p < 0.05 and np.mean(trained == labels) >= np.mean(post == labels)
+    if num_held_out:
+        held = slice(0, num_held_out)
+        ship = ship and b[held].mean() >= a[held].mean() and (
+            np.mean((trained == labels)[held]) >= np.mean((post == labels)[held]))
+    return ship, float(a.mean()), float(b.mean()), p
 
 
-def _assert_the_choice(facts, reference, post, trained) -> None:
+def _assert_the_choice(facts, reference, post, trained, labels, num_held_out) -> None:
     """The build's facts are the two files' figures, and it shipped the QAT file exactly
-    where the paired interval lies above 0."""
-    a, b, interval = _paired(reference, post, trained)
+    where the rule written out says so."""
+    ship, a, b, p = _rule(reference, post, trained, labels, num_held_out)
     assert facts["agreement_post_training"] == pytest.approx(a, abs=1e-6)
     assert facts["agreement_qat"] == pytest.approx(b, abs=1e-6)
-    assert facts["agreement_difference_interval"] == pytest.approx(list(interval), abs=1e-6)
-    assert facts["shipped"] == ("qat" if interval[0] > 0 else "post_training"), facts
+    assert facts["p_value"] == pytest.approx(p, rel=1e-9)
+    assert facts["num_judged"] == len(reference)
+    assert facts["shipped"] == ("qat" if ship else "post_training"), facts
 
 
-def _standin_qat(write_trained):
+def _standin_qat(write_trained, claim_chosen=False):
     """A stand-in `qat_candidate` with the real build's contract and choice: it converts the
     post-training int8 file, takes `write_trained(path, post_path)` as the quantization-
-    aware-trained one, judges both by their agreement with Keras on the held-out images it
-    is handed (`compare_agreement`, as `keras_mvit2.quantize.qat` does), writes the better
-    one at `path` and returns the real build's facts. The export step's handling of them
-    (files, records, the note and the warnings) is under test, re-measured in LiteRT."""
+    aware-trained one, judges both against Keras on the held-out images it is handed
+    (`compare_agreement` and `choose_b`, as `keras_mvit2.quantize.qat` does), writes the
+    chosen one at `path` and returns the real build's facts (`claim_chosen`: it says the
+    test chose the trained file whatever it measured, as where the set-aside images carried
+    the test). The export step's handling of them (files, records, the guard, the note and
+    the warnings) is under test, re-measured in LiteRT."""
     from keras_mvit2.export import to_tflite
     from keras_mvit2.optimizer.candidate import Candidate
-    from keras_mvit2.quantize.agreement import compare_agreement
+    from keras_mvit2.quantize.agreement import choose_b, compare_agreement
 
     def qat_candidate(model, settings, *, calibration_data, class_names=None,
                       training_class_names=None, io_dtype=None, held_out=None):
-        images = held_out[0]  # the export step hands its held-out images over
+        images, labels = held_out  # the export step hands its held-out images over
 
         def build(path):
             with tempfile.TemporaryDirectory() as tmp:
@@ -643,15 +668,20 @@ def _standin_qat(write_trained):
                 write_trained(trained, post)
                 choice = compare_agreement(model.predict(images, verbose=0).argmax(-1),
                                            _litert_top1(post, images),
-                                           _litert_top1(trained, images))
-                shipped = "qat" if choice.b_is_better else "post_training"
-                shutil.copyfile(trained if shipped == "qat" else post, path)
-            return {"training_images": 24, "steps": 3, "qat_seconds": 0.1, "shipped": shipped,
+                                           _litert_top1(trained, images), labels)
+                ship, reason = choose_b(choice, name="the QAT file")
+                if claim_chosen:
+                    ship, reason = True, "(claimed by the stand-in)"
+                shutil.copyfile(trained if ship else post, path)
+            return {"training_images": 24, "steps": 3, "qat_seconds": 0.1,
+                    "shipped": "qat" if ship else "post_training", "reason": reason,
                     "judged_on": f"{len(images)} held-out images",
+                    "judge_images": {"held_out": len(images), "set_aside": 0},
+                    "num_judged": len(images),
                     "agreement_post_training": round(choice.agreement_a, 6),
                     "agreement_qat": round(choice.agreement_b, 6),
-                    "agreement_difference_interval": [
-                        round(v, 6) for v in choice.difference_interval]}
+                    "only_post_training": choice.only_a, "only_qat": choice.only_b,
+                    "p_value": choice.p_value}
         return Candidate("qat_int8", {"quantization": "int8",
                                       "quantizer": "quantization-aware training"},
                          build, "LiteRT")
@@ -671,7 +701,7 @@ def _the_post_training_file_again(path, post):
     shutil.copyfile(post, path)
 
 
-def test_finetune_replaces_a_default_int8_file_that_loses_a_point_when_qat_agrees_more_often(
+def test_finetune_replaces_a_default_int8_file_that_loses_a_point_when_the_test_chooses_qat(
         tiny, tmp_path, monkeypatch):
     from keras_mvit2.optimizer import QATSettings
     from keras_mvit2.optimizer.targets import QAT_CANDIDATES
@@ -699,15 +729,15 @@ def test_finetune_replaces_a_default_int8_file_that_loses_a_point_when_qat_agree
     # one, which lost more than a point; the shipped one agrees everywhere
     kept_top1, shipped_top1 = _litert_top1(kept, data.held_out), _litert_top1(shipped,
                                                                                 data.held_out)
-    _assert_the_choice(facts, data.labels, kept_top1, shipped_top1)
+    _assert_the_choice(facts, data.labels, kept_top1, shipped_top1, data.labels, 0)
     assert 100 * (1 - np.mean(kept_top1 == data.labels)) == pytest.approx(
         post["drop_points"]) and post["drop_points"] > 1.0
     assert post["top1_agreement"] == pytest.approx(facts["agreement_post_training"])
     assert record["top1"] == record["top1_agreement"] == facts["agreement_qat"] == 1.0
     assert facts["drop_points"] == 0.0 and record["size_bytes"] == os.path.getsize(shipped)
-    judged = (f"agreement with Keras on 96 held-out images: post-training "
-              f"{100 * np.mean(kept_top1 == data.labels):.1f} %, quantization-aware-trained "
-              "100.0 %")
+    judged = (f"agreement with Keras on 96 images neither file trained or calibrated on (96 "
+              f"held-out images): post-training {100 * np.mean(kept_top1 == data.labels):.1f} "
+              f"%, quantization-aware-trained 100.0 %, paired test p = {facts['p_value']:.2g}")
     assert record["note"] == (
         "The TFLite int8 file (phone/model_int8.tflite) is quantization-aware trained "
         "(qat_int8: 3 steps on 24 training images, learning rate 1e-06); "
@@ -719,7 +749,7 @@ def test_finetune_replaces_a_default_int8_file_that_loses_a_point_when_qat_agree
     assert mv.export.get_target("tflite").class_names(shipped) == data.class_names
 
 
-def test_finetune_keeps_the_post_training_file_when_qat_does_not_measurably_agree_more(
+def test_finetune_keeps_the_post_training_file_when_the_test_does_not_choose_qat(
         tiny, tmp_path, monkeypatch):
     from keras_mvit2.optimizer import QATSettings
     from keras_mvit2.optimizer.targets import QAT_CANDIDATES
@@ -739,19 +769,21 @@ def test_finetune_keeps_the_post_training_file_when_qat_does_not_measurably_agre
     # the file stays the post-training one (its QAT twin, the same file, is deleted)
     assert sorted(os.listdir(folder)) == ["model_int8.tflite"]
     top1 = _litert_top1(folder / "model_int8.tflite", data.held_out)
-    _assert_the_choice(facts, data.labels, top1, top1)
-    assert facts["shipped"] == "post_training" and facts["agreement_difference_interval"] == [
-        0.0, 0.0]
+    _assert_the_choice(facts, data.labels, top1, top1, data.labels, 0)
+    assert facts["shipped"] == "post_training" and facts["p_value"] == 1.0
     assert record["top1"] == facts["post_training"]["top1"] == pytest.approx(
         np.mean(top1 == data.labels)) and facts["post_training"]["drop_points"] > 1.0
     assert record["top1_agreement"] == facts["agreement_post_training"]
     assert record["note"] is None and "path" not in facts["post_training"]
     assert any(line.endswith("quantization-aware-trained "
-                             f"{100 * np.mean(top1 == data.labels):.1f} %: the post-training "
-                             "file stays") for line in lines)
+                             f"{100 * np.mean(top1 == data.labels):.1f} %, paired test p = 1: "
+                             "the post-training file stays (the paired test does not show "
+                             "that the QAT file agrees more often (p = 1, not below 0.05))")
+               for line in lines), lines
     (warning,) = export_warnings([record])
-    assert "Quantization-aware training (3 steps) did not measurably do better (agreement " \
-           "with Keras on 96 held-out images" in warning and "--max-drop 1" in warning
+    assert "Quantization-aware training (3 steps) was not shipped: the paired test does not " \
+           "show that the QAT file agrees more often (p = 1, not below 0.05) (agreement " \
+           "with Keras on 96 images" in warning and "--max-drop 1" in warning
     assert "quantization-aware" not in _export_step(record, str(tmp_path), 1.0).figure
 
     # and where the training cannot run, the record says why and the warning too
@@ -767,6 +799,53 @@ def test_finetune_keeps_the_post_training_file_when_qat_does_not_measurably_agre
     assert record["top1"] == pytest.approx(np.mean(
         _litert_top1(folder / "model_int8.tflite", data.held_out) == data.labels))
     assert "tried and failed (UnsupportedGraphError" in export_warnings([record])[0]
+
+
+def _always_class_9(model, class_names):
+    """`write_trained` of a stand-in whose "trained" file answers class 9 on every image: it
+    agrees with Keras less often, and scores a lower top-1, on the held-out images."""
+    def write(path, post):
+        inputs = keras.Input(model.input_shape[1:])
+        nine = keras.ops.one_hot(keras.ops.full((1,), 9, "int32"), 10)
+        worse = keras.Model(inputs, model(inputs) + 1e3 * nine)
+        mv.export.to_tflite(worse, path, quantization="float32",
+                            class_names=list(class_names))
+    return write
+
+
+def test_the_export_steps_guard_never_ships_a_file_worse_on_the_held_out_images(
+        tiny, tmp_path, monkeypatch):
+    """Where the build says the paired test chose the QAT file (as where the set-aside
+    images carried the test) but the file scores a lower top-1 and agrees less often on the
+    run's held-out images, the export step keeps the post-training file and says why."""
+    from keras_mvit2.optimizer import QATSettings
+    from keras_mvit2.optimizer.targets import QAT_CANDIDATES
+    from keras_mvit2.ship.model_card import _qat_choice
+    from keras_mvit2.ship.phone_files import PhoneData, _export_phone_files, export_warnings
+
+    model, data = tiny
+    monkeypatch.setitem(QAT_CANDIDATES, "tflite", _standin_qat(
+        _always_class_9(model, data.class_names), claim_chosen=True))
+    qat = QATSettings((data.calibration, np.zeros(len(data.calibration), np.int64)))
+    lines = []
+    [record] = _export_phone_files(model, tmp_path, PhoneData(data.calibration, data.held_out,
+                                                              data.labels),
+                                   class_names=data.class_names, targets=("tflite",),
+                                   bench_runs=3, qat=qat, log=lines.append)
+    folder, facts = tmp_path / "phone", record["qat"]
+    assert sorted(os.listdir(folder)) == ["model_int8.tflite"]  # the post-training file
+    top1 = _litert_top1(folder / "model_int8.tflite", data.held_out)
+    post_top1 = np.mean(top1 == data.labels)
+    assert record["top1"] == pytest.approx(post_top1) and post_top1 > np.mean(data.labels == 9)
+    assert facts["shipped"] == "post_training"
+    assert facts["guard"] == (
+        f"the quantization-aware-trained file's top-1 on the 96 held-out images is lower "
+        f"({100 * np.mean(data.labels == 9):.1f} against {100 * post_top1:.1f} %)")
+    assert any(line.endswith(f"the post-training file stays: {facts['guard']}")
+               for line in lines), lines
+    assert facts["guard"] in export_warnings([record])[0]
+    assert _qat_choice(record).startswith("Int8 file: the post-training file")
+    assert facts["guard"] in _qat_choice(record)
 
 
 def test_finetune_tries_qat_below_99_percent_agreement_even_without_a_top1_drop(
@@ -837,22 +916,13 @@ def _keep_both_qat_files(monkeypatch, folder):
     real, seen = qat_module.qat, {}
 
     def spy(model, train_data, **kwargs):
-        seen["train"] = np.asarray(train_data[0])
+        seen["train"], seen["train_labels"] = np.asarray(train_data[0]), np.asarray(train_data[1])
         seen["result"] = real(model, train_data, post_training_path=folder / "post.tflite",
                               qat_path=folder / "qat.tflite", **kwargs)
         return seen["result"]
 
     monkeypatch.setattr(qat_module, "qat", spy)
     return seen
-
-
-def _judged_images(held_out: np.ndarray, train: np.ndarray) -> np.ndarray:
-    """The images `qat` chooses on, written out: the held-out ones, then the training ones
-    moved down and right by 1/16 of their side (the first row and column repeated)."""
-    d = train.shape[1] // 16
-    rows = np.maximum(np.arange(train.shape[1]) - d, 0)
-    cols = np.maximum(np.arange(train.shape[2]) - d, 0)
-    return np.concatenate([held_out, train[:, rows][:, :, cols]])
 
 
 def _op_list(path) -> tuple[list[str], int]:
@@ -865,17 +935,25 @@ def _op_list(path) -> tuple[list[str], int]:
     return [kinds[op.opcodeIndex] for op in graph.operators], len(graph.tensors)
 
 
-def _check_the_real_choice(model, facts, held_out, seen, folder) -> str:
-    """The real QAT's choice re-measured in LiteRT: its two files (kept by the spy) judged on
-    the held-out images and the shifted training images against Keras; the same graph."""
-    train = seen["train"]
-    judged = _judged_images(held_out, train)
+def _check_the_real_choice(model, facts, held_out, held_labels, calibration, seen,
+                           folder) -> str:
+    """The real QAT's choice re-measured in LiteRT: its two files (kept by the spy) judged
+    against Keras on the held-out images and the training images it set aside, none of
+    them trained or calibrated on; the same graph."""
+    train, train_labels, split = seen["train"], seen["train_labels"], seen["result"].split
+    assert not set(split.judge.tolist()) & set(split.train.tolist())
+    judged = np.concatenate([held_out[split.held_out], train[split.judge]])
+    labels = np.concatenate([held_labels[split.held_out], train_labels[split.judge]])
+    digests = {image.tobytes() for image in judged}
+    assert not digests & {image.tobytes() for image in train[split.train]}
+    assert not digests & {image.astype(np.float32).tobytes() for image in calibration}
     reference = model.predict(judged, batch_size=64, verbose=0).argmax(-1)
     post, trained = (_litert_top1(folder / n, judged) for n in ("post.tflite", "qat.tflite"))
-    _assert_the_choice(facts, reference, post, trained)
-    assert facts["judged_on"] == (f"{len(held_out)} held-out images and {len(train)} "
-                                  f"training images shifted by {SIZE // 16}x{SIZE // 16} "
-                                  "pixels")
+    _assert_the_choice(facts, reference, post, trained, labels, len(split.held_out))
+    assert facts["judged_on"] == (
+        f"{len(held_out)} held-out images and {len(split.judge)} of the {len(train)} training "
+        f"images set aside before training (seed 0; QAT trained on {len(split.train)} others)")
+    assert len(split.judge) == round(0.25 * len(train))
     assert seen["result"].shipped == facts["shipped"]
     ops, tensors = _op_list(folder / "post.tflite")
     assert _op_list(folder / "qat.tflite") == (ops, tensors) and "FULLY_CONNECTED" in ops
@@ -884,13 +962,14 @@ def _check_the_real_choice(model, facts, held_out, seen, folder) -> str:
 
 @pytest.mark.slow
 @needs_fashion_mnist
-def test_qat_int8_is_the_int8_candidates_graph_trained_and_the_better_file(tmp_path,
+def test_qat_int8_is_the_int8_candidates_graph_trained_and_the_chosen_file(tmp_path,
                                                                            monkeypatch):
     """A real QAT of a small MobileViTV2 (stem, inverted residuals, a MobileViTV2 block)
     on a few Fashion-MNIST training images, through the optimizer: the int8 candidate's
     ops, I/O, metadata, labels and signature; the file written is the one its facts say
-    (the QAT file only where it agrees with Keras measurably more often), every figure
-    re-measured in LiteRT."""
+    (the QAT file only where the paired test on the held-out and set-aside images chooses
+    it), every figure re-measured in LiteRT. (4 steps at the default learning rate: the
+    graph and the bookkeeping are under test, not what training gains.)"""
     from test_sparsity import small_model
 
     from keras_mvit2.data.files import FASHION_MNIST_CLASSES
@@ -915,9 +994,10 @@ def test_qat_int8_is_the_int8_candidates_graph_trained_and_the_better_file(tmp_p
     assert qat_file.error is None, qat_file.error
     recipe = qat_file.recipe
     assert recipe["quantizer"] == "quantization-aware training"
-    assert recipe["steps"] == 4 and recipe["training_images"] == 32
-    np.testing.assert_array_equal(seen["train"], train[:32])  # at most 4 steps of 8
-    shipped = _check_the_real_choice(model, recipe, held_out, seen, files)
+    # 32 images read (at most 4 steps of 8), 8 of them set aside: 3 steps on 24
+    np.testing.assert_array_equal(seen["train"], train[:32])
+    assert recipe["steps"] == 3 and recipe["training_images"] == 24
+    shipped = _check_the_real_choice(model, recipe, held_out, labels, calibration, seen, files)
     chosen = files / ("qat.tflite" if shipped == "qat" else "post.tflite")
     with open(qat_file.path, "rb") as f:
         assert f.read() == chosen.read_bytes()
@@ -938,7 +1018,7 @@ def test_qat_int8_is_the_int8_candidates_graph_trained_and_the_better_file(tmp_p
     assert meta["trained"]["quantization"] == "int8"
     facts = meta["trained"]["user"]["quantization_aware_training"]
     assert {k: facts[k] for k in ("epochs", "steps", "learning_rate")} == {
-        "epochs": 1, "steps": 4, "learning_rate": 1e-6}
+        "epochs": 1, "steps": 3, "learning_rate": 1e-6}
     assert ("quantization_aware_training" in (meta["qat_int8"]["user"] or {})) == (
         shipped == "qat")
     assert tflite.class_names(qat_file.path) == names  # the standard metadata's labels
@@ -955,12 +1035,15 @@ def test_qat_int8_is_the_int8_candidates_graph_trained_and_the_better_file(tmp_p
 @pytest.mark.slow
 @needs_fashion_mnist
 def test_finetune_tries_qat_when_its_int8_file_loses_a_point(tmp_path, monkeypatch):
-    """The fine-tuning run's export step with a real QAT: a small MobileViTV2 whose classes 0
+    """The fine-tuning run's export step with a real QAT at the shipped defaults
+    (`QATSettings()`: 3 passes at 1e-6, batches of 8): a small MobileViTV2 whose classes 0
     and 1 are nearly tied (full int8 flips them: the default file loses points), labels its
-    own top-1 (Keras scores 100 %). The QAT file replaces the default one exactly when the
-    paired interval of its agreement with Keras over the post-training file's lies above 0,
-    which three short passes of distillation reach here (judged with 400 held-out images);
-    every figure re-measured in LiteRT."""
+    own top-1 (Keras scores 100 %). QAT is tried; a quarter of the training images is set
+    aside first; the file at `phone/model_int8.tflite` is the one the rule written out in
+    the test chooses from both files re-measured in LiteRT on the held-out and set-aside
+    images. Which file that is depends on the training and is not asserted (the choice's
+    behaviour is tested on constructed files: tests/test_qat.py); both outcomes' files and
+    records are."""
     from test_sparsity import small_model
 
     from keras_mvit2.optimizer import QATSettings
@@ -974,15 +1057,12 @@ def test_finetune_tries_qat_when_its_int8_file_loses_a_point(tmp_path, monkeypat
     model.get_layer("logits").set_weights([kernel, np.zeros(10, np.float32)])
     train, _ = _fashion_mnist("train", 0, 192)
     calibration, _ = _fashion_mnist("train", 192, 32)
-    held_out, _ = _fashion_mnist("test", 0, 400)
+    held_out, _ = _fashion_mnist("test", 0, 200)
     labels = model.predict(held_out, verbose=0).argmax(-1)
+    train_labels = model.predict(train, verbose=0).argmax(-1)
     names = [f"class_{i}" for i in range(10)]
-    # distils (the labels are not used); 1e-4, above the default: 48 steps move the tied
-    # logits apart
-    passes = 3
-    steps = 12 * passes  # 192 training images in batches of 16
-    qat = QATSettings((train, np.zeros(len(train), np.int64)), max_steps=12, batch_size=16,
-                      epochs=passes, learning_rate=1e-4)
+    qat = QATSettings((train, train_labels))  # the defaults
+    steps = 3 * (144 // 8)  # 192 read, 48 set aside: 3 passes of 18 steps on 144
     files = tmp_path / "qat_files"
     seen = _keep_both_qat_files(monkeypatch, files)
     run = tmp_path / "run"
@@ -992,27 +1072,31 @@ def test_finetune_tries_qat_when_its_int8_file_loses_a_point(tmp_path, monkeypat
     facts = record["qat"]
     assert "error" not in facts, facts.get("error")
     assert facts["post_training"]["drop_points"] > 1.0  # the default file lost a point
-    assert facts["steps"] == steps and facts["training_images"] == 192
+    assert facts["learning_rate"] == 1e-6 and facts["epochs"] == 3
+    assert facts["steps"] == steps and facts["training_images"] == 144
     np.testing.assert_array_equal(seen["train"], train)
-    shipped = _check_the_real_choice(model, facts, held_out, seen, files)
-    # On this model the training fixes the flips (measured: agreement with Keras 95.8 ->
-    # 98.8 % of the 592 judged images, interval +1.2 to +4.8 points; with 4 or 5 passes the
-    # interval starts at +1.6 / +1.0; with 100 held-out images it reached down to 0): the QAT
-    # file is shipped.
-    assert shipped == "qat", facts
+    shipped = _check_the_real_choice(model, facts, held_out, labels, calibration, seen, files)
     phone = run / "phone"
+    post = _litert_top1(files / "post.tflite", held_out)
+    assert 100 * (1 - np.mean(post == labels)) == pytest.approx(
+        facts["post_training"]["drop_points"])  # QAT started from the run's own int8 file
+    assert facts["post_training"]["top1_agreement"] == pytest.approx(np.mean(post == labels))
+    top1 = _litert_top1(phone / "model_int8.tflite", held_out)
+    assert record["top1"] == pytest.approx(np.mean(top1 == labels))
+    # never a default file that does worse on the held-out images
+    assert np.mean(top1 == labels) >= np.mean(post == labels)
+    if shipped == "post_training":
+        assert sorted(os.listdir(phone)) == ["model_int8.tflite"]
+        np.testing.assert_array_equal(top1, post)
+        assert record["note"] is None
+        return
     assert sorted(os.listdir(phone)) == ["model_int8.tflite", "model_int8_post_training.tflite"]
     assert (phone / "model_int8.tflite").read_bytes() == (files / "qat.tflite").read_bytes()
     kept = _litert_top1(phone / "model_int8_post_training.tflite", held_out)
-    post = _litert_top1(files / "post.tflite", held_out)
-    np.testing.assert_array_equal(kept, post)  # QAT started from the run's own int8 file
-    assert 100 * (1 - np.mean(kept == labels)) == pytest.approx(
-        facts["post_training"]["drop_points"])
-    assert facts["post_training"]["top1_agreement"] == pytest.approx(np.mean(kept == labels))
-    top1 = _litert_top1(phone / "model_int8.tflite", held_out)
-    assert record["top1"] == facts["top1"] == pytest.approx(np.mean(top1 == labels))
+    np.testing.assert_array_equal(kept, post)
+    assert record["top1"] == facts["top1"]
     assert facts["drop_points"] == pytest.approx(100 * (1 - np.mean(top1 == labels)))
-    assert f"quantization-aware trained (qat_int8: {steps} steps on 192" in record["note"]
+    assert f"quantization-aware trained (qat_int8: {steps} steps on 144" in record["note"]
     warned = export_warnings([record])
     assert warned == [] if facts["drop_points"] <= 1.0 else \
         f"It is quantization-aware trained ({steps} steps), which did not fix it" in warned[0]

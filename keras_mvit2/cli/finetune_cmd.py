@@ -79,10 +79,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "that is not slower than float32 on this host (mvit2 optimize's search "
                    "and default objective; exits 1 if a target has none)")
     p.add_argument("--qat-steps", type=int, default=QAT_MAX_STEPS, metavar="N",
-                   help="where the int8 .tflite loses more than a top-1 point to Keras (or, "
-                   "with --max-drop, no post-training int8 file is within it), try a "
-                   "quantization-aware-trained int8 file, towards the Keras model's own "
-                   "answers on the training images: at most N steps a pass (default "
+                   help="where the int8 .tflite agrees with Keras on fewer than 99 %% of the "
+                   "held-out images (or, with --max-drop, no post-training int8 file is "
+                   "within it), try a quantization-aware-trained int8 file, towards the Keras "
+                   "model's own answers on the training images less a quarter set aside; it "
+                   "replaces the int8 file only where an exact paired test on the held-out "
+                   "and set-aside images chooses it (p < 0.05) and its top-1 and agreement "
+                   "on the held-out images are not lower: at most N steps a pass (default "
                    f"{QAT_MAX_STEPS}; 0: never)")
     p.add_argument("--qat-epochs", type=int, default=QAT_EPOCHS, metavar="E",
                    help=f"its passes over the training images (default {QAT_EPOCHS})")

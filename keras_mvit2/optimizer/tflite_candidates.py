@@ -22,11 +22,11 @@ The mixed int8 / float candidates rank the layers with `layer_errors` on calibra
 
 `qat_int8` (`qat_candidate`) is the `int8` file's own graph (the same ops, metadata, labels
 and signature), written by `keras_mvit2.quantize.qat` after `QATSettings.epochs` passes over
-the training images (at most `QATSettings.max_steps` steps each): the quantization-aware-
-trained weights where they agree with Keras measurably more often than the post-training
-file (judged on the held-out images and the shifted training images), else the
-post-training file itself; the optimizer builds it only when no post-training int8
-candidate meets the budget.
+the training images (at most `QATSettings.max_steps` steps each, a quarter of the images set
+aside first to judge on): the quantization-aware-trained weights where the exact paired test
+on the held-out and the set-aside images chooses them (p < 0.05, top-1 not lower, nothing
+lower on the held-out images), else the post-training file itself; the optimizer builds it
+only when no post-training int8 candidate meets the budget.
 
 ai-edge-quantizer's calibrated full-int8 recipes are not candidates: on MobileViTV2 they
 agree with Keras on ~71 % of Fashion-MNIST images where the converter's int8 agrees on
@@ -54,7 +54,7 @@ from keras_mvit2.optimizer.qat_settings import QAT_CANDIDATE
 
 __all__ = [
     "EDGE_WEIGHT_ONLY", "FORM_TIMING_RUNS", "RANK_BY", "SENSITIVE_FLOAT_K", "qat_candidate",
-    "tflite_candidates",
+    "qat_facts", "tflite_candidates",
 ]
 
 _MEASURED_BY = "LiteRT"
@@ -120,8 +120,8 @@ def qat_candidate(model: Any, settings: Any, *, calibration_data: np.ndarray,
     """The ``qat_int8`` candidate: `keras_mvit2.quantize.qat` on `settings`' training images
     (`settings.epochs` passes of at most `settings.max_steps` steps, towards the model's own
     probabilities), calibrated on `calibration_data`, `class_names` in the file; the QAT file
-    where it measurably beats the post-training one on `held_out` ``(images, labels)`` and
-    the shifted training images, else the post-training file (the build's facts say which).
+    where the paired test on `held_out` ``(images, labels)`` and the training images set
+    aside chooses it, else the post-training file (the build's facts say which and why).
     """
     names = list(class_names) if class_names is not None else None
     expected = list(training_class_names) if training_class_names is not None else names
@@ -139,16 +139,30 @@ def qat_candidate(model: Any, settings: Any, *, calibration_data: np.ndarray,
                      output_path=path, representative_data=calibration_data,
                      io_dtype=io_dtype, num_calibration_samples=len(calibration_data),
                      validation_data=held_out, class_names=names, verbose=settings.verbose)
-        choice = result.choice
-        return {"training_images": len(images), "steps": result.steps,
-                "qat_seconds": round(result.seconds, 1), "shipped": result.shipped,
-                "judged_on": result.judged_on,
-                "agreement_post_training": round(choice.agreement_a, 6),
-                "agreement_qat": round(choice.agreement_b, 6),
-                "agreement_difference_interval": [round(v, 6)
-                                                  for v in choice.difference_interval]}
+        return qat_facts(result)
 
     return Candidate(QAT_CANDIDATE, recipe, build, _MEASURED_BY)
+
+
+def qat_facts(result: Any) -> dict[str, Any]:
+    """What a `keras_mvit2.quantize.QATResult` chose and on what, as the optimizer's recipe
+    and the export step's record keep it (JSON values)."""
+    choice, held = result.choice, result.held_out_choice
+    facts = {"training_images": result.training_images, "steps": result.steps,
+             "qat_seconds": round(result.seconds, 1), "shipped": result.shipped,
+             "reason": result.reason, "judged_on": result.judged_on,
+             "judge_images": result.split.to_dict(), "num_judged": choice.num_images,
+             "agreement_post_training": round(choice.agreement_a, 6),
+             "agreement_qat": round(choice.agreement_b, 6),
+             "only_post_training": choice.only_a, "only_qat": choice.only_b,
+             "p_value": choice.p_value, "judged_top1_post_training": choice.top1_a,
+             "judged_top1_qat": choice.top1_b}
+    if held is not None:
+        facts["held_out"] = {"num_images": held.num_images,
+                             "agreement_post_training": held.agreement_a,
+                             "agreement_qat": held.agreement_b,
+                             "top1_post_training": held.top1_a, "top1_qat": held.top1_b}
+    return facts
 
 
 #: How many of the most sensitive layers the mixed int8 / float candidates keep in float.

@@ -2,7 +2,8 @@
 
 * `qat`: quantization-aware training of the post-training full-int8 file's own graph
   (`keras_mvit2.quantize.tflite_graph`), in this process; it writes the trained file only
-  where it agrees with the Keras model measurably more often than the post-training one.
+  where an exact paired test on images it did not train on chooses it
+  (`keras_mvit2.quantize.agreement`), else the post-training one.
 * `prune` / `cluster`: magnitude pruning and weight clustering of the conv / dense kernels
   with TensorFlow Model Optimization. TFMOT only works on tf_keras models and must not be
   imported in a Keras 3 process (it sets ``TF_USE_LEGACY_KERAS=1``), so they run in a

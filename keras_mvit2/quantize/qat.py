@@ -1,28 +1,39 @@
-"""Quantization-aware training on the shipped graph, kept only where it measures better.
+"""Quantization-aware training on the shipped graph, shipped only where a paired test says so.
 
-`qat(model, train_data, ...)` starts where post-training quantization ends and writes a
-full-int8 TFLite file that is never worse than the post-training one:
+`qat(model, train_data, ...)` starts where post-training quantization ends and writes one
+full-int8 TFLite file: the quantization-aware-trained one where an exact paired test on images
+neither file trained or calibrated on says it agrees with the Keras model more often, else the
+post-training one.
 
-1. **The post-training file.** `to_tflite(quantization="int8")` converts the model as
+1. **The judge images first.** Before anything trains, `split_judge_images` sets aside a
+   seeded share (`judge_fraction`, 25 % by default) of the training images read; with
+   `validation_data` the judge images are those held-out images plus that share. QAT trains
+   on the rest only; the calibration images are never judge images (an image identical to a
+   calibration image, or to an image QAT trains on, is not judged on).
+2. **The post-training file.** `to_tflite(quantization="int8")` converts the model as
    ``mvit2 export`` does (the `export_forms.INT8` forms, 1x1 pairs fused, the 99.99 %
    activation ranges); its calibrated float graph is kept.
-2. **Training on that graph.** `keras_mvit2.quantize.tflite_graph.QuantizedGraph` runs the
+3. **Training on that graph.** `keras_mvit2.quantize.tflite_graph.QuantizedGraph` runs the
    calibrated graph in TensorFlow with every tensor rounded as the post-training file rounds
    it (its scales and zero points; weights per channel as the converter will quantize them).
    Its convolution and dense weights are trained towards the float graph's own answers
    (distillation: the KL divergence from the float graph's class probabilities, on the
    training images with random horizontal flips); the activation ranges stay the
-   post-training ones (learning them, LSQ / PACT style, measured no better and 11x slower:
-   ``docs/int8.md``).
-3. **The QAT file.** The same conversion again, with the trained weights written into the
-   calibrated graph before the same quantizer call: the same ops and
-   tensors as the post-training file (checked); at learning rate 0 the same file.
-4. **The choice.** Both files run in LiteRT on every image at hand (the held-out
-   `validation_data`, then the training images shifted by 1/16 of their size, an
-   augmentation the training did not use) and are compared by their agreement with the Keras
-   model, pair-wise with a 95 % interval (`keras_mvit2.quantize.agreement`): the QAT file is
-   written to `output_path` only where it agrees more often and the interval says so; else the
-   post-training file is.
+   post-training ones.
+4. **The QAT file.** The same conversion again, with the trained weights written into the
+   calibrated graph before the same quantizer call: the same ops and tensors as the
+   post-training file (checked); at learning rate 0 the same ops, tensors, quantization
+   parameters and outputs (its metadata also records the training schedule).
+5. **The choice** (`keras_mvit2.quantize.agreement.choose_b`). Both files run in LiteRT on
+   the judge images; the QAT file is written to `output_path` only where McNemar's exact
+   one-sided test on the images where the two files disagree gives p < 0.05 that it agrees
+   with the Keras model more often, its top-1 on the judge images (their labels) is not
+   below the post-training file's, and on the held-out `validation_data` alone neither its
+   agreement nor its top-1 is below the post-training file's. Else the post-training file is
+   written. Guaranteed: a QAT file that agrees no more often than the post-training file is
+   written in at most 5 % of the runs. Not guaranteed: that a written QAT file is better on
+   other images by the margin judged, or that a QAT file better by less than the judge images
+   can show is written.
 
 No TFMOT, no tf_keras and no worker process: the training runs on the TensorFlow backend in
 this process.
@@ -31,6 +42,7 @@ this process.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import tempfile
@@ -41,15 +53,121 @@ from typing import Any
 import numpy as np
 
 from keras_mvit2.quantize import _worker_client
-from keras_mvit2.quantize.agreement import AgreementComparison, compare_agreement
+from keras_mvit2.quantize.agreement import AgreementComparison, choose_b, compare_agreement
 from keras_mvit2.utils.arguments import validate_positive_ints
 
-__all__ = ["IO_DTYPES", "QATResult", "qat"]
+__all__ = ["IO_DTYPES", "JUDGE_FRACTION", "JudgeSplit", "QATResult", "judge_files", "qat",
+           "split_judge_images"]
 
 #: Input/output types of the full-integer file.
 IO_DTYPES = ("int8", "uint8", "float32")
-#: The shift (a fraction of the image size) of the training images the choice is judged on.
-JUDGE_SHIFT = 1 / 16
+#: The share of the training images read that is set aside (seeded) as judge images.
+JUDGE_FRACTION = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeSplit:
+    """Which images QAT trains on and which ones judge it (`split_judge_images`).
+
+    Attributes:
+        train: indices into the training images: what QAT trains on.
+        judge: indices into the training images: set aside, judged on, never trained on.
+        held_out: indices into the held-out images that are judged on (all of them but
+            those identical to a calibration image).
+        num_training_images: training images read (`train`, `judge` and the left-out
+            duplicates of judge images).
+        fraction, seed: the share set aside and the seed of the draw.
+        dropped: images left out of both sets because they equal a calibration image or a
+            judge image (``{"held_out": n, "training": m}``).
+    """
+
+    train: np.ndarray
+    judge: np.ndarray
+    held_out: np.ndarray
+    num_training_images: int
+    fraction: float
+    seed: int
+    dropped: dict[str, int]
+
+    @property
+    def num_judged(self) -> int:
+        """Judge images in all: the held-out ones and the set-aside ones."""
+        return len(self.held_out) + len(self.judge)
+
+    def describe(self) -> str:
+        """The judge images in words, with their sizes."""
+        parts = []
+        if len(self.held_out):
+            parts.append(f"{len(self.held_out)} held-out images")
+        parts.append(f"{len(self.judge)} of the {self.num_training_images} training images "
+                     f"set aside before training (seed {self.seed}; QAT trained on "
+                     f"{len(self.train)} others)")
+        return " and ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"held_out": len(self.held_out), "set_aside": len(self.judge),
+                "trained_on": len(self.train), "training_images": self.num_training_images,
+                "fraction": self.fraction, "seed": self.seed, "dropped": dict(self.dropped)}
+
+
+def _digests(images: np.ndarray | None) -> list[bytes]:
+    """One digest per image of its float32 pixels (identical images, identical digests)."""
+    if images is None:
+        return []
+    return [hashlib.blake2b(np.ascontiguousarray(image, np.float32).tobytes(),
+                            digest_size=16).digest() for image in images]
+
+
+def split_judge_images(train: np.ndarray, *, fraction: float = JUDGE_FRACTION, seed: int = 0,
+                       held_out: np.ndarray | None = None,
+                       calibration: np.ndarray | None = None) -> JudgeSplit:
+    """Sets aside judge images from the training images before QAT trains.
+
+    A seeded draw of ``round(fraction * len(train))`` of the training images (at least one
+    where `fraction` > 0), never one identical to a calibration or a held-out image, is set
+    aside; QAT trains on the others, less any identical to a judge image. The held-out images
+    are judged on too, less any identical to a calibration image.
+
+    Args:
+        train: `(N, H, W, C)` training images QAT may train on.
+        fraction: the share set aside, in [0, 1).
+        seed: the draw's seed.
+        held_out: `(M, H, W, C)` held-out images (`validation_data`), or None.
+        calibration: `(K, H, W, C)` images the converter calibrates on, or None.
+
+    Raises:
+        ValueError: `fraction` out of range, no image left to train on, or none to judge on.
+    """
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not (
+            0.0 <= fraction < 1.0):
+        raise ValueError(f"judge_fraction must be a number in [0, 1). Received: {fraction!r}")
+    calibrated = set(_digests(calibration))
+    held_digests = _digests(held_out)
+    kept_held = np.array([i for i, d in enumerate(held_digests) if d not in calibrated], np.int64)
+    train_digests = _digests(train)
+    held_set = {held_digests[i] for i in kept_held}
+    candidates = np.array([i for i, d in enumerate(train_digests)
+                           if d not in calibrated and d not in held_set], np.int64)
+    count = 0 if fraction == 0 else max(1, round(fraction * len(train)))
+    count = min(count, len(candidates), len(train) - 1)
+    judge = np.sort(np.random.default_rng(seed).choice(candidates, count, replace=False)) if (
+        count) else np.zeros(0, np.int64)
+    judged = held_set | {train_digests[i] for i in judge}
+    chosen = set(judge.tolist())
+    trained = np.array([i for i, d in enumerate(train_digests)
+                        if i not in chosen and d not in judged], np.int64)
+    if not len(trained):
+        raise ValueError(
+            f"No training image is left for QAT after setting aside the judge images "
+            f"({len(train)} read, {len(judge)} set aside); give more training images.")
+    if not len(kept_held) and not len(judge):
+        raise ValueError(
+            "QAT has no image to be judged on: give validation_data (held-out images) or a "
+            "judge_fraction above 0 with at least two training images.")
+    return JudgeSplit(train=trained, judge=judge, held_out=kept_held,
+                      num_training_images=len(train), fraction=float(fraction), seed=int(seed),
+                      dropped={"held_out": len(held_digests) - len(kept_held),
+                               "training": len(train) - len(trained) - len(judge)})
 
 
 @dataclasses.dataclass
@@ -59,15 +177,19 @@ class QATResult:
     Attributes:
         tflite_path: the file written (the chosen one).
         shipped: ``"qat"`` or ``"post_training"``: which file `tflite_path` holds.
+        reason: why, in words (`keras_mvit2.quantize.agreement.choose_b`).
         post_training_path: where the post-training file was also written, or None.
         qat_path: where the quantization-aware-trained file was also written, or None.
         io_dtype: the file's input/output type.
-        choice: the two files' agreement with the Keras model on the judged images
-            (`AgreementComparison`: a = post-training, b = QAT).
-        judged_on: the images of the choice, in words.
-        float_accuracy: the Keras model's top-1 on `validation_data`'s labels (or None).
+        choice: the two files on every judge image (`AgreementComparison`: a =
+            post-training, b = QAT; with the paired test's `p_value` and both top-1s).
+        held_out_choice: the same on the held-out images alone (None without
+            `validation_data`).
+        split: the `JudgeSplit` (which images trained, which judged).
+        judged_on: the judge images, in words.
+        float_accuracy: the Keras model's top-1 on the judged held-out images (or None).
         int8_accuracy: the written file's top-1 on them (or None).
-        num_validation: held-out images.
+        num_validation: held-out images judged on.
         num_ops: ops of the file (the post-training and the QAT file have the same).
         history: per epoch, the mean distillation loss.
         epochs, steps_per_epoch, batch_size, learning_rate: the schedule.
@@ -79,10 +201,13 @@ class QATResult:
 
     tflite_path: str
     shipped: str
+    reason: str
     post_training_path: str | None
     qat_path: str | None
     io_dtype: str
     choice: AgreementComparison
+    held_out_choice: AgreementComparison | None
+    split: JudgeSplit
     judged_on: str
     float_accuracy: float | None
     int8_accuracy: float | None
@@ -112,9 +237,13 @@ class QATResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict."""
+        skip = ("report", "choice", "held_out_choice", "split")
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("report", "choice")}
+               if f.name not in skip}
         out["choice"] = self.choice.to_dict()
+        out["held_out_choice"] = (None if self.held_out_choice is None
+                                  else self.held_out_choice.to_dict())
+        out["split"] = self.split.to_dict()
         out["report"] = self.report.to_dict() if hasattr(self.report, "to_dict") else None
         out["accuracy_drop_points"] = self.accuracy_drop
         return out
@@ -136,45 +265,54 @@ def qat(
     activation_ranges: str = "p99.99",
     io_dtype: str = "int8",
     validation_data: Any = None,
+    judge_fraction: float = JUDGE_FRACTION,
     class_names: Sequence[str] | None = None,
     seed: int = 0,
     verbose: bool = True,
 ) -> QATResult:
-    """Quantization-aware training of the post-training int8 file; writes the better file.
+    """Quantization-aware training of the post-training int8 file; writes the file the
+    paired test chooses.
 
-    See the module docstring for the steps. The file at `output_path` is the QAT file where it
-    agrees with the Keras model measurably more often than the post-training file, else the
-    post-training file (`QATResult.shipped` says which, `QATResult.choice` by how much).
+    See the module docstring for the steps. The file at `output_path` is the QAT file where
+    the exact paired test on the judge images (p < 0.05) and the top-1 and held-out checks
+    choose it, else the post-training file (`QATResult.shipped` says which,
+    `QATResult.choice` the figures and `QATResult.reason` why).
 
     Args:
         model_or_path: a trained Keras 3 model (one image input, class scores out) or the
             path of a ``.keras`` file.
         train_data: the training images: ``(images, labels)`` arrays (float in [0, 1] or
             uint8), a `tf.data.Dataset` of ``(images, labels)`` batches, or a folder of class
-            sub-folders / ``"fashion_mnist"``. The labels are not trained on (the targets are
-            the model's own answers).
+            sub-folders / ``"fashion_mnist"``. A `judge_fraction` of them is set aside to
+            judge the files (their labels give the top-1 check); QAT trains on the rest,
+            towards the model's own answers (the labels are not trained on).
         epochs: passes over the training images.
-        steps_per_epoch: batches per pass (default: one pass over the images; a dataset is
-            read once, this many batches).
+        steps_per_epoch: batches per pass (default: one pass over the images trained on; a
+            dataset is read once, this many batches, before the judge images are set aside).
         learning_rate: Adam's learning rate (cosine decay to 0 over the steps). The default
-            1e-6 is the measured one: Adam moves every weight by about the rate each step,
-            and from 1e-5 up the steps flip weights across their rounding and raise the
-            distillation loss (``docs/int8.md``). 0 gives the post-training file.
+            1e-6: Adam moves every weight by about the rate each step, and from 1e-5 up the
+            steps flip weights across their rounding and raise the distillation loss
+            (``docs/int8_investigation.md``). 0 gives the post-training file's ops, tensors,
+            quantization parameters and outputs.
         batch_size: images per step.
         output_path: the file to write (atomically).
         post_training_path: also write the post-training file here (optional).
         qat_path: also write the quantization-aware-trained file here (optional).
-        representative_data: calibration images (as `to_tflite`'s); default: images from
-            `train_data`.
+        representative_data: calibration images: `(N, H, W, 3)` arrays (float in [0, 1] or
+            uint8) or a folder / ``"fashion_mnist"`` (read here, `num_calibration_samples`
+            of them); default: images drawn from those QAT trains on. None of them is a
+            judge image.
         num_calibration_samples: calibration images.
         activation_ranges: the post-training range method (`to_tflite`'s, default
             ``"p99.99"``).
         io_dtype: ``"int8"`` (default), ``"uint8"`` or ``"float32"`` input / output.
         validation_data: held-out labelled images (the same forms as `train_data`;
-            ``"fashion_mnist"`` means its test split): judged on first, and the top-1 of the
-            model and the file measured on them.
+            ``"fashion_mnist"`` means its test split): judged on, with the set-aside
+            training images, and the top-1 of the model and the file measured on them.
+        judge_fraction: the share of the training images set aside as judge images, in
+            [0, 1) (0 only with `validation_data`).
         class_names: one name per class, written into the file's metadata.
-        seed: seed of the batch order and flips.
+        seed: seed of the set-aside draw, the batch order and the flips.
         verbose: print progress.
 
     Returns:
@@ -208,24 +346,36 @@ def qat(
     input_shape = _worker_client.image_input_shape(model)
     num_classes = int(model.outputs[0].shape[-1])
     limit = steps_per_epoch * batch_size if steps_per_epoch else None
-    x, _, _ = _worker_client.labelled_arrays(
+    x, y, _ = _worker_client.labelled_arrays(
         train_data, input_shape=input_shape, what="train_data", batch_size=batch_size,
         max_batches=steps_per_epoch, split="train", limit=limit)
+    y = _worker_client.integer_labels(y, num_classes, "train_data")
     xv = yv = None
     if validation_data is not None:
         xv, yv, _ = _worker_client.labelled_arrays(
             validation_data, input_shape=input_shape, what="validation_data",
             batch_size=batch_size, split="test")
         yv = _worker_client.integer_labels(yv, num_classes, "validation_data")
-    if representative_data is None:
+    calibration = _calibration_images(representative_data, input_shape,
+                                      num_calibration_samples, batch_size)
+    split = split_judge_images(x, fraction=judge_fraction, seed=seed, held_out=xv,
+                               calibration=calibration)
+    train = x[split.train]
+    if calibration is None:
         pick = np.random.default_rng(seed).choice(
-            len(x), min(num_calibration_samples, len(x)), replace=False)
-        representative_data = x[np.sort(pick)]
-    steps = steps_per_epoch or math.ceil(len(x) / batch_size)
+            len(train), min(num_calibration_samples, len(train)), replace=False)
+        calibration = train[np.sort(pick)]
+    judge_x = np.concatenate([xv[split.held_out], x[split.judge]]) if xv is not None \
+        else x[split.judge]
+    judge_y = np.concatenate([yv[split.held_out], y[split.judge]]) if yv is not None \
+        else y[split.judge]
+    judged_on = split.describe()
+    log(f"judge images, set aside before training: {judged_on}")
+    steps = steps_per_epoch or math.ceil(len(train) / batch_size)
 
     with tempfile.TemporaryDirectory(prefix="keras_mvit2_qat_") as tmp:
-        convert = _converter(model, representative_data, num_calibration_samples,
-                             activation_ranges, io_dtype, class_names)
+        convert = _converter(model, calibration, len(calibration), activation_ranges,
+                             io_dtype, class_names)
         post_path = os.path.join(tmp, "post_training.tflite")
         log("converting the post-training int8 file")
         calibrated = convert(post_path, None, {})
@@ -237,7 +387,7 @@ def qat(
             f"({len(graph.quantized_tensors)} rounded tensors): {epochs} x {steps} steps of "
             f"{batch_size}, learning rate {learning_rate:g}")
         train_start = time.monotonic()
-        history = _train(graph, x, epochs=epochs, steps=steps, batch_size=batch_size,
+        history = _train(graph, train, epochs=epochs, steps=steps, batch_size=batch_size,
                          learning_rate=float(learning_rate), seed=seed, log=log)
         train_seconds = time.monotonic() - train_start
         trained = graph.calibrated_with()
@@ -255,16 +405,17 @@ def qat(
                                     "learning_rate": float(learning_rate)})
         num_ops = _same_graph(post_path, trained_path)
 
-        judge, judged_on = _judged_images(x, xv)
-        log(f"judging both files against the Keras model on {judged_on}")
-        choice = _compare(model, judge, post_path, trained_path)
-        shipped = "qat" if choice.b_is_better else "post_training"
+        log(f"judging both files against the Keras model on {split.num_judged} images")
+        choice, held_out_choice, keras_top1 = judge_files(
+            model, judge_x, judge_y, post_path, trained_path, len(split.held_out))
+        ship, reason = choose_b(choice, held_out_choice, name="the QAT file")
+        shipped = "qat" if ship else "post_training"
         log(f"agreement with Keras: post-training {100 * choice.agreement_a:.1f} %, QAT "
-            f"{100 * choice.agreement_b:.1f} % (difference {100 * choice.difference:+.1f}, "
-            f"95 % interval {100 * choice.difference_interval[0]:+.1f} to "
-            f"{100 * choice.difference_interval[1]:+.1f} points): writing the "
-            f"{'QAT' if shipped == 'qat' else 'post-training'} file")
-        _copy(trained_path if shipped == "qat" else post_path, output_path)
+            f"{100 * choice.agreement_b:.1f} % (only QAT agrees on {choice.only_b} images, "
+            f"only the post-training file on {choice.only_a}; paired test p = "
+            f"{choice.p_value:.3g}): writing the "
+            f"{'QAT' if ship else 'post-training'} file ({reason})")
+        _copy(trained_path if ship else post_path, output_path)
         if post_training_path is not None:
             post_training_path = os.fspath(post_training_path)
             _copy(post_path, post_training_path)
@@ -273,22 +424,59 @@ def qat(
             _copy(trained_path, qat_path)
 
     from keras_mvit2.export.tflite.inspect import inspect_tflite
-    from keras_mvit2.export.tflite.run import run_tflite
 
     float_acc = int8_acc = None
-    if xv is not None:
-        float_acc = float(np.mean(_keras_classes(model, xv) == yv))
-        int8_acc = float(np.mean(np.argmax(run_tflite(output_path, xv), -1) == yv))
+    if held_out_choice is not None and held_out_choice.num_images:
+        held = judge_y[:held_out_choice.num_images]
+        float_acc = float(np.mean(keras_top1[:len(held)] == held))
+        int8_acc = held_out_choice.top1_b if ship else held_out_choice.top1_a
     return QATResult(
-        tflite_path=output_path, shipped=shipped, post_training_path=post_training_path,
-        qat_path=qat_path,
-        io_dtype=io_dtype, choice=choice, judged_on=judged_on, float_accuracy=float_acc,
-        int8_accuracy=int8_acc, num_validation=0 if xv is None else len(xv), num_ops=num_ops,
-        history=history, epochs=epochs, steps_per_epoch=steps, batch_size=batch_size,
-        learning_rate=float(learning_rate),
-        training_images=len(x), train_seconds=train_seconds,
+        tflite_path=output_path, shipped=shipped, reason=reason,
+        post_training_path=post_training_path, qat_path=qat_path, io_dtype=io_dtype,
+        choice=choice, held_out_choice=held_out_choice, split=split, judged_on=judged_on,
+        float_accuracy=float_acc, int8_accuracy=int8_acc, num_validation=len(split.held_out),
+        num_ops=num_ops, history=history, epochs=epochs, steps_per_epoch=steps,
+        batch_size=batch_size, learning_rate=float(learning_rate),
+        training_images=len(train), train_seconds=train_seconds,
         seconds=time.monotonic() - start, report=inspect_tflite(output_path),
     )
+
+
+def judge_files(model: Any, images: np.ndarray, labels: np.ndarray | None, post_path: str,
+                qat_path: str, num_held_out: int = 0,
+                ) -> tuple[AgreementComparison, AgreementComparison | None, np.ndarray]:
+    """The post-training (a) and QAT (b) files against `model` on the judge `images` (the
+    first `num_held_out` of them held-out), run in LiteRT: their comparison on all of them,
+    on the held-out ones alone (None where there are none), and the model's top-1 classes."""
+    from keras_mvit2.export.tflite.run import run_tflite
+
+    reference = _keras_classes(model, images)
+    post = np.argmax(run_tflite(post_path, images), -1)
+    trained = np.argmax(run_tflite(qat_path, images), -1)
+    judged = compare_agreement(reference, post, trained, labels)
+    held_out = None
+    if num_held_out:
+        part = slice(0, num_held_out)
+        held_out = compare_agreement(reference[part], post[part], trained[part],
+                                     None if labels is None else labels[part])
+    return judged, held_out, reference
+
+
+def _calibration_images(representative_data: Any, input_shape: tuple[int, ...],
+                        num_samples: int, batch_size: int) -> np.ndarray | None:
+    """The calibration images as float32 arrays in [0, 1] (None: drawn later from the
+    images QAT trains on)."""
+    if representative_data is None:
+        return None
+    if isinstance(representative_data, np.ndarray):
+        images = representative_data
+        data = (images, np.zeros(len(images), np.int64))
+    else:
+        data = representative_data
+    x, _, _ = _worker_client.labelled_arrays(
+        data, input_shape=input_shape, what="representative_data", batch_size=batch_size,
+        split="train", limit=num_samples)
+    return x[:num_samples]
 
 
 # ------------------------------------------------------------------------------ steps
@@ -373,31 +561,8 @@ def _same_graph(post_path: str, qat_path: str) -> int:
     return len(lists[0][0])
 
 
-def _judged_images(x: np.ndarray, held_out: np.ndarray | None) -> tuple[np.ndarray, str]:
-    """The images the choice is judged on: the held-out ones, then the training ones shifted
-    by `JUDGE_SHIFT` of their size (edge pixels repeated), and their description."""
-    dy, dx = (max(1, round(JUDGE_SHIFT * d)) for d in x.shape[1:3])
-    padded = np.pad(x, ((0, 0), (dy, 0), (dx, 0), (0, 0)), mode="edge")
-    shifted = padded[:, :x.shape[1], :x.shape[2]]
-    parts = [f"{len(x)} training images shifted by {dy}x{dx} pixels"]
-    if held_out is not None:
-        parts.insert(0, f"{len(held_out)} held-out images")
-        shifted = np.concatenate([held_out, shifted])
-    return shifted, " and ".join(parts)
-
-
 def _keras_classes(model, images: np.ndarray) -> np.ndarray:
     return np.argmax(np.asarray(model.predict(images, batch_size=64, verbose=0)), -1)
-
-
-def _compare(model, images: np.ndarray, post_path: str, qat_path: str) -> AgreementComparison:
-    """The post-training (a) and QAT (b) files' agreement with `model` on `images`."""
-    from keras_mvit2.export.tflite.run import run_tflite
-
-    reference = _keras_classes(model, images)
-    post = np.argmax(run_tflite(post_path, images), -1)
-    trained = np.argmax(run_tflite(qat_path, images), -1)
-    return compare_agreement(reference, post, trained)
 
 
 def _copy(source: str, path: str) -> None:

@@ -177,7 +177,35 @@ def _exports_section(run: dict[str, Any]) -> list[str]:
                      f"{_pct(r.get('top1_agreement'))} | {lat} |")
     notes = sorted({r["note"] for r in exports if r.get("note")})
     lines += ["", *[f"Note: {n}" for n in notes]] if notes else []
+    for r in exports:
+        choice = _qat_choice(r)
+        if choice:
+            lines += ["", choice]
     return lines
+
+
+def _qat_choice(record: dict[str, Any]) -> str | None:
+    """Which int8 file shipped after quantization-aware training was tried, on how many
+    images neither file trained or calibrated on, with the paired test's p-value."""
+    facts = record.get("qat")
+    if not facts:
+        return None
+    if facts.get("error"):
+        return (f"Int8 file: the post-training file; quantization-aware training was tried "
+                f"and failed ({facts['error'][:200]}).")
+    judge = facts.get("judge_images") or {}
+    which = ("the quantization-aware-trained file" if facts["shipped"] == "qat"
+             else "the post-training file")
+    why = facts.get("guard") or facts.get("reason")
+    return (f"Int8 file: {which}, chosen on {facts['num_judged']} images neither file "
+            f"trained or calibrated on ({judge.get('held_out', 0)} held-out, "
+            f"{judge.get('set_aside', 0)} training images set aside before the training): "
+            f"agreement with Keras {_pct(facts['agreement_post_training'])} (post-training) "
+            f"and {_pct(facts['agreement_qat'])} (quantization-aware-trained), exact "
+            f"one-sided paired test p = {facts['p_value']:.2g}; {why}. The rule: the "
+            "quantization-aware-trained file ships only at p < 0.05 with a top-1 not lower "
+            "there and no lower top-1 or agreement on the held-out images, so one that agrees "
+            "no more often than the post-training file ships in at most 5 % of runs.")
 
 
 def _usage_section(run: dict[str, Any]) -> list[str]:

@@ -12,12 +12,16 @@ held-out images, that is not slower than float32 on this host), in the same reco
 
 Quantization-aware training (`qat`): where the default int8 `.tflite` agrees with Keras on
 fewer than `QAT_BELOW_AGREEMENT` of the held-out images, the ``qat_int8`` file (the
-optimizer's candidate, trained on the run's own training images) is built;
-`keras_mvit2.quantize.qat` judges it against the post-training file by their agreement with
-Keras on every image at hand (the held-out ones and the shifted training ones, with a 95 %
-interval) and it replaces the default file only where it measurably agrees more often (the
-post-training file is kept as `POST_TRAINING_FILE`). With `max_drop` the optimizer offers
-``qat_int8`` when no post-training int8 file meets the budget.
+optimizer's candidate, trained on the run's own training images less a quarter set aside)
+is built. `keras_mvit2.quantize.qat` judges it against the post-training file on images
+neither file trained or calibrated on (the held-out images and the set-aside training
+images): it ships only where McNemar's exact one-sided test on the images where the two
+files disagree gives p < 0.05 that it agrees with Keras more often and its top-1 there is not
+lower. The export step then re-measures it on the held-out images and keeps the
+post-training file wherever the QAT file's top-1 or agreement there is lower (the guard);
+only then does it replace the default file (the post-training file is kept as
+`POST_TRAINING_FILE`). With `max_drop` the optimizer offers ``qat_int8`` when no
+post-training int8 file meets the budget.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ __all__ = [
     "drop_points",
     "export_warnings",
     "file_kind",
+    "judged_in_words",
 ]
 
 #: What `--export` exports by default.
@@ -240,31 +245,39 @@ def export_warnings(records: Sequence[dict[str, Any]]) -> list[str]:
     return messages
 
 
+def judged_in_words(facts: dict[str, Any]) -> str:
+    """The QAT choice's figures as one clause: the judge images, both agreements and the
+    paired test's p-value."""
+    return (f"agreement with Keras on {facts['num_judged']} images neither file trained or "
+            f"calibrated on ({facts['judged_on']}): post-training "
+            f"{100 * facts['agreement_post_training']:.1f} %, quantization-aware-trained "
+            f"{100 * facts['agreement_qat']:.1f} %, paired test p = {facts['p_value']:.2g}")
+
+
 def _qat_outcome(facts: dict[str, Any] | None) -> str:
     """What the quantization-aware training tried for a warned file gave, as a sentence."""
     if not facts:
         return ""
     if facts.get("error"):
         return f"Quantization-aware training was tried and failed ({facts['error'][:200]}). "
-    judged = (f"agreement with Keras on {facts['judged_on']}: post-training "
-              f"{100 * facts['agreement_post_training']:.1f} %, quantization-aware-trained "
-              f"{100 * facts['agreement_qat']:.1f} %")
-    if facts.get("shipped") == "qat":  # better than the post-training file, still warned
+    judged = judged_in_words(facts)
+    if facts.get("shipped") == "qat":  # chosen over the post-training file, still warned
         before = facts["post_training"]
         return (f"It is quantization-aware trained ({facts.get('steps')} steps), which did "
-                f"not fix it but does better than the post-training file ({before['path']}, "
-                f"{_against_keras(before['drop_points'])}; {judged}). ")
-    return (f"Quantization-aware training ({facts.get('steps')} steps) did not measurably "
-            f"do better ({judged}). ")
+                f"not fix it; the paired test chose it over the post-training file "
+                f"({before['path']}, {_against_keras(before['drop_points'])}; {judged}). ")
+    return (f"Quantization-aware training ({facts.get('steps')} steps) was not shipped: "
+            f"{facts.get('guard') or facts.get('reason')} ({judged}). ")
 
 
 def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: PhoneData,
              class_names: Sequence[str], io_dtype: str, reference: np.ndarray,
              qat: Any, log: Callable[[str], None]) -> None:
     """Builds the ``qat_int8`` file for the default int8 file at `path` (`record`); where
-    `keras_mvit2.quantize.qat` ships it (it agrees with Keras measurably more often than the
-    post-training file) it becomes the file at `path`, validated, and `record` its figures.
-    `record["qat"]` says what happened."""
+    `keras_mvit2.quantize.qat` ships it (the paired test chose it) and its top-1 and
+    agreement on the held-out images are not below the post-training file's (the guard) it
+    becomes the file at `path`, validated, and `record` its figures. `record["qat"]` says
+    what happened."""
     from keras_mvit2.export import validate
     from keras_mvit2.optimizer.qat_settings import QAT_CANDIDATE
     from keras_mvit2.optimizer.targets import qat_candidate_of
@@ -291,15 +304,19 @@ def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: P
         facts["error"] = f"{type(err).__name__}: {err}"
         log(f"quantization-aware training failed: {facts['error'].splitlines()[0][:200]}")
         return
-    judged = (f"agreement with Keras on {facts['judged_on']}: post-training "
-              f"{100 * facts['agreement_post_training']:.1f} %, quantization-aware-trained "
-              f"{100 * facts['agreement_qat']:.1f} %")
+    judged = judged_in_words(facts)
     if facts["shipped"] != "qat":
         os.remove(qat_path)  # the build wrote the post-training file there
-        log(f"{judged}: the post-training file stays")
+        log(f"{judged}: the post-training file stays ({facts.get('reason')})")
         return
     checked = validate(qat_path, model, data.images, data.labels,
                        class_names=list(class_names), reference_outputs=reference)
+    guard = _guard(checked, record)
+    if guard is not None:  # never a default file that does worse on the held-out images
+        os.remove(qat_path)
+        facts.update(shipped="post_training", guard=guard)
+        log(f"{judged}; the post-training file stays: {guard}")
+        return
     after = round(100 * (checked.reference_accuracy - checked.accuracy), 6)
     facts.update(top1=checked.accuracy, top1_agreement=checked.top1_agreement,
                  drop_points=after)
@@ -319,6 +336,21 @@ def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: P
         f"{qat.learning_rate:g}); {judged} (the post-training file is kept as "
         f"{facts['post_training']['path']}).")
     log(f"shipping the quantization-aware-trained int8 file as {record['path']}: {judged}")
+
+
+def _guard(checked: Any, record: dict[str, Any]) -> str | None:
+    """Why the QAT file (`checked`: its validation on the held-out images) must not replace
+    the post-training file of `record`, or None: its top-1 or its agreement with Keras on
+    the held-out images is below the post-training file's."""
+    n = checked.num_images
+    if checked.accuracy < record["top1"]:
+        return (f"the quantization-aware-trained file's top-1 on the {n} held-out images is "
+                f"lower ({100 * checked.accuracy:.1f} against {100 * record['top1']:.1f} %)")
+    if checked.top1_agreement < record["top1_agreement"]:
+        return (f"the quantization-aware-trained file agrees with Keras on fewer of the {n} "
+                f"held-out images ({100 * checked.top1_agreement:.1f} against "
+                f"{100 * record['top1_agreement']:.1f} %)")
+    return None
 
 
 def _against_keras(drop: float) -> str:

@@ -11,11 +11,14 @@ The steps, each the library's own function:
 4. evaluate  the shipped model (EMA weights where the recipe keeps an EMA) on the held-out
              images: top-1 / top-5, per class, confusion matrix (`eval/`);
 5. export    `keras_mvit2.ship.phone_files._export_phone_files`: int8 `.tflite` and Core
-             ML fp16 in `phone/`, validated and timed; an int8 `.tflite` that loses more
-             than a point of top-1 to Keras gets a short quantization-aware training on
-             the run's training images and is replaced by its file where that one keeps
-             the point (said in the output and the card); a warning (printed and in the
-             card's limits) for a file that still loses more;
+             ML fp16 in `phone/`, validated and timed; an int8 `.tflite` that agrees with
+             Keras on fewer than 99 % of the held-out images gets a short quantization-
+             aware training on the run's training images, less a quarter set aside, and
+             is replaced by its file only where an exact paired test on the held-out and
+             set-aside images chooses it (p < 0.05) and its top-1 and agreement on the
+             held-out images are not lower (said in the output and the card, with the
+             p-value); a warning (printed and in the card's limits) for a file that loses
+             more than a point of top-1;
 6. describe  `run.json` gains `data`, `recipe`, `evaluation`, `exports`, `created`,
              `limits`; `MODEL_CARD.md` is written from `run.json`
              (`keras_mvit2.ship.model_card`).
@@ -146,10 +149,10 @@ def finetune_to_phone(
             (`keras_mvit2.ship.phone_files._export_phone_files`; its default objective:
             nothing slower than float32 on this host).
         qat_steps: the quantization-aware training of the ``qat_int8`` file (tried where
-            the int8 `.tflite` loses more than `WARN_DROP_POINTS`, and offered to the
-            optimizer with `max_drop`), towards the model's own answers on the run's
-            training images: at most this many steps a pass (default
-            `keras_mvit2.optimizer.QAT_MAX_STEPS`; 0: never).
+            the int8 `.tflite` agrees with Keras on fewer than `QAT_BELOW_AGREEMENT` of the
+            held-out images, and offered to the optimizer with `max_drop`), towards the
+            model's own answers on the run's training images: at most this many steps a
+            pass (default `keras_mvit2.optimizer.QAT_MAX_STEPS`; 0: never).
         qat_learning_rate: its Adam learning rate (default `QAT_LEARNING_RATE`).
         qat_epochs: its passes over the training images (default `QAT_EPOCHS`).
         replan: as `training.train`.

@@ -220,19 +220,56 @@ def quantize_with_edge_quantizer(
 def _chosen_ranges(calibration: dict[str, Any], float_bytes: bytes, images: np.ndarray,
                    method: str) -> dict[str, Any]:
     """ai-edge-quantizer's calibration result with each per-tensor min / max replaced by the
-    range `method` chooses (`select_named_ranges`), in the result's own array shapes."""
+    range `method` chooses (`select_named_ranges`) and, as the TensorFlow road's full int8
+    does for every method but ``"minmax"``, the matrix products' operands given the ranges
+    `zero_offset_matmul_operands` gives them (`_zero_offset_products`), in the result's own
+    array shapes."""
     from keras_mvit2.export.tflite.activation_ranges import select_named_ranges
 
     ranges = {name: (float(np.min(entry["min"])), float(np.max(entry["max"])))
               for name, entry in calibration.items()
               if "min" in entry and np.size(entry["min"]) == 1}
     chosen = select_named_ranges(float_bytes, images, ranges, method)
+    if method != "minmax":
+        chosen = _zero_offset_products(float_bytes, chosen)
     out = dict(calibration)
     for name, (lo, hi) in chosen.items():
         entry = dict(calibration[name])
         entry["min"] = np.full_like(np.asarray(entry["min"]), lo)
         entry["max"] = np.full_like(np.asarray(entry["max"]), hi)
         out[name] = entry
+    return out
+
+
+def _zero_offset_products(float_bytes: bytes,
+                          ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    """`ranges` (by tensor name) after the TensorFlow road's own rule for the matrix
+    products' operands: the float graph is annotated with them as the converter annotates
+    its calibrated graph, `activation_ranges.zero_offset_matmul_operands` (the function
+    `to_tflite`'s full int8 calls) widens what it widens, and the ranges are read back. The
+    quantizer computes each zero point from these ranges, so an operand the TensorFlow road
+    gives zero point 0 gets it here too (XNNPACK ignores that zero point)."""
+    from ai_edge_litert import schema_py_generated as tfl_schema
+
+    from keras_mvit2.export.tflite.activation_ranges import zero_offset_matmul_operands
+
+    model = parse_flatbuffer(float_bytes)
+    tensors = model.subgraphs[0].tensors
+    index = {decode_name(t.name): i for i, t in enumerate(tensors)}
+    for tensor in tensors:
+        tensor.quantization = None
+    for name, (lo, hi) in ranges.items():
+        if name in index:
+            annotation = tfl_schema.QuantizationParametersT()
+            annotation.min = np.array([lo], np.float32)
+            annotation.max = np.array([hi], np.float32)
+            tensors[index[name]].quantization = annotation
+    zero_offset_matmul_operands(model)
+    out = dict(ranges)
+    for name, (lo, hi) in ranges.items():
+        q = tensors[index[name]].quantization if name in index else None
+        if q is not None and (q.min[0] != np.float32(lo) or q.max[0] != np.float32(hi)):
+            out[name] = (float(q.min[0]), float(q.max[0]))
     return out
 
 
