@@ -203,14 +203,14 @@ def divide_by_token_sum(values, total):
 
     The sum lies in [1, N]: 1 where one token takes all the weight, N where the weight is
     spread evenly. Full-int8 TFLite quantizes it over [0, its calibrated maximum] in 255
-    steps, so a sum near 1 is known only to about N / 510: a divisor up to 12-50 % off at
-    MobileViTV2's 64-256 tokens (256x256 input), an error of about 10 output steps in a
-    peaked attention's output (`mvit2 validate --per-layer` on a fine-tune's file), and above 510
-    tokens a sum of 1 rounds to zero, on which LiteRT's int8 DIV fails at invoke. `s` lies
-    in [1 / sqrt(N), 1] and is quantized with the step of that range: a sum near 1 gives
-    `s` near 1 known to 0.2 %, a sum rounded to zero saturates RSQRT to its largest value
-    instead of failing. Float: within a few ulp of the division (the same in every form,
-    under every converter).
+    steps, so a sum near 1 is known only to about N / 510 (12-50 % at MobileViTV2's 64-256
+    tokens, 256x256 input), and above 510 tokens a sum of 1 rounds to zero, on which LiteRT's
+    int8 DIV fails at invoke. RSQRT reads that same int8-rounded sum, so `s * s` knows the
+    divisor no better than the DIV did; what the form removes is the failure: a sum rounded
+    to zero saturates RSQRT to its largest value instead. (On a fine-tune's int8 file the
+    products agreed with Keras more often than the division, docs/int8_investigation.md;
+    the rounding of the sum does not explain it.) Float: within a few ulp of the division
+    (the same in every form, under every converter).
     """
     scale = ops.rsqrt(total)
     return values * scale * scale
