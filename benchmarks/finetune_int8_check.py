@@ -9,8 +9,9 @@ photos of `benchmarks/finetune_photos.py`, where one image is one top-1 point. T
 benchmark runs the same files on `--test-images` Fashion-MNIST *test* images (written as PNG
 files in class folders named as the run's classes, read back with the run's evaluation
 transform, as the photos are): the Keras model (`RUN/model_ema.keras`) and every `.tflite`
-in `RUN/phone/` (the shipped `model_int8.tflite`, and `model_qat_int8.tflite` /
-`model_int8_post_training.tflite` where the run made them), each in LiteRT. Reports top-1,
+in `RUN/phone/` (the shipped `model_int8.tflite`, and `model_int8_post_training.tflite`
+where the run shipped its quantization-aware-trained file) and the trained file it did not
+ship (`RUN/eval/model_qat_int8_not_shipped.tflite`), each in LiteRT. Reports top-1,
 the drop against Keras in points, argmax agreement (also on the half of the images where
 Keras' top-1 margin is largest: how much of the disagreement is low-margin images), and the
 95 % interval (at most) of a top-1 difference measured on the run's own held-out images
@@ -18,9 +19,12 @@ Keras' top-1 margin is largest: how much of the disagreement is low-margin image
 under `--out`, one entry per run folder name. Each entry also keeps what the run itself
 measured (``held_out``): the shipped file's top-1 and agreement with Keras on the held-out
 images, and its quantization-aware training's choice (``qat``, from the run record:
-`shipped` ``"qat"`` or ``"post_training"``, `agreement_post_training` and `agreement_qat` on
-the images it judged them on, `judged_on`; null where it was not tried), tabled under the
-files.
+`shipped` ``"qat"`` or ``"post_training"``, the judge images, `agreement_post_training` and
+`agreement_qat` there, the paired test's `p_value`; null where it was not tried), and what
+the test images say of that choice (``qat_on_test``: the post-training, the trained and the
+shipped file's agreement with Keras, the trained file's gain over the post-training file in
+points, and whether the shipped file agrees less often than the post-training file),
+tabled under the files beside the judged gain.
 """
 
 from __future__ import annotations
@@ -73,25 +77,67 @@ def table(record: dict) -> list[str]:
                          f"{100 * row['agreement']:.1f} % | {confident_cell(row)} | "
                          f"±{row['held_out_interval_points']:.1f} on "
                          f"{entry['held_out_images']} |")
-    lines += ["", "What each run measured itself (its held-out images; QAT's agreements on the "
-              "images it judged the two files on):", "",
-              "| run | held-out images | shipped file: top-1 (Keras) | its agreement | QAT: file "
-              "shipped | agreement post-training | agreement QAT | judged on |",
-              "|---|---:|---:|---:|---|---:|---:|---|"]
+    lines += ["", "What each run's quantization-aware training chose, on its judge images "
+              "(held-out + training images set aside before training), beside what the test "
+              "images say of it (agreement with Keras):", "",
+              "| run | held-out images | shipped file: top-1 (Keras) | its agreement | judge "
+              "images | judged: post-training / QAT | judged gain (points) | p | file shipped "
+              "| test: post-training / QAT | test gain (points) | shipped below post-training "
+              "on the test images |",
+              "|---|---:|---:|---:|---|---|---:|---:|---|---|---:|---|"]
     for run_name, entry in record.items():
         seen = entry["held_out"]
         qat = qat_facts(seen)  # records of the earlier QAT have no agreements: blank cells
         shipped = qat_cell(qat).split(" (")[0]
-        cells = [f"{100 * qat[k]:.1f} %" if qat and qat.get(k) is not None else ""
-                 for k in ("agreement_post_training", "agreement_qat")]
+        judge = (qat or {}).get("judge_images")
+        judged = (f"{judge['held_out']} + {judge['set_aside']}" if judge else
+                  "" if not qat else "held-out + shifted training images")
+        pair = ""
+        gain = ""
+        if qat and qat.get("agreement_qat") is not None:
+            pair = (f"{100 * qat['agreement_post_training']:.1f} / "
+                    f"{100 * qat['agreement_qat']:.1f} %")
+            gain = f"{100 * (qat['agreement_qat'] - qat['agreement_post_training']):+.1f}"
+        p = "" if not qat or qat.get("p_value") is None else f"{qat['p_value']:.2g}"
+        test = entry.get("qat_on_test") or {}
+        test_pair = ("" if test.get("agreement_qat") is None else
+                     f"{100 * test['agreement_post_training']:.1f} / "
+                     f"{100 * test['agreement_qat']:.1f} %")
+        test_gain = ("" if test.get("gain_points") is None else f"{test['gain_points']:+.1f}")
+        below = test.get("shipped_below_post_training")
         shipped_top1 = seen.get("shipped_top1")
         agreement = seen.get("shipped_agreement")
         lines.append(f"| {run_name} | {entry['held_out_images']} | "
                      f"{'' if shipped_top1 is None else f'{100 * shipped_top1:.1f} %'} "
                      f"({100 * seen['keras_top1']:.1f} %) | "
-                     f"{'' if agreement is None else f'{100 * agreement:.1f} %'} | {shipped} | "
-                     f"{cells[0]} | {cells[1]} | {(qat or {}).get('judged_on') or ''} |")
+                     f"{'' if agreement is None else f'{100 * agreement:.1f} %'} | {judged} | "
+                     f"{pair} | {gain} | {p} | {shipped} | {test_pair} | {test_gain} | "
+                     f"{'' if below is None else ('yes' if below else 'no')} |")
     return lines
+
+
+def qat_on_test(rows: dict, qat: dict | None) -> dict | None:
+    """What the test images (`rows`: file name -> figures) say of the run's QAT choice: the
+    post-training, trained and shipped files' agreement with Keras, the trained file's gain
+    (points) and whether the shipped file agrees less often than the post-training one; None
+    where QAT was not tried or failed. The trained file of a run that did not ship it is
+    there only for runs that kept it (the run record's `not_shipped_path`)."""
+    if not qat or qat.get("shipped") is None:
+        return None
+    shipped = rows.get("model_int8.tflite")
+    if qat["shipped"] == "qat":
+        post, trained = rows.get("model_int8_post_training.tflite"), shipped
+    else:
+        kept = qat.get("not_shipped_path")
+        post, trained = shipped, rows.get(os.path.basename(kept)) if kept else None
+    if post is None or shipped is None:
+        return None
+    return {"agreement_post_training": post["agreement"],
+            "agreement_qat": None if trained is None else trained["agreement"],
+            "agreement_shipped": shipped["agreement"],
+            "gain_points": (None if trained is None
+                            else 100 * (trained["agreement"] - post["agreement"])),
+            "shipped_below_post_training": shipped["agreement"] < post["agreement"]}
 
 
 def main() -> None:
@@ -130,11 +176,13 @@ def main() -> None:
                       "median_top1_probability": float(np.median(ranked[:, -1])),
                       "median_margin": float(np.median(margin))}}
     phone = os.path.join(args.run, "phone")
-    for name in sorted(os.listdir(phone)):
-        if not name.endswith(".tflite"):
-            continue
-        predicted = run_tflite(os.path.join(phone, name), test.images,
-                               num_threads=2).argmax(1)
+    files = {name: os.path.join(phone, name) for name in sorted(os.listdir(phone))
+             if name.endswith(".tflite")}
+    kept = (qat_facts(exports.get("tflite", {})) or {}).get("not_shipped_path")
+    if kept and os.path.exists(os.path.join(args.run, kept)):  # the trained file not shipped
+        files[os.path.basename(kept)] = os.path.join(args.run, kept)
+    for name, path in files.items():
+        predicted = run_tflite(path, test.images, num_threads=2).argmax(1)
         agreement = float(np.mean(predicted == reference.argmax(1)))
         top1 = float(np.mean(predicted == test.labels))
         rows[name] = {"top1": top1, "drop_points": 100 * (keras_top1 - top1),
@@ -157,7 +205,7 @@ def main() -> None:
                      "shipped_top1": tflite.get("top1"),
                      "shipped_agreement": tflite.get("top1_agreement"),
                      "qat": qat_facts(tflite)},
-        "test": rows}
+        "test": rows, "qat_on_test": qat_on_test(rows, qat_facts(tflite))}
     os.makedirs(args.out, exist_ok=True)
     with open(path, "w") as f:
         json.dump(record, f, indent=2)

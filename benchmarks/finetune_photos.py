@@ -18,10 +18,13 @@ tests/torch_oracle.py (torch, in a subprocess): it exercises the download, port 
 fine-tuning path, but these are not the real ImageNet weights, so its accuracy says nothing
 about them. Records wall time, top-1 on the held-out images, the shipped `.tflite` file's
 kind, top-1 and agreement with Keras, whether the run's quantization-aware training was
-tried and which file it shipped (``qat``: `shipped` ``"qat"`` or ``"post_training"``, the two
-files' agreement with Keras on the images it judged them on, `judged_on`), sizes and the load
-average, in `finetune_photos.json` / `.md`; each run is kept there under its name (`standin`,
-`random`, `standin_max_drop_1`, ...), so runs made one at a time add up. With `--max-drop`
+tried and which file it shipped (``qat``: `shipped` ``"qat"`` or ``"post_training"``, the
+judge images (held-out + training images set aside before training, `judge_images`,
+`judged_on`), the two files' agreement with Keras there, the exact paired test's `p_value`
+and why, `reason` / `guard`), sizes and the load average, in `finetune_photos.json` / `.md`
+(what the two files do on 1,000 unseen test images: `finetune_int8_check.py RUN`); each
+run is kept there under its name (`standin`, `random`, `standin_max_drop_1`, ...), so runs
+made one at a time add up. With `--max-drop`
 the command runs again on a copy of the trained run folder (run it without `--max-drop`
 first): the folder is complete, so it only evaluates and exports, and its wall time is that
 of re-exporting without retraining.
@@ -128,9 +131,12 @@ def run_command(args: list[str], env: dict[str, str]) -> tuple[float, float]:
 def qat_facts(export: dict) -> dict | None:
     """What the run's quantization-aware training of its int8 file did, from the export
     record's ``qat`` facts (`keras_mvit2.ship.phone_files`): `shipped` (``"qat"`` or
-    ``"post_training"``; None where it failed: `error`), the post-training and the QAT file's
-    agreement with Keras on the images they were judged on, and `judged_on` (those images, in
-    words). None where it was not tried (the post-training file agreed well enough)."""
+    ``"post_training"``; None where it failed: `error`), the judge images (`num_judged`,
+    `judge_images`, `judged_on`), the post-training and the QAT file's agreement with Keras
+    there, the paired test's `p_value`, `reason` / `guard`, and where a trained file that was
+    not shipped is kept (`not_shipped_path`). None where it was not tried (the post-training
+    file agreed well enough). Records made before the judge images were set aside lack the
+    judge sizes and p (None)."""
     facts = export.get("qat")
     if not facts or all(value is None for value in facts.values()):
         return None
@@ -138,22 +144,25 @@ def qat_facts(export: dict) -> dict | None:
     if isinstance(shipped, bool):  # runs of the earlier QAT recorded a bool
         shipped = "qat" if shipped else "post_training"
     return {"shipped": None if facts.get("error") else shipped,
-            "agreement_post_training": facts.get("agreement_post_training"),
-            "agreement_qat": facts.get("agreement_qat"),
-            "judged_on": facts.get("judged_on"), "error": facts.get("error")}
+            **{key: facts.get(key) for key in (
+                "agreement_post_training", "agreement_qat", "num_judged", "judge_images",
+                "judged_on", "p_value", "reason", "guard", "not_shipped_path", "error")}}
 
 
 def qat_cell(qat: dict | None) -> str:
-    """A table cell of `qat_facts`."""
+    """A table cell of `qat_facts`: the file shipped, and where judged on the images set
+    aside, both agreements there and p."""
     if not qat:
         return "not tried"
     if qat.get("error"):
         return "failed"
-    agreements = ""
+    details = ""
     if qat.get("agreement_qat") is not None:
-        agreements = (f" ({100 * qat['agreement_post_training']:.1f} % / "
-                      f"{100 * qat['agreement_qat']:.1f} %)")
-    return f"{qat['shipped'] or '?'}{agreements}"
+        details = (f" ({100 * qat['agreement_post_training']:.1f} % / "
+                   f"{100 * qat['agreement_qat']:.1f} %")
+        details += (")" if qat.get("p_value") is None else
+                    f" on {qat['num_judged']}, p = {qat['p_value']:.2g})")
+    return f"{qat['shipped'] or '?'}{details}"
 
 
 def figures(run_dir: str) -> dict:
@@ -184,7 +193,8 @@ def table(results: dict) -> list[str]:
     """The Markdown table of `results` (runs recorded before the QAT choice was: a blank
     QAT cell)."""
     lines = ["| run | epochs | wall time | top-1 (Keras) | .tflite | its top-1 | agreement | "
-             "QAT: file shipped (agreement post-training / QAT) | size |",
+             "QAT: file shipped (agreement post-training / QAT on the judge images, p) | "
+             "size |",
              "|---|---:|---:|---:|---|---:|---:|---|---:|"]
     for name, r in results["runs"].items():
         qat = qat_cell(r["qat"]) if "qat" in r else ""
@@ -194,7 +204,9 @@ def table(results: dict) -> list[str]:
                      f"{qat} | {r['tflite_size_bytes'] / 1e6:.2f} MB |")
     return lines + ["", "Agreement: the shipped file's top-1 agreement with Keras on the "
                     "held-out images; QAT's two are on the images it judged the two files on "
-                    "(`judged_on` in the JSON)."]
+                    "(the held-out images and training images set aside before training: "
+                    "`judged_on` in the JSON; runs recorded before the images were set aside "
+                    "judged on the held-out and the shifted training images, without p)."]
 
 
 def main() -> None:

@@ -29,11 +29,15 @@ every file run in LiteRT (XNNPACK, as apps run it):
   (`control_int8`), which traces the Keras model's own call (`export_forms.KERAS`): the
   file a user gets who converts our model as TensorFlow's guides teach; ``qat``:
   `keras_mvit2.quantize.qat` (quantization-aware training on the shipped graph) with its
-  defaults, `--qat-steps` steps of 8 of the training images, the choice judged on
-  `--qat-held-out` training images the model never saw (after the first `--train-images`)
-  and the training images shifted: ``int8 qat trained`` is the trained file,
-  ``int8 qat shipped`` the file `qat` wrote (the trained one only where it measured
-  better); its wall time and choice are in the JSON and a second table;
+  defaults on the model's training images (`--qat-steps` steps of 8; a quarter of the
+  images read is set aside first and never trained on), the choice judged on those
+  set-aside images and `--qat-held-out` training images the model never saw (after the
+  first `--train-images`), never on a calibration image: ``int8 qat post-training`` and
+  ``int8 qat trained`` are its two files, ``int8 qat shipped`` the one `qat` wrote (the
+  trained one only where the exact paired test chose it); a second table gives per training
+  the choice (the judge images, p, the judged gain in agreement) beside what the test images
+  say (the trained file's gain in agreement on them, and whether the shipped file agrees
+  less often than the post-training file there), and the wall times;
 * ``mobilenetv2_050``: the control, float and uint8 I/O.
 
 `--networks` trains and measures only some networks (the others' rows stay as recorded); a
@@ -158,8 +162,9 @@ VARIANCE_ROWS = {"int8 default gn E[x^2] mean": "one_pass",
 CALIBRATION_IMAGES = 200
 TIMING_RUNS = 60
 #: The QAT rows' extra facts (kept in the JSON beside the measures).
-QAT_FACTS = ("shipped", "qat_seconds", "train_seconds", "steps", "learning_rate",
-             "judged_agreement_post_training", "judged_agreement_qat", "judged_interval")
+QAT_FACTS = ("shipped", "reason", "qat_seconds", "train_seconds", "steps", "learning_rate",
+             "judged_agreement_post_training", "judged_agreement_qat", "judged_only_post",
+             "judged_only_qat", "p_value", "judge_images")
 
 
 def control_int8(model, path: str, calibration, io_dtype: str) -> None:
@@ -223,7 +228,8 @@ def latencies(paths: dict[str, str]) -> dict[str, float]:
 
 
 def run_qat(model, size: int, folder: str, args, calibration) -> dict:
-    """`keras_mvit2.quantize.qat` on the model (kept: a second call reads its facts)."""
+    """`keras_mvit2.quantize.qat` on the model (kept: a second call reads its facts, unless
+    they were recorded before the judge images were set aside: no ``p_value``)."""
     import numpy as np
 
     from keras_mvit2.quantize import qat
@@ -231,7 +237,9 @@ def run_qat(model, size: int, folder: str, args, calibration) -> dict:
     facts_path = os.path.join(folder, "mobilevitv2_050_qat.json")
     if os.path.exists(facts_path):
         with open(facts_path) as f:
-            return json.load(f)
+            facts = json.load(f)
+        if "p_value" in facts:
+            return facts
     x, y = fashion_mnist("train", args.train_images)
     held_x, held_y = fashion_mnist("train", args.qat_held_out, offset=args.train_images)
     result = qat(model, (np.asarray(as_model_input(x, size)), y),
@@ -240,15 +248,19 @@ def run_qat(model, size: int, folder: str, args, calibration) -> dict:
                  representative_data=calibration,
                  output_path=os.path.join(folder, "mobilevitv2_050_int8_qat_shipped.tflite"),
                  qat_path=os.path.join(folder, "mobilevitv2_050_int8_qat_trained.tflite"),
+                 post_training_path=os.path.join(
+                     folder, "mobilevitv2_050_int8_qat_post_training.tflite"),
                  io_dtype="float32")
     choice = result.choice
     facts = {"tflite_path": result.tflite_path, "qat_path": result.qat_path,
-             "shipped": result.shipped, "qat_seconds": result.seconds,
-             "train_seconds": result.train_seconds, "steps": result.steps,
-             "learning_rate": result.learning_rate,
+             "post_training_path": result.post_training_path,
+             "shipped": result.shipped, "reason": result.reason,
+             "qat_seconds": result.seconds, "train_seconds": result.train_seconds,
+             "steps": result.steps, "learning_rate": result.learning_rate,
              "judged_agreement_post_training": choice.agreement_a,
              "judged_agreement_qat": choice.agreement_b,
-             "judged_interval": list(choice.difference_interval)}
+             "judged_only_post": choice.only_a, "judged_only_qat": choice.only_b,
+             "p_value": choice.p_value, "judge_images": result.split.to_dict()}
     with open(facts_path, "w") as f:
         json.dump(facts, f, indent=1)
     return dict(facts)
@@ -314,6 +326,10 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
                 control_int8(model, out, calibration, "float32")
             rows["int8 plain converter"] = out
             qat_facts = run_qat(model, size, folder, args, calibration)
+            for row_key in [k for k in done if k.startswith(f"{arch} int8 qat")]:
+                if "p_value" not in done[row_key]:  # judged before the set-aside images
+                    del done[row_key]
+            rows["int8 qat post-training"] = qat_facts.pop("post_training_path")
             rows["int8 qat trained"] = qat_facts.pop("qat_path")
             rows["int8 qat shipped"] = qat_facts.pop("tflite_path")
         else:
@@ -341,6 +357,31 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
             row["x_float32"] = timing[row_key] / timing[f"{arch} float32"]
 
 
+def qat_run(rows: dict, seed: str) -> dict:
+    """One training's QAT facts, and what the test images say of its choice: the trained
+    and the shipped file's agreement with Keras against the post-training file's (points).
+    Runs recorded before QAT's post-training file was kept use the ``int8 p99.99`` row: the
+    same conversion (the same calibration images, ranges and I/O; the same logits)."""
+    shipped = rows["mobilevitv2_050 int8 qat shipped"]
+    post = rows.get("mobilevitv2_050 int8 qat post-training") or rows.get(
+        "mobilevitv2_050 int8 p99.99")
+    trained = rows["mobilevitv2_050 int8 qat trained"]
+    run = {"seed": seed, **{f: shipped.get(f) for f in QAT_FACTS}}
+    if shipped.get("judged_interval") is not None:  # recorded before the paired test
+        run["judged_interval"] = shipped["judged_interval"]
+    run["judged_gain_points"] = (
+        None if shipped.get("judged_agreement_qat") is None else
+        100 * (shipped["judged_agreement_qat"] - shipped["judged_agreement_post_training"]))
+    run["test_agreement_post_training"] = None if post is None else post["agreement"]
+    run["test_agreement_qat"] = trained["agreement"]
+    run["test_agreement_shipped"] = shipped["agreement"]
+    run["test_gain_points"] = (None if post is None
+                               else 100 * (trained["agreement"] - post["agreement"]))
+    run["shipped_below_post_training"] = (None if post is None
+                                          else shipped["agreement"] < post["agreement"])
+    return run
+
+
 def summarize(results: dict, sizes, seeds) -> list[dict]:
     import numpy as np
 
@@ -353,8 +394,8 @@ def summarize(results: dict, sizes, seeds) -> list[dict]:
             runs = [results[k][name] for k in keys if name in results[k]]
             entry = {"size": size, "row": name, "seeds": len(runs)}
             if name.endswith("int8 qat shipped"):
-                entry["runs"] = [{"seed": k.split("seed")[-1], **{f: results[k][name][f]
-                                  for f in QAT_FACTS}} for k in keys if name in results[k]]
+                entry["runs"] = [qat_run(results[k], k.split("seed")[-1]) for k in keys
+                                 if name in results[k]]
             for field in ("keras_top1", "top1", "drop_points", "agreement", "median_margin",
                           "logit_rel_error", "latency_ms", "x_float32", "size_mb"):
                 values = [r[field] for r in runs if field in r]
@@ -364,13 +405,66 @@ def summarize(results: dict, sizes, seeds) -> list[dict]:
     return table
 
 
-def markdown(table: list[dict], args) -> str:
+def qat_table(qat_rows: list[dict]) -> list[str]:
+    """The QAT table's lines: per training, the choice beside what the test images say."""
+    def pct(v):
+        return "-" if v is None else f"{100 * v:.1f} %"
+
+    def points(v):
+        return "-" if v is None else f"{v:+.1f}"
+
+    lines = [
+        "Quantization-aware training (`keras_mvit2.quantize.qat`), per training: the judge "
+        "images (held-out + set aside before training, none trained or calibrated on), the "
+        "two files' agreement with Keras there, the exact one-sided paired test's p and the "
+        "file written; then, on the test images, the trained file's gain in agreement over "
+        "the post-training file and whether the shipped file agrees less often than the "
+        "post-training file; the wall time of the whole call and of its training.",
+        "",
+        "| size | seed | judge images | judged: post-training | judged: QAT | judged gain "
+        "(points) | p | shipped | test gain (points) | shipped below post-training on the "
+        "test images | qat s | train s | steps |",
+        "|---:|---:|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|",
+    ]
+    for e in qat_rows:
+        for run in e["runs"]:
+            judge = run.get("judge_images") or {}
+            judged = (f"{judge['held_out']} + {judge['set_aside']}" if judge
+                      else "held-out + shifted training images")
+            below = run.get("shipped_below_post_training")
+            p = "-" if run.get("p_value") is None else f"{run['p_value']:.2g}"
+            lines.append(
+                f"| {e['size']} | {run['seed']} | {judged} | "
+                f"{pct(run['judged_agreement_post_training'])} | "
+                f"{pct(run['judged_agreement_qat'])} | {points(run['judged_gain_points'])} | "
+                f"{p} | "
+                f"{run['shipped']} | {points(run['test_gain_points'])} | "
+                f"{'-' if below is None else ('yes' if below else 'no')} | "
+                f"{run['qat_seconds']:.0f} | {run['train_seconds']:.0f} | {run['steps']} |")
+    return lines
+
+
+def fidelity_rows(table: list[dict]) -> list[str]:
+    """The main table (header and one row per size and file: medians over the seeds)."""
     def pct(v):
         return "-" if v is None else f"{100 * v:.1f} %"
 
     def num(v, digits=2):
         return "-" if v is None else f"{v:.{digits}f}"
 
+    lines = ["| size | file | seeds | Keras top-1 | int8 top-1 | drop (points) | agreement | "
+             "median margin | logit rel. error | ms (1 thread) | x float32 |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for e in table:
+        lines.append(
+            f"| {e['size']} | {e['row']} | {e['seeds']} | {pct(e['keras_top1'])} | "
+            f"{pct(e['top1'])} | {e['drop_points']:+.1f} | {pct(e['agreement'])} | "
+            f"{e['median_margin']:.2f} | {e['logit_rel_error']:.3f} | "
+            f"{num(e['latency_ms'])} | {num(e['x_float32'])} |")
+    return lines
+
+
+def markdown(table: list[dict], args) -> str:
     lines = [
         "# Full-int8 fidelity: MobileViTV2-0.5 vs the MobileNetV2-0.5 control",
         "",
@@ -378,37 +472,11 @@ def markdown(table: list[dict], args) -> str:
         f"images, {args.epochs} epochs, {args.test_images} held-out test images; medians over "
         "the seeds, per-seed values in the JSON).",
         "",
-        "| size | file | seeds | Keras top-1 | int8 top-1 | drop (points) | agreement | "
-        "median margin | logit rel. error | ms (1 thread) | x float32 |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *fidelity_rows(table),
     ]
-    for e in table:
-        lines.append(
-            f"| {e['size']} | {e['row']} | {e['seeds']} | {pct(e['keras_top1'])} | "
-            f"{pct(e['top1'])} | {e['drop_points']:+.1f} | {pct(e['agreement'])} | "
-            f"{e['median_margin']:.2f} | {e['logit_rel_error']:.3f} | "
-            f"{num(e['latency_ms'])} | {num(e['x_float32'])} |")
     qat_rows = [e for e in table if e["row"].endswith("int8 qat shipped")]
     if qat_rows:
-        lines += [
-            "",
-            "Quantization-aware training (`keras_mvit2.quantize.qat`, per training: the file "
-            "written, the wall time of the whole call and of its training, and the two files' "
-            "agreement on the images the choice was judged on, with the 95 % interval of the "
-            "difference):",
-            "",
-            "| size | seed | shipped | qat s | train s | steps | judged: post-training | "
-            "judged: QAT | interval (points) |",
-            "|---:|---:|---|---:|---:|---:|---:|---:|---|",
-        ]
-        for e in qat_rows:
-            for run in e["runs"]:
-                low, high = run["judged_interval"]
-                lines.append(
-                    f"| {e['size']} | {run['seed']} | {run['shipped']} | "
-                    f"{run['qat_seconds']:.0f} | {run['train_seconds']:.0f} | {run['steps']} | "
-                    f"{pct(run['judged_agreement_post_training'])} | "
-                    f"{pct(run['judged_agreement_qat'])} | {100 * low:+.1f} to {100 * high:+.1f} |")
+        lines += ["", *qat_table(qat_rows)]
     return "\n".join(lines) + "\n"
 
 

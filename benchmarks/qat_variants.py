@@ -6,19 +6,20 @@
 RUN is a run folder of `benchmarks/finetune_photos.py` (its `model_ema.keras`), PHOTOS the
 photo folder it trained on. Each variant runs `keras_mvit2.quantize.qat` (the post-training
 int8 file's own graph trained with its rounding towards the float graph's answers, then
-converted again) on 900 of the photos, judged against the post-training file on the other
-photos (as `mvit2 finetune`'s held-out images) and the 900 shifted, at the `qat_int8`
-candidate's settings (`keras_mvit2.optimizer.qat_settings`: 3 passes, Adam 1e-4, batch 8;
-200 calibration images) with one setting changed. It measures the quantization-aware-trained
-file (`qat_path`, whichever `qat` shipped) in LiteRT on `--test-images` Fashion-MNIST *test*
-images written as PNG files in the run's class folders (as
-`benchmarks/finetune_int8_check.py` does): top-1, drop against Keras in points, argmax
-agreement and the output's relative error; and records `qat`'s own choice (`shipped`, the
-post-training and the QAT file's agreement with Keras on the images it judged them on and
-the 95 % interval of their difference) and the mean distillation loss of each pass. The
-training is seeded: the same variant gives the same file. Entries of earlier runs of the
-benchmark (the TFMOT QAT, its variants ``no_function_quant`` ...) stay in the results, tabled
-with their agreement on their training batches per pass.
+converted again) on 900 of the photos, of which it sets a quarter aside before training and
+judges the two files on those and on the other photos (as `mvit2 finetune`'s held-out
+images), at the `qat_int8` candidate's settings (`keras_mvit2.optimizer.qat_settings`: 3
+passes, Adam 1e-6, batch 8; 200 calibration images) with one setting changed. It measures
+the quantization-aware-trained file (`qat_path`, whichever `qat` shipped) and the
+post-training file in LiteRT on `--test-images` Fashion-MNIST *test* images written as PNG
+files in the run's class folders (as `benchmarks/finetune_int8_check.py` does): top-1, drop
+against Keras in points, argmax agreement, the output's relative error and the trained
+file's gain in agreement over the post-training file; and records `qat`'s own choice
+(`shipped`, the post-training and the QAT file's agreement with Keras on the judge images,
+the exact paired test's p) and the mean distillation loss of each pass. The training is
+seeded: the same variant gives the same file. Entries of earlier runs of the benchmark (the
+TFMOT QAT, its variants ``no_function_quant`` ...) stay in the results, tabled with their
+agreement on their training batches per pass.
 
 Variants: ``default`` (the candidate's settings), ``lr0`` (learning rate 0: the
 post-training file itself, the baseline of the others), ``epochs1`` and ``epochs6`` (1 and 6
@@ -69,15 +70,19 @@ def table(results: dict) -> list[str]:
     """The Markdown table of `results` (entries of earlier runs of the benchmark, made with
     the earlier TFMOT QAT, have no choice: blank cells)."""
     lines = ["| run (Keras top-1) | variant | top-1 | drop | agreement | output error | "
-             "shipped (agreement post-training / QAT, on the judged images) | "
-             "per pass |", "|---|---|---:|---:|---:|---:|---|---|"]
+             "test gain over post-training (points) | "
+             "shipped (agreement post-training / QAT on the judge images, p) | "
+             "per pass |", "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for run, figures in results.items():
         for name, r in figures.items():
             if name == "keras_top1":
                 continue
             choice = r.get("choice")
+            p = "" if not choice or choice.get("p_value") is None else (
+                f", p = {choice['p_value']:.2g}")
             shipped = (f"{r['shipped']} ({100 * choice['agreement_a']:.1f} % / "
-                       f"{100 * choice['agreement_b']:.1f} %)" if choice else "")
+                       f"{100 * choice['agreement_b']:.1f} %{p})" if choice else "")
+            gain = "" if r.get("test_gain_points") is None else f"{r['test_gain_points']:+.1f}"
             if "loss_per_pass" in r:
                 per_pass = "distillation loss " + ", ".join(
                     f"{v:.4f}" for v in r["loss_per_pass"])
@@ -87,7 +92,7 @@ def table(results: dict) -> list[str]:
             lines.append(f"| {run} ({100 * figures['keras_top1']:.1f} %) | {name} | "
                          f"{100 * r['top1']:.1f} % | {r['drop_points']:+.1f} | "
                          f"{100 * r['agreement']:.1f} % | {r['output_relative_error']:.3f} | "
-                         f"{shipped} | {per_pass} |")
+                         f"{gain} | {shipped} | {per_pass} |")
     return lines
 
 
@@ -119,15 +124,22 @@ def main(argv: list[str] | None = None) -> None:
         settings = {"epochs": QAT_EPOCHS, "learning_rate": QAT_LEARNING_RATE,
                     "batch_size": QAT_BATCH_SIZE, **VARIANTS[name]}
         trained_path = os.path.join(args.work, f"{name}_qat.tflite")
+        post_path = os.path.join(args.work, f"{name}_post_training.tflite")
         start = time.monotonic()
         result = qat(model, (x, y), output_path=os.path.join(args.work, f"{name}.tflite"),
-                     qat_path=trained_path, representative_data=x[:CALIBRATION_IMAGES],
+                     qat_path=trained_path, post_training_path=post_path,
+                     representative_data=x[:CALIBRATION_IMAGES],
                      num_calibration_samples=CALIBRATION_IMAGES, io_dtype="float32",
                      validation_data=held_out, verbose=False, **settings)
-        out = run_tflite(trained_path, test.images)
+        figures = file_figures(run_tflite(trained_path, test.images), reference, test.labels,
+                               keras_top1)
+        post = file_figures(run_tflite(post_path, test.images), reference, test.labels,
+                            keras_top1)
         entry[name] = {
-            "settings": settings, **file_figures(out, reference, test.labels, keras_top1),
-            "shipped": result.shipped, "judged_on": result.judged_on,
+            "settings": settings, **figures,
+            "test_gain_points": 100 * (figures["agreement"] - post["agreement"]),
+            "post_training": post, "shipped": result.shipped, "reason": result.reason,
+            "judged_on": result.judged_on, "judge_images": result.split.to_dict(),
             "choice": result.choice.to_dict(),
             "loss_per_pass": [round(h["loss"], 6) for h in result.history],
             "train_seconds": round(result.train_seconds),

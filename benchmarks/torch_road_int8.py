@@ -21,7 +21,10 @@ All calibrate on the same `--calibration` images of the run's training photos. E
 runs on `--test-images` Fashion-MNIST test images written as photos (as
 `benchmarks/finetune_int8_check.py` does); reported: top-1, the drop against Keras in
 points, argmax agreement with Keras, and the LiteRT latency at 1 thread (medians of
-`--rounds` x 5 invokes, the files interleaved in one process). Writes
+`--rounds` x 5 invokes, the files interleaved in one process), and per int8 file how many
+of its matrix products (BATCH_MATMUL with a second operand computed at run time) give that
+operand zero point 0 (the two roads share the rule: `activation_ranges.
+zero_offset_matmul_operands`). Writes
 ``torch_road_int8.json`` / ``.md`` under `--out`, one entry per run folder name.
 """
 
@@ -67,6 +70,29 @@ def _torch_worker(model_path: str, folder: str) -> None:
         json.dump(errors, f)
 
 
+def product_zero_points(path: str) -> dict[str, int]:
+    """The file's matrix products whose second operand is computed at run time (not a
+    constant), and how many of those operands are int8 with zero point 0."""
+    from keras_mvit2.export.tflite.flatbuffer import op_names, parse_flatbuffer, tensor_indices
+
+    model = parse_flatbuffer(path)
+    names, tensors = op_names(model), model.subgraphs[0].tensors
+    products = zero = 0
+    for op in model.subgraphs[0].operators:
+        ins = tensor_indices(op.inputs)
+        if names[op.opcodeIndex] != "BATCH_MATMUL" or len(ins) < 2:
+            continue
+        operand = tensors[ins[1]]
+        data = model.buffers[operand.buffer].data
+        if data is not None and len(data):
+            continue
+        products += 1
+        q = operand.quantization
+        zero += int(q is not None and q.zeroPoint is not None and len(q.zeroPoint) == 1
+                    and int(q.zeroPoint[0]) == 0 and int(operand.type) == 9)  # INT8
+    return {"products": products, "second_operand_zero_point_0": zero}
+
+
 def write_table(results: dict, out: str) -> list[str]:
     """`torch_road_int8.md` under `out` from the JSON results; returns its lines."""
     lines = ["# Full int8 through the two roads (MobileViTV2-0.5 fine-tuned by `mvit2 finetune`; "
@@ -75,17 +101,21 @@ def write_table(results: dict, out: str) -> list[str]:
         lines += [f"## {run_name} ({entry['image_size']}x{entry['image_size']}, "
                   f"{entry['test_images']} test images, {entry['calibration_images']} "
                   f"calibration images, Keras top-1 {100 * entry['keras_top1']:.1f} %)", "",
-                  "| file | top-1 | drop (points) | agreement | LiteRT 1 thread | size |",
-                  "|---|---:|---:|---:|---:|---:|"]
+                  "| file | top-1 | drop (points) | agreement | LiteRT 1 thread | size | "
+                  "products: second operand at zero point 0 |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for key, row in entry["files"].items():
             if "error" in row:
                 reason = row["error"].split("ai_edge_litert: ")[-1].split(".Node")[0][:90]
-                lines.append(f"| {key} | does not run in LiteRT ({reason}) | | | | |")
+                lines.append(f"| {key} | does not run in LiteRT ({reason}) | | | | | |")
                 continue
+            zeros = row.get("products")
+            zeros = ("" if zeros is None or "int8" not in key else
+                     f"{zeros['second_operand_zero_point_0']} of {zeros['products']}")
             lines.append(f"| {key} | {100 * row['top1']:.1f} % | {row['drop_points']:.1f} | "
                          f"{100 * row['agreement']:.1f} % | "
                          f"{row['latency_ms_1_thread']:.2f} ms | "
-                         f"{row['size_bytes'] / 1e6:.2f} MB |")
+                         f"{row['size_bytes'] / 1e6:.2f} MB | {zeros} |")
         lines.append("")
     with open(os.path.join(out, "torch_road_int8.md"), "w") as f:
         f.write("\n".join(lines))
@@ -157,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 "agreement": float(np.mean(predicted == reference.argmax(1))),
                 "latency_ms_1_thread": latency[key], "size_bytes": report.size_bytes,
                 "op_histogram": dict(sorted(report.op_histogram.items())),
+                "products": product_zero_points(path),
             }
     files = {key: files[key] for key in KEYS}
     name = os.path.basename(os.path.normpath(args.run))

@@ -38,7 +38,12 @@ from keras_mvit2.data.files import (
     load_fashion_mnist_arrays,
 )
 from keras_mvit2.ship import check_training_data
-from keras_mvit2.ship.phone_files import POST_TRAINING_FILE, QAT_BELOW_AGREEMENT, QAT_FILE
+from keras_mvit2.ship.phone_files import (
+    POST_TRAINING_FILE,
+    QAT_BELOW_AGREEMENT,
+    QAT_FILE,
+    QAT_NOT_SHIPPED,
+)
 from keras_mvit2.training import load_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -302,6 +307,7 @@ def test_finetune_from_a_tag_through_the_standin_hub_leaves_labelled_phone_files
             assert held_figures["top1_qat"] >= held_figures["top1_post_training"]
         assert not (out / "phone" / QAT_FILE).exists()
         assert (out / "phone" / POST_TRAINING_FILE).exists() == (qat["shipped"] == "qat")
+        assert (out / QAT_NOT_SHIPPED).exists() == (qat["shipped"] != "qat")
     assert facts["data"]["per_class"] == {n: {"train": 9, "validation": 3} for n in CLASSES}
     # Warned (printed, in the card's limits) exactly when the int8 file loses over a point.
     lost = round(100 * (record["tflite"]["keras_top1"] - record["tflite"]["top1"]), 6) > 1.0

@@ -918,7 +918,8 @@ def _keep_both_qat_files(monkeypatch, folder):
     def spy(model, train_data, **kwargs):
         seen["train"], seen["train_labels"] = np.asarray(train_data[0]), np.asarray(train_data[1])
         seen["result"] = real(model, train_data, post_training_path=folder / "post.tflite",
-                              qat_path=folder / "qat.tflite", **kwargs)
+                              **kwargs)
+        shutil.copyfile(seen["result"].qat_path, folder / "qat.tflite")
         return seen["result"]
 
     monkeypatch.setattr(qat_module, "qat", spy)
@@ -1001,6 +1002,8 @@ def test_qat_int8_is_the_int8_candidates_graph_trained_and_the_chosen_file(tmp_p
     chosen = files / ("qat.tflite" if shipped == "qat" else "post.tflite")
     with open(qat_file.path, "rb") as f:
         assert f.read() == chosen.read_bytes()
+    assert recipe["trained_path"] == os.path.join(os.path.dirname(qat_file.path),
+                                                  "qat_int8_trained.tflite")
     # the int8 candidate's graph, trained: the same ops and tensors
     assert _op_list(qat_file.path) == _op_list(by_name["int8"].path)
     tflite = mv.export.get_target("tflite")
@@ -1085,11 +1088,15 @@ def test_finetune_tries_qat_when_its_int8_file_loses_a_point(tmp_path, monkeypat
     assert record["top1"] == pytest.approx(np.mean(top1 == labels))
     # never a default file that does worse on the held-out images
     assert np.mean(top1 == labels) >= np.mean(post == labels)
-    if shipped == "post_training":
+    not_shipped = run / "eval" / "model_qat_int8_not_shipped.tflite"
+    if shipped == "post_training":  # the trained file is kept out of phone/
         assert sorted(os.listdir(phone)) == ["model_int8.tflite"]
         np.testing.assert_array_equal(top1, post)
         assert record["note"] is None
+        assert not_shipped.read_bytes() == (files / "qat.tflite").read_bytes()
+        assert facts["not_shipped_path"] == os.path.join("eval", not_shipped.name)
         return
+    assert not not_shipped.exists() and "not_shipped_path" not in facts
     assert sorted(os.listdir(phone)) == ["model_int8.tflite", "model_int8_post_training.tflite"]
     assert (phone / "model_int8.tflite").read_bytes() == (files / "qat.tflite").read_bytes()
     kept = _litert_top1(phone / "model_int8_post_training.tflite", held_out)

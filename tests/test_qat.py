@@ -11,7 +11,6 @@ tier the committed trained classifier.
 import hashlib
 import importlib
 import math
-import os
 
 import keras
 import numpy as np
@@ -440,12 +439,17 @@ def test_bad_arguments_fail_before_any_conversion():
 
 
 @pytest.mark.slow
-def test_qat_on_the_trained_classifier_does_not_lower_agreement(trained_classifier_path,
-                                                                tmp_path):
-    """On the committed classifier the written file agrees with Keras at least as often as
-    the post-training file on test images the choice did not see, and the choice keeps the
-    post-training file unless the trained one is measurably better on the judged ones (a
-    trained file that loses agreement is never the one written)."""
+def test_qat_on_the_trained_classifier_at_its_defaults(trained_classifier_path, tmp_path):
+    """`qat` at its defaults (1 pass at 1e-6, batches of 8) on the committed classifier: a
+    quarter of the 800 training images set aside (200) and the 300 held-out images judge
+    the two files; the file written is the one the rule written out here chooses from both
+    files re-measured in LiteRT; on 1,000 test images neither saw, the written file agrees
+    with Keras at least as often as the post-training file.
+
+    Measured (2 shared cores, seeds 0 / 1 / 2 of `qat`): the post-training file written each
+    time (p = 0.36 / 0.31 / 0.99 on 500 judge images); on the 1,000 test images the trained
+    file agreed on 98.6 / 97.9 / 98.1 % against the post-training file's 97.5 / 98.9 /
+    97.8 %. The test runs seed 0; what it asserts held for all three."""
     from shared_fixtures import fashion_mnist_rgb
 
     from keras_mvit2.data import load_fashion_mnist_arrays
@@ -455,26 +459,36 @@ def test_qat_on_the_trained_classifier_does_not_lower_agreement(trained_classifi
     model = keras.saving.load_model(trained_classifier_path)
     x, y = load_fashion_mnist_arrays("train")
     xt, yt = load_fashion_mnist_arrays("test")
-    train = fashion_mnist_rgb(x[20000:20800], SIZE)
-    held_out = fashion_mnist_rgb(xt[:300], SIZE)
+    train, train_labels = fashion_mnist_rgb(x[20000:20800], SIZE), y[20000:20800]
+    held_out, held_labels = fashion_mnist_rgb(xt[:300], SIZE), yt[:300]
     unseen = fashion_mnist_rgb(xt[5000:6000], SIZE)
-    result = qat(model, (train, y[20000:20800]), epochs=1, batch_size=16,
-                 validation_data=(held_out, yt[:300]), output_path=tmp_path / "int8.tflite",
+    result = qat(model, (train, train_labels), validation_data=(held_out, held_labels),
+                 output_path=tmp_path / "int8.tflite",
                  post_training_path=tmp_path / "post.tflite", qat_path=tmp_path / "qat.tflite",
                  verbose=False)
-    assert result.choice.num_images == 300 + 800
-    assert result.shipped == ("qat" if result.choice.difference_interval[0] > 0
-                              else "post_training")
-    reference = np.argmax(np.asarray(model.predict(unseen, verbose=0)), -1)
+    split = result.split
+    assert (len(split.held_out), len(split.judge), len(split.train)) == (300, 200, 600)
+    assert result.training_images == 600 and result.steps == 75
+    judge = np.concatenate([held_out, train[split.judge]])
+    labels = np.concatenate([held_labels, train_labels[split.judge]])
+    reference = np.argmax(np.asarray(model.predict(judge, verbose=0)), -1)
+    post, trained = (np.argmax(run_tflite(tmp_path / n, judge), -1)
+                     for n in ("post.tflite", "qat.tflite"))
+    only_post = int(((post == reference) & (trained != reference)).sum())
+    only_qat = int(((trained == reference) & (post != reference)).sum())
+    p = _binomial_tail(only_post, only_qat)
+    held = slice(0, 300)
+    rule = (p < 0.05 and np.mean(trained == labels) >= np.mean(post == labels)
+            and np.mean(trained[held] == reference[held]) >= np.mean(post[held] == reference[held])
+            and np.mean(trained[held] == labels[held]) >= np.mean(post[held] == labels[held]))
+    assert result.choice.p_value == pytest.approx(p, rel=1e-9)
+    assert result.shipped == ("qat" if rule else "post_training"), result.choice
+    chosen = tmp_path / ("qat.tflite" if rule else "post.tflite")
+    assert (tmp_path / "int8.tflite").read_bytes() == chosen.read_bytes()
+
+    keras_unseen = np.argmax(np.asarray(model.predict(unseen, verbose=0)), -1)
 
     def agreement(path):
-        return float(np.mean(np.argmax(run_tflite(path, unseen), -1) == reference))
+        return float(np.mean(np.argmax(run_tflite(path, unseen), -1) == keras_unseen))
 
-    shipped, post = agreement(result.tflite_path), agreement(tmp_path / "post.tflite")
-    trained = agreement(tmp_path / "qat.tflite")
-    # 1,000 images, paired: the files differ on a few dozen of them.
-    assert shipped >= post - 0.01, (shipped, post, result.choice)
-    # The trained file itself can be worse (measured here: 97.3 % against 98.5 %): then the
-    # choice, made on other images, kept the post-training file.
-    assert trained >= post - 0.01 or result.shipped == "post_training", (trained, post)
-    assert os.path.getsize(result.tflite_path) > 0
+    assert agreement(tmp_path / "int8.tflite") >= agreement(tmp_path / "post.tflite")

@@ -32,7 +32,7 @@ def _common(p: argparse.ArgumentParser, *, lr: float, batch_size: int = 32) -> N
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "qat", help="quantization-aware training of the int8 file -> the better .tflite",
+        "qat", help="quantization-aware training of the int8 file -> the chosen .tflite",
         description="Trains the weights of the post-training full-int8 file's own graph with "
                     "its rounding, towards the Keras model's answers, on the --data images "
                     "less a share set aside first (--judge-fraction). Both files are then "

@@ -20,10 +20,11 @@ No eligible candidate is an `OverBudgetError` naming the closest one: nothing th
 the budget (or, under ``"size_fast"``, runs slower than float32) is called best.
 
 Quantization-aware training (`QATSettings`): given training images, the optimizer of a
-target that has one (TFLite) builds the ``qat_int8`` candidate (a short QAT through the
-TFMOT twin, the same full-int8 file as the ``int8`` candidate) only when no post-training
-int8 candidate meets the budget (`qat_decision`): it costs minutes where the others cost
-seconds.
+target that has one (TFLite) builds the ``qat_int8`` candidate (a short quantization-aware
+training of the ``int8`` candidate's own graph, `keras_mvit2.quantize.qat`; the trained file
+only where its exact paired test chooses it, else the post-training file) only when no
+post-training int8 candidate meets the budget (`qat_decision`): it costs minutes where the
+others cost seconds.
 """
 
 from __future__ import annotations

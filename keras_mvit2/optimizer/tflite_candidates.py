@@ -54,7 +54,7 @@ from keras_mvit2.optimizer.qat_settings import QAT_CANDIDATE
 
 __all__ = [
     "EDGE_WEIGHT_ONLY", "FORM_TIMING_RUNS", "RANK_BY", "SENSITIVE_FLOAT_K", "qat_candidate",
-    "qat_facts", "tflite_candidates",
+    "qat_facts", "tflite_candidates", "trained_file",
 ]
 
 _MEASURED_BY = "LiteRT"
@@ -136,12 +136,20 @@ def qat_candidate(model: Any, settings: Any, *, calibration_data: np.ndarray,
         images, labels = settings.images(size, expected)
         result = qat(model, (images, labels), epochs=settings.epochs,
                      learning_rate=settings.learning_rate, batch_size=settings.batch_size,
-                     output_path=path, representative_data=calibration_data,
-                     io_dtype=io_dtype, num_calibration_samples=len(calibration_data),
-                     validation_data=held_out, class_names=names, verbose=settings.verbose)
-        return qat_facts(result)
+                     output_path=path, qat_path=trained_file(path),
+                     representative_data=calibration_data, io_dtype=io_dtype,
+                     num_calibration_samples=len(calibration_data), validation_data=held_out,
+                     class_names=names, verbose=settings.verbose)
+        return {**qat_facts(result), "trained_path": result.qat_path}
 
     return Candidate(QAT_CANDIDATE, recipe, build, _MEASURED_BY)
+
+
+def trained_file(path: str) -> str:
+    """Where the ``qat_int8`` build writing `path` also writes the quantization-aware-trained
+    file, whichever file it chose (``candidates/qat_int8_trained.tflite``)."""
+    root, suffix = os.path.splitext(path)
+    return f"{root}_trained{suffix}"
 
 
 def qat_facts(result: Any) -> dict[str, Any]:

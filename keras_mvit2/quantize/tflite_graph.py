@@ -19,7 +19,8 @@ Trained are the kernels and biases of CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNE
 graph has the file's batch of 1; a RESHAPE keeps its output's shape with the leading
 dimension free, so it runs on batches (checked when the graph is built).
 `calibrated_with()` writes the trained weights back into the calibrated flatbuffer, for the
-same quantizer call: at learning rate 0 the result is the post-training file, byte for byte.
+same quantizer call: at learning rate 0 the result has the post-training file's ops,
+tensors, quantization parameters and outputs (its metadata also records the schedule).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ __all__ = [
     "POST_TRAINING_FILE",
     "QAT_BELOW_AGREEMENT",
     "QAT_FILE",
+    "QAT_NOT_SHIPPED",
     "WARN_DROP_POINTS",
     "PhoneData",
     "_export_phone_files",
@@ -59,10 +60,14 @@ WARN_DROP_POINTS = 1.0
 #: Quantization-aware training is tried where the post-training int8 file agrees with Keras
 #: on fewer of the held-out images than this.
 QAT_BELOW_AGREEMENT = 0.99
-#: The quantization-aware-trained int8 file while it is measured (and where it stays when
-#: it does not replace the default one), and where the post-training file goes when it does.
+#: The quantization-aware-trained int8 file while it is measured, and where the
+#: post-training file goes when the trained one replaces the default file.
 QAT_FILE = "model_qat_int8.tflite"
 POST_TRAINING_FILE = "model_int8_post_training.tflite"
+#: Where a quantization-aware-trained file that does not replace the default file is kept
+#: (relative to the run folder: not a phone file; for inspection and
+#: ``benchmarks/finetune_int8_check.py``).
+QAT_NOT_SHIPPED = os.path.join("eval", "model_qat_int8_not_shipped.tflite")
 
 
 @dataclasses.dataclass
@@ -173,9 +178,11 @@ def _export_phone_files(
         if max_drop is None:
             log(f"exporting {target.display_name} ({quantization})")
             if name == "tflite":  # an earlier call's QAT files would be taken for this one's
-                for stale in (QAT_FILE, POST_TRAINING_FILE):
-                    if os.path.exists(os.path.join(folder, stale)):
-                        os.remove(os.path.join(folder, stale))
+                for stale in (os.path.join(folder, QAT_FILE),
+                              os.path.join(folder, POST_TRAINING_FILE),
+                              os.path.join(run_dir, QAT_NOT_SHIPPED)):
+                    if os.path.exists(stale):
+                        os.remove(stale)
             options: dict[str, Any] = {}
             if name == "tflite":
                 options = {"calibration_data": data.calibration, "io_dtype": io_dtype,
@@ -305,8 +312,10 @@ def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: P
         log(f"quantization-aware training failed: {facts['error'].splitlines()[0][:200]}")
         return
     judged = judged_in_words(facts)
+    trained = facts.pop("trained_path", None)  # the trained file, whichever was chosen
     if facts["shipped"] != "qat":
         os.remove(qat_path)  # the build wrote the post-training file there
+        _keep_not_shipped(trained, run_dir, facts)
         log(f"{judged}: the post-training file stays ({facts.get('reason')})")
         return
     checked = validate(qat_path, model, data.images, data.labels,
@@ -314,9 +323,12 @@ def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: P
     guard = _guard(checked, record)
     if guard is not None:  # never a default file that does worse on the held-out images
         os.remove(qat_path)
+        _keep_not_shipped(trained, run_dir, facts)
         facts.update(shipped="post_training", guard=guard)
         log(f"{judged}; the post-training file stays: {guard}")
         return
+    if trained is not None and os.path.exists(trained):
+        os.remove(trained)  # the file shipped
     after = round(100 * (checked.reference_accuracy - checked.accuracy), 6)
     facts.update(top1=checked.accuracy, top1_agreement=checked.top1_agreement,
                  drop_points=after)
@@ -336,6 +348,17 @@ def _try_qat(model: Any, target: Any, path: str, record: dict[str, Any], data: P
         f"{qat.learning_rate:g}); {judged} (the post-training file is kept as "
         f"{facts['post_training']['path']}).")
     log(f"shipping the quantization-aware-trained int8 file as {record['path']}: {judged}")
+
+
+def _keep_not_shipped(trained: str | None, run_dir: str, facts: dict[str, Any]) -> None:
+    """Moves the quantization-aware-trained file that was not shipped to `QAT_NOT_SHIPPED`
+    (out of `phone/`) and records where."""
+    if trained is None or not os.path.exists(trained):
+        return
+    kept = os.path.join(run_dir, QAT_NOT_SHIPPED)
+    os.makedirs(os.path.dirname(kept), exist_ok=True)
+    os.replace(trained, kept)
+    facts["not_shipped_path"] = QAT_NOT_SHIPPED
 
 
 def _guard(checked: Any, record: dict[str, Any]) -> str | None:
