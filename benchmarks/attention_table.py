@@ -836,6 +836,10 @@ def markdown(table: dict[str, Any]) -> str:
         if lnotes:
             lines += [""] + lnotes
 
+    lines += ["", "Plot (`attention_table.png`): mean top-1 with error bars of 1 standard "
+              "deviation over the seeds against the full-int8 latency at 256x256 on the "
+              "fewest threads timed (hollow markers: float32), and the training loss of "
+              "every run."]
     lines += ["", "What the paper's claims say here (generated from the intervals above; "
               f"accuracy: the {100 * s['confidence']:g} % paired t intervals, a claim of at "
               f"most {s['claim_band_points']:g} points judged by the interval's end; speed: "
