@@ -57,9 +57,9 @@ class Results:
         with open(self.path(name)) as f:
             return json.load(f)
 
-    def table(self, name: str, heading: str | None = None) -> list[str]:
-        """The first Markdown table of the result page `name` (under the ``#`` heading that
-        starts with `heading`, where given)."""
+    def table(self, name: str, heading: str | None = None, index: int = 0) -> list[str]:
+        """Table `index` (0: the first) of the result page `name`, after the ``#`` heading
+        that starts with `heading` where given."""
         with open(self.path(name)) as f:
             lines = f.read().splitlines()
         if heading is not None:
@@ -68,13 +68,28 @@ class Results:
             if not starts:
                 raise KeyError(f"{name} has no heading starting with {heading!r}")
             lines = lines[starts[0] + 1:]
-        first = next(i for i, line in enumerate(lines) if line.startswith("|"))
-        rows = []
-        for line in lines[first:]:
-            if not line.startswith("|"):
-                break
-            rows.append(line)
-        return rows
+        tables: list[list[str]] = []
+        for i, line in enumerate(lines):
+            if line.startswith("|"):
+                if i == 0 or not lines[i - 1].startswith("|"):
+                    tables.append([])
+                tables[-1].append(line)
+        return tables[index]
+
+
+    def section(self, name: str, start: str) -> list[str]:
+        """The lines of the result page `name` from the first that starts with `start` up to
+        the next bold or ``#`` line (a section of a page such as `optimize_budget.md`)."""
+        with open(self.path(name)) as f:
+            lines = f.read().splitlines()
+        first = next((i for i, line in enumerate(lines) if line.startswith(start)), None)
+        if first is None:
+            raise KeyError(f"{name} has no line starting with {start!r}")
+        end = next((i for i in range(first + 1, len(lines))
+                    if lines[i].startswith(("**", "#"))), len(lines))
+        while end > first and not lines[end - 1].strip():
+            end -= 1
+        return lines[first:end]
 
 
 #: Block name -> its renderer.
@@ -342,9 +357,10 @@ def published_int8(results: Results) -> str:
 # -------------------------------------------------- int8: the investigation's result pages
 
 
-def _section(name: str, heading: str) -> Callable[[Results], str]:
+def _section(name: str, heading: str | None, index: int = 0) -> Callable[[Results], str]:
+    """A renderer of table `index` of the result page `name` (after `heading`)."""
     def render(results: Results) -> str:
-        return "\n".join(results.table(name, heading))
+        return "\n".join(results.table(name, heading, index))
     return render
 
 
@@ -366,6 +382,83 @@ for _name, _file, _heading in (
 @renderer("qat_variants")
 def qat_variants(results: Results) -> str:
     return "\n".join(_benchmark("qat_variants").table(results.json("qat_variants.json")))
+
+
+# ------------------------------------------------------------------ the other guides' tables
+
+for _name, _file, _index in (
+        ("model_latency", "model_latency.md", 0),
+        ("dynamic_input_latency", "dynamic_input_latency.md", 0),
+        ("repeatability", "repeatability.md", 0),
+        ("export_roads_tflite", "export_roads.md", 0),
+        ("web_latency", "web_latency.md", 0),
+        ("backend_accuracy", "backend_accuracy.md", 0),
+        ("fashion_mnist_accuracy", "fashion_mnist.md", 0),
+        ("fashion_mnist_cost", "fashion_mnist.md", 1),
+        ("recipe_learns", "recipe_learns.md", 0),
+        ("training_throughput", "training_throughput.md", 0),
+        ("training_throughput_multiscale", "training_throughput_multiscale.md", 0),
+        ("training_throughput_64_b32", "training_throughput_64_b32.md", 0),
+        ("training_throughput_backends_256", "training_throughput_backends_256.md", 0),
+        ("quantization_accuracy", "quantization_accuracy.md", 0)):
+    RENDERERS[_name] = _section(_file, None, _index)
+
+
+@renderer("export_roads")
+def export_roads(results: Results) -> str:
+    """The two roads' files side by side: `.tflite`, the latency line, Core ML, Core AI."""
+    def line(start: str) -> str:
+        return results.section("export_roads.md", start)[0]
+
+    return "\n".join([
+        *results.table("export_roads.md", None, 0), "", line("Latency ratio"), "",
+        *results.table("export_roads.md", None, 2), "", line("float32 `.aimodel`")])
+
+
+@renderer("latency_breakdown")
+def latency_breakdown(results: Results) -> str:
+    record = results.json("latency_breakdown.json")
+    lines = ["| segment (float32, 1 thread, XNNPACK) | ours ms | kecam ms | ours / kecam |",
+             "|---|---:|---:|---:|"]
+    for seg in [*record["segments"], {"segment": "whole model", **record["whole_model"]}]:
+        lines.append(f"| {seg['segment']} | {seg['ours_ms']:.3f} | {seg['kecam_ms']:.3f} | "
+                     f"{seg['ratio']:.2f} |")
+    return "\n".join(lines)
+
+
+@renderer("latency_vs_kecam")
+def latency_vs_kecam(results: Results) -> str:
+    record = results.json("latency.json")
+    models, ratios = record["models"], record["ratios"]
+    lines = ["| MobileViTV2-0.5, 256x256, 1 thread, XNNPACK | ours (ms) | kecam port (ms) | "
+             "ours / kecam | bar |", "|---|---:|---:|---:|---|"]
+    for ours, kecam, what in (("ours_int8", "kecam_int8", "full int8 (int8 I/O)"),
+                              ("ours_fp32", "kecam_fp32", "float32"),
+                              ("ours_fp32_unfused", "kecam_fp32", "float32, 1x1 pairs not fused"),
+                              ("ours_int8_unfused", "kecam_int8",
+                               "full int8, 1x1 pairs not fused")):
+        ratio = ratios[f"{ours} / {kecam}"]
+        bar = "" if ratio["bar"] is None else (
+            f"<= {ratio['bar']:g}: {'met' if ratio['pass'] else 'missed'}")
+        lines.append(f"| {what} | {models[ours]['xnnpack']['median_ms']:.2f} | "
+                     f"{models[kecam]['xnnpack']['median_ms']:.2f} | {ratio['value']:.2f} | "
+                     f"{bar} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ budget
+
+
+def _budget(size: int, target: str) -> Callable[[Results], str]:
+    def render(results: Results) -> str:
+        return "\n".join(results.section("optimize_budget.md",
+                                          f"**mobilevitv2_050 {size}x{size}, {target}**"))
+    return render
+
+
+for _size in (64, 256):
+    for _target in ("tflite", "coreml"):
+        RENDERERS[f"optimize_budget_{_size}_{_target}"] = _budget(_size, _target)
 
 
 # ------------------------------------------------------------------------------ fine-tune

@@ -28,9 +28,8 @@ on the held-out and the set-aside images chooses them (p < 0.05, top-1 not lower
 lower on the held-out images), else the post-training file itself; the optimizer builds it
 only when no post-training int8 candidate meets the budget.
 
-ai-edge-quantizer's calibrated full-int8 recipes are not candidates: on MobileViTV2 they
-agree with Keras on ~71 % of Fashion-MNIST images where the converter's int8 agrees on
-97 % (measured; the converter keeps full int8 and uint8 I/O).
+ai-edge-quantizer's calibrated full-int8 recipes are not candidates: the converter's full
+int8 (fused 1x1 pairs, uint8 I/O) is the TFLite int8 candidate.
 
 The separable attention's token sum has two exact forms (`keras_mvit2.layers.export_forms`):
 a matrix product (the int8-safe form, the default) and a product-and-mean (Core ML's form).
