@@ -46,8 +46,7 @@ class QATSettings:
         max_steps: a pass over the images read is capped at this many steps (at most
             ``max_steps * batch_size`` images are read).
         epochs: passes over the images read.
-        learning_rate: Adam's learning rate (1e-6 by default: larger rates flip weights
-            across their int8 rounding; `keras_mvit2.quantize.qat`).
+        learning_rate: Adam's learning rate (1e-6 by default; `keras_mvit2.quantize.qat`).
         batch_size: images per step.
         crop_ratio: the centre crop of the images read (default: the reader's, 0.875 for
             folders, 1.0 for Fashion-MNIST).

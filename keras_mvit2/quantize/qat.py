@@ -290,10 +290,9 @@ def qat(
         steps_per_epoch: batches per pass (default: one pass over the images trained on; a
             dataset is read once, this many batches, before the judge images are set aside).
         learning_rate: Adam's learning rate (cosine decay to 0 over the steps). The default
-            1e-6: Adam moves every weight by about the rate each step, and from 1e-5 up the
-            steps flip weights across their rounding and raise the distillation loss
-            (``docs/int8_investigation.md``). 0 gives the post-training file's ops, tensors,
-            quantization parameters and outputs.
+            1e-6: Adam moves every weight by about the rate each step, a small part of a
+            weight's int8 step, so few weights cross their rounding per step. 0 gives the
+            post-training file's ops, tensors, quantization parameters and outputs.
         batch_size: images per step.
         output_path: the file to write (atomically).
         post_training_path: also write the post-training file here (optional).
