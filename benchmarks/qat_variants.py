@@ -1,12 +1,13 @@
 """Quantization-aware training settings on a `mvit2 finetune` run's model, one file each.
 
     python benchmarks/qat_variants.py RUN PHOTOS [--variants default,lr0,...]
-        [--test-images 1000] [--work DIR] [--out benchmarks/results]
+        [--train-images 900] [--test-images 1000] [--work DIR] [--out benchmarks/results]
 
 RUN is a run folder of `benchmarks/finetune_photos.py` (its `model_ema.keras`), PHOTOS the
 photo folder it trained on. Each variant runs `keras_mvit2.quantize.qat` (the post-training
 int8 file's own graph trained with its rounding towards the float graph's answers, then
-converted again) on 900 of the photos, of which it sets a quarter aside before training and
+converted again) on `--train-images` of the photos (900), of which it sets a quarter aside
+before training and
 judges the two files on those and on the other photos (as `mvit2 finetune`'s held-out
 images), at the `qat_int8` candidate's settings (`keras_mvit2.optimizer.qat_settings`: 3
 passes, Adam 1e-6, batch 8; 200 calibration images) with one setting changed. It measures
@@ -55,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("photos", help="the photo folder it trained on")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, of {', '.join(VARIANTS)} (default: all)")
+    parser.add_argument("--train-images", type=int, default=TRAIN_IMAGES,
+                        help="photos QAT may train on (a quarter set aside); the rest are "
+                             "held out")
     parser.add_argument("--test-images", type=int, default=1000)
     parser.add_argument("--work", default="/tmp/qat_variants")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -110,11 +114,12 @@ def main(argv: list[str] | None = None) -> None:
 
     model, test, train, reference, keras_top1 = run_on_test_photos(
         args.run, args.photos, args.test_images, args.work)
-    x, y = train.images[:TRAIN_IMAGES], train.labels[:TRAIN_IMAGES]
-    held_out = (train.images[TRAIN_IMAGES:], train.labels[TRAIN_IMAGES:])
+    count = args.train_images
+    x, y = train.images[:count], train.labels[:count]
+    held_out = (train.images[count:], train.labels[count:])
     if not len(held_out[0]):
         raise SystemExit(f"{args.photos} has {len(train.images)} photos: the choice needs "
-                         f"more than the {TRAIN_IMAGES} trained on")
+                         f"more than the {count} QAT may train on (--train-images)")
 
     results_path = os.path.join(args.out, "qat_variants.json")
     results = json.load(open(results_path)) if os.path.exists(results_path) else {}
@@ -126,10 +131,11 @@ def main(argv: list[str] | None = None) -> None:
         trained_path = os.path.join(args.work, f"{name}_qat.tflite")
         post_path = os.path.join(args.work, f"{name}_post_training.tflite")
         start = time.monotonic()
+        calibration = x[:CALIBRATION_IMAGES]
         result = qat(model, (x, y), output_path=os.path.join(args.work, f"{name}.tflite"),
                      qat_path=trained_path, post_training_path=post_path,
-                     representative_data=x[:CALIBRATION_IMAGES],
-                     num_calibration_samples=CALIBRATION_IMAGES, io_dtype="float32",
+                     representative_data=calibration,
+                     num_calibration_samples=len(calibration), io_dtype="float32",
                      validation_data=held_out, verbose=False, **settings)
         figures = file_figures(run_tflite(trained_path, test.images), reference, test.labels,
                                keras_top1)

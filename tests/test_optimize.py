@@ -1046,7 +1046,9 @@ def test_finetune_tries_qat_when_its_int8_file_loses_a_point(tmp_path, monkeypat
     the test chooses from both files re-measured in LiteRT on the held-out and set-aside
     images. Which file that is depends on the training and is not asserted (the choice's
     behaviour is tested on constructed files: tests/test_qat.py); both outcomes' files and
-    records are."""
+    records are. Measured (seed 0, the test's): the post-training file written, p = 0.86 on
+    the 248 judge images (9 only the trained file agrees on, 13 only the post-training one):
+    at the default rate three short passes do not undo the tied classes' flips."""
     from test_sparsity import small_model
 
     from keras_mvit2.optimizer import QATSettings
