@@ -10,6 +10,7 @@ tier the committed trained classifier.
 
 import hashlib
 import importlib
+import json
 import math
 
 import keras
@@ -124,12 +125,12 @@ def test_graph_is_the_calibrated_graph_and_rounds_as_the_int8_file(tmp_path):
 
 @pytest.mark.slow
 def test_learning_rate_zero_keeps_the_post_training_files_numbers_and_never_ships(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, capsys):
     """`qat` at learning rate 0: the quantization-aware-trained file has the post-training
     file's ops, tensors and quantization parameters, and its outputs (its metadata records
     the schedule besides); the paired test cannot choose it (p = 1). Trained: the same ops
     and tensors (the graph is the shipped graph) with other weights. Neither the training
-    nor the calibration saw a judge image."""
+    nor the calibration saw a judge image. The trained run goes through `mvit2 qat`."""
     from keras_mvit2.export.tflite.run import run_tflite
     from keras_mvit2.quantize import qat
 
@@ -176,14 +177,36 @@ def test_learning_rate_zero_keeps_the_post_training_files_numbers_and_never_ship
     assert len(seen["calibration"]) == 16
     assert not judged & {_digest(i) for i in seen["calibration"]}
 
-    trained = qat(model, (images, labels), learning_rate=1e-2,
-                  output_path=tmp_path / "out2.tflite", qat_path=tmp_path / "qat2.tflite",
-                  **common)
+    # Trained, through `mvit2 qat` on a folder of the images: 16 read (2 steps of 8), 4 set
+    # aside, 12 trained on.
+    from PIL import Image
+
+    from keras_mvit2.cli.main import main
+
+    folder = tmp_path / "photos"
+    for i, image in enumerate(images):
+        (folder / f"c{i % 4}").mkdir(parents=True, exist_ok=True)
+        pixels = np.round(255 * image).astype(np.uint8)
+        Image.fromarray(pixels).save(folder / f"c{i % 4}" / f"{i}.png")
+    model.save(tmp_path / "tiny.keras")
+    status = main(["qat", str(tmp_path / "tiny.keras"), "--data", str(folder), "--lr", "1e-2",
+                   "--steps", "2", "--batch-size", "8", "-o", str(tmp_path / "out2.tflite"),
+                   "--qat-output", str(tmp_path / "qat2.tflite"), "--json",
+                   str(tmp_path / "qat.json"), "--quiet"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
     ops, tensors, params = _ops_and_quantization(tmp_path / "qat2.tflite")
     assert ops == post_ops and tensors == post_tensors
     assert params != post_params  # the weights moved, and with them their scales
-    assert trained.history[0]["loss"] > 0.0
-    assert trained.choice.num_images == 10 and trained.num_validation == 0
+    record = json.loads((tmp_path / "qat.json").read_text())
+    assert record["history"][0]["loss"] > 0.0 and record["steps_per_epoch"] == 2
+    assert (record["split"]["set_aside"], record["split"]["trained_on"]) == (4, 12)
+    choice = record["choice"]
+    assert "judged on 4 images neither file trained or calibrated on (4 of the 16 training " \
+           "images set aside before training" in printed
+    assert f"exact one-sided paired test p = {choice['p_value']:.2g}" in printed
+    kind = "quantization-aware-trained" if record["shipped"] == "qat" else "post-training"
+    assert f"the {kind} file was written: {record['reason']}" in printed
 
 
 def _binomial_tail(only_a: int, only_b: int) -> float:
