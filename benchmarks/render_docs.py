@@ -226,6 +226,8 @@ def int8_result_box(results: Results) -> str:
         return f"{pct(e['agreement'])}{spread}, {points(e['drop_points'])}"
 
     def qat_cell(runs):
+        if not runs:
+            return "-"
         gains = " / ".join(points(r["test_gain_points"]) for r in runs)
         judged = " / ".join(points(r["judged_gain_points"]) for r in runs)
         below = sum(bool(r["shipped_below_post_training"]) for r in runs)
@@ -243,6 +245,13 @@ def int8_result_box(results: Results) -> str:
     fine_judged = " / ".join(
         points(100 * (f["agreement_qat"] - f["agreement_post_training"])) for _, f, _ in finetune)
     fine_below = sum(bool(t["shipped_below_post_training"]) for _, _, t in finetune)
+    earlier = any(r.get("p_value") is None for runs in qat.values() for r in runs) or any(
+        f.get("p_value") is None for _, f, _ in finetune)
+    judged = ("Judged by the choice this page's earlier code made (held-out images and the "
+              "training images shifted); the set-aside judge images and the paired test of "
+              "today are measured by the next run of the benchmarks." if earlier else
+              "Judged on held-out images and training images set aside before training, by "
+              "the exact paired test.")
     anchors = "; ".join(f"{r['model']}, {r['method']}: {r['int8_top1'] - r['float_top1']:+.2f}"
                         for r in published)
     lines = [
@@ -259,7 +268,7 @@ def int8_result_box(results: Results) -> str:
         f"{fidelity(current, 64, PLAIN_ROW)} | - | {fidelity(current, 256, PLAIN_ROW)} |",
         "| QAT at its defaults: the trained file's gain in agreement on the test images over "
         "the post-training file, per training² | "
-        f"{qat_cell(qat[64])} | - | {qat_cell(qat[256])} |",
+        f"{qat_cell(qat.get(64))} | - | {qat_cell(qat.get(256))} |",
         "| QAT in `mvit2 finetune` (weak fine-tunes, 1,000 test photos)² | | | "
         f"{fine_gain} (judged {fine_judged}); shipped file below the post-training one "
         f"{fine_below} of {len(finetune)} |",
@@ -270,10 +279,8 @@ def int8_result_box(results: Results) -> str:
     return "\n".join(lines) + (
         "\n\n¹ 128x128 was measured once, on earlier trainings, before the GroupNorm's "
         "`E[x^2]` became a matrix product and the products' second operand got zero point 0. "
-        "² Judged by the choice this page's earlier code made (held-out images and the "
-        "training images shifted); the set-aside judge images and the paired test of today "
-        "are measured by the next run of the benchmarks. ³ Before the PyTorch road's "
-        "products got the TensorFlow road's zero points.")
+        f"² {judged} ³ Before the PyTorch road's products got the TensorFlow road's zero "
+        "points.")
 
 
 @renderer("int8_fidelity")
