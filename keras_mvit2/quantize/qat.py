@@ -163,7 +163,8 @@ def split_judge_images(train: np.ndarray, *, fraction: float = JUDGE_FRACTION, s
     if not len(kept_held) and not len(judge):
         raise ValueError(
             "QAT has no image to be judged on: give validation_data (held-out images) or a "
-            "judge_fraction above 0 with at least two training images.")
+            "judge_fraction above 0 with at least two training images that are not "
+            f"calibration images ({len(candidates)} of the {len(train)} read are not).")
     return JudgeSplit(train=trained, judge=judge, held_out=kept_held,
                       num_training_images=len(train), fraction=float(fraction), seed=int(seed),
                       dropped={"held_out": len(held_digests) - len(kept_held),
