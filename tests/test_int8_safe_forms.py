@@ -10,7 +10,7 @@ needs:
   `exp(q - max)` over N tokens lies in [1, N], and int8 knows a sum near 1 only to N / 510;
   with a calibrated maximum above 510 the smallest sum rounds to zero, on which LiteRT's
   int8 DIV fails at invoke. The division is two products by `rsqrt(sum)`
-  (`functional.divide_by_token_sum`), float-exact;
+  (`functional.divide_positive`), float-exact;
 * the trained classifier converted both ways agrees with Keras (slow tier: a checkpoint).
 """
 
@@ -80,7 +80,7 @@ def _tokens(rng: np.random.Generator, count: int, peaked: bool) -> np.ndarray:
 def test_the_token_sum_division_is_two_products_by_its_rsqrt(rng):
     values = rng.normal(size=(2, 1, 4, 8)).astype("float32")
     total = rng.uniform(1.0, 600.0, (2, 1, 4, 1)).astype("float32")
-    got = keras.ops.convert_to_numpy(functional.divide_by_token_sum(
+    got = keras.ops.convert_to_numpy(functional.divide_positive(
         tf.constant(values), tf.constant(total)))
     np.testing.assert_allclose(got, values / total, rtol=1e-6, atol=0)
     # The layer over 576 tokens and over 16: eq. 3 within 1e-5.
@@ -116,7 +116,7 @@ def test_plain_converter_int8_never_divides_by_a_zero_token_sum(tmp_path, monkey
 
     # The same model traced with a division by the sum: the int8 sum of a one-token sample
     # is zero and the invoke fails.
-    monkeypatch.setattr(functional, "divide_by_token_sum", lambda values, total: values / total)
+    monkeypatch.setattr(functional, "divide_positive", lambda values, total: values / total)
     divided = tmp_path / "division.tflite"
     divided.write_bytes(_plain_int8(_peaked_attention(), calibration))
     assert inspect_tflite(divided).op_histogram["DIV"] == 1

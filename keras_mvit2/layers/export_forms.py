@@ -25,7 +25,7 @@ float runtimes: the matmul adds 9 matmul and 27 reshape ops to MobileViTV2-0.5).
 tokens divided once by `mean_N(N * e)`: TFLite's SOFTMAX is last-axis only, LiteRT's int16
 SUM is wrong (MEAN is not), and int8 divides by a value >= 1 instead of rounding `1 / N`
 scores per token. The division is two products by the sum's `rsqrt`
-(`functional.divide_by_token_sum`), in every form and under every converter: an int8 sum
+(`functional.divide_positive`), in every form and under every converter: an int8 sum
 near 1 is known only to N / 510 and can round to 0 (LiteRT's int8 DIV fails on it), its
 `rsqrt` in [1 / sqrt(N), 1] cannot.
 (4) The affine folded into one scale and shift; `x * x`, not SQUARE (SQUARE stays float in

@@ -39,7 +39,7 @@ __all__ = [
     "CHANNELS_FIRST",
     "CHANNELS_LAST",
     "TokenLayout",
-    "divide_by_token_sum",
+    "divide_positive",
     "exp_over_tokens",
     "fold",
     "group_norm1",
@@ -188,7 +188,7 @@ def exp_over_tokens(x, *, axis: int = 1):
     axis where it is, so the converted graph has no TRANSPOSE. The normaliser
     sum(e) is computed as mean(N * e): LiteRT's int16 SUM kernel is wrong and its
     MEAN is not (int16x8 models). The sum is >= 1 (the largest term is exp(0)); what
-    divides by it is `divide_by_token_sum`.
+    divides by it is `divide_positive`.
 
     Returns:
         `e` with the shape of `x`, and its sum over `axis` (kept, size 1).
@@ -197,29 +197,32 @@ def exp_over_tokens(x, *, axis: int = 1):
     return e, ops.mean(e * _num_tokens(x, axis), axis=axis, keepdims=True)
 
 
-def divide_by_token_sum(values, total):
-    """`values / total`, where `total` is `exp_over_tokens`' sum, as `values * s * s` with
-    `s = rsqrt(total)`.
+def divide_positive(values, divisor):
+    """`values / divisor` for a `divisor` > 0 (broadcast), as `values * s * s` with
+    `s = rsqrt(divisor)`: every normalisation of the attentions (the separable attention's
+    token sum, Mobile-Attention's flows, RFA's norms and denominators), in every form and
+    under every converter. Float: within a few ulp of the division.
 
-    The sum lies in [1, N]: 1 where one token takes all the weight, N where the weight is
-    spread evenly. Full-int8 TFLite quantizes it over [0, its calibrated maximum] in 255
-    steps, so a sum near 1 is known only to about N / 510 (12-50 % at MobileViTV2's 64-256
-    tokens, 256x256 input), and above 510 tokens a sum of 1 rounds to zero, on which LiteRT's
-    int8 DIV fails at invoke. RSQRT reads that same int8-rounded sum, so `s * s` knows the
-    divisor no better than the DIV did; what the form removes is the failure: a sum rounded
-    to zero saturates RSQRT to its largest value instead. (On a fine-tune's int8 file the
-    products agreed with Keras more often than the division, docs/int8_investigation.md;
-    the rounding of the sum does not explain it.) Float: within a few ulp of the division
-    (the same in every form, under every converter).
+    Full int8: LiteRT's int8 DIV computes each element in fixed point (2.6 ms for one
+    `(4, 4, 256, 16)` division on the AMD host, about 40 ns an element, against about 0.3 ns
+    for an int8 MUL in XNNPACK; `benchmarks/int8_speed.py`) and fails at invoke on a divisor
+    that rounds to zero. Here RSQRT reads the divisor (usually a much smaller tensor; its
+    int8 kernel becomes a table, `keras_mvit2.export.tflite.lookup_tables`) and a divisor
+    rounded to zero saturates it to its largest value instead of failing. RSQRT reads the
+    same int8-rounded divisor the DIV did, so `s * s` knows it no better: the separable
+    attention's token sum lies in [1, N] and is quantized over [0, its calibrated maximum]
+    in 255 steps, so a sum near 1 is known only to about N / 510 either way. (On a
+    fine-tune's int8 file the products agreed with Keras more often than the division,
+    docs/int8_investigation.md; the rounding of the sum does not explain it.)
     """
-    scale = ops.rsqrt(total)
+    scale = ops.rsqrt(divisor)
     return values * scale * scale
 
 
 def softmax_over_tokens(x, *, axis: int = 1):
     """Softmax along `axis`, without a TRANSPOSE in TFLite (see `exp_over_tokens`)."""
     e, total = exp_over_tokens(x, axis=axis)
-    return divide_by_token_sum(e, total)
+    return divide_positive(e, total)
 
 
 def _softmax(x, axis: int):
@@ -325,12 +328,12 @@ def separable_attention(x, qkv_kernel, qkv_bias, out_projection: Callable, *,
         weights = dropout(weights)
     pooled = pool_tokens(x, weights, layout=layout, pooling=forms.token_pooling)
     if total is not None:
-        pooled = divide_by_token_sum(pooled, total)
+        pooled = divide_positive(pooled, total)
     context = pointwise_conv(pooled, qkv_kernel, qkv_bias, layout=layout, outputs=(1, 1 + dim))
     if key_bias_correction and qkv_bias is not None:
         key_bias = layout.per_channel(qkv_bias[1 : 1 + dim], x.dtype)
         kept = ops.sum(weights, axis=axis, keepdims=True)
-        kept = kept if total is None else divide_by_token_sum(kept, total)
+        kept = kept if total is None else divide_positive(kept, total)
         context = context + key_bias * (kept - 1.0)
     # ReLU(W_v x + b_v) as its own 1x1 conv, so converters fuse the ReLU into it.
     value = ops.relu(pointwise_conv(x, qkv_kernel, qkv_bias, layout=layout,

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
+from keras_mvit2.layers.functional import divide_positive
 from keras_mvit2.layers.multi_head_attention import dense_on_tokens, head_dim_of
 from keras_mvit2.layers.token_mixer import TokenMixer
 from keras_mvit2.utils.arguments import validate_positive_ints, validate_rates
@@ -194,8 +195,10 @@ class MobileAttention(TokenMixer):
         k_heads = ops.sum(k, axis=1, keepdims=True)                 # (B, 1, N, d)
         incoming = ops.sum(q_eps * (k_heads + eps), axis=-1)        # (B, M, N)  I
         outgoing = ops.sum(k_eps * (q_heads + eps), axis=-1)        # (B, M, N)  O
-        k_out = ops.sum(k / ops.expand_dims(outgoing, -1), axis=1, keepdims=True)  # (B,1,N,d)
-        q_in = ops.sum(q / ops.expand_dims(incoming, -1), axis=1, keepdims=True)   # (B,1,N,d)
+        k_out = ops.sum(divide_positive(k, ops.expand_dims(outgoing, -1)), axis=1,
+                        keepdims=True)                              # (B, 1, N, d)
+        q_in = ops.sum(divide_positive(q, ops.expand_dims(incoming, -1)), axis=1,
+                       keepdims=True)                               # (B, 1, N, d)
         conserved_in = ops.sum(q_eps * (k_out + eps), axis=-1)      # (B, M, N)  Ī
         conserved_out = ops.sum(k_eps * (q_in + eps), axis=-1)      # (B, M, N)  Ō
         clipped = ops.clip(conserved_out, -1.0, 1.0)                # "for stability"
@@ -254,7 +257,8 @@ class MobileAttention(TokenMixer):
         competition = self.competition_dropout(flows["competition"], training=training)
         v = v * ops.expand_dims(competition, -1)                    # (B*P, M, N, d)
         y = self._token_mixing(q, k, v)                             # (B*P, M, N, d)
-        scale = flows["allocation"] / self._normaliser(q, k, flows["incoming"])  # (B*P, M, N)
+        scale = divide_positive(flows["allocation"],
+                                self._normaliser(q, k, flows["incoming"]))  # (B*P, M, N)
         y = y * ops.expand_dims(scale, -1)                          # (B*P, M, N, d)
         y = ops.reshape(y, (batch, p * self.num_heads, n, self.head_dim))  # (B, P*M, N, d)
         y = ops.transpose(y, (0, 2, 1, 3))                          # (B, N, P*M, d)

@@ -9,6 +9,7 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
+from keras_mvit2.layers.functional import divide_positive
 from keras_mvit2.layers.multi_head_attention import (
     dense_on_tokens,
     head_dim_of,
@@ -196,11 +197,14 @@ class RandomFeatureAttention(TokenMixer):
         `causal_attention.py`, `cross_attention.py`).
     """
 
-    #: No int8 kernel in LiteRT for the feature map's SIN / COS, the SQUARE of the
-    #: token norm and the CONCATENATION of [sin, cos] in float: a float island each,
-    #: entered and left by QUANTIZE / DEQUANTIZE.
+    #: The Gaussian feature map's SIN / COS and the CONCATENATION of [sin, cos] stay a float
+    #: island in full int8 (entered and left by QUANTIZE / DEQUANTIZE): LiteRT has no int8
+    #: SIN / COS, and their int8 form, 256-entry tables looked up by GATHER
+    #: (`keras_mvit2.export.tflite.lookup_tables`, ``islands=True``), measured 2.3x slower
+    #: than the island, which XNNPACK runs in float (MobileViTV2-0.5 with RFA at 256x256:
+    #: 31.9 against 13.7 ms, 1 thread; `benchmarks/int8_speed.py`).
     int8_float_ops: ClassVar[frozenset[str]] = frozenset(
-        {"CONCATENATION", "COS", "DEQUANTIZE", "QUANTIZE", "SIN", "SQUARE"})
+        {"CONCATENATION", "COS", "DEQUANTIZE", "QUANTIZE", "SIN"})
 
     def __init__(
         self,
@@ -335,8 +339,9 @@ class RandomFeatureAttention(TokenMixer):
         if matrices is None:
             matrices = self.projection_matrices(training=False)
         x = ops.cast(x, "float32")
-        norm = ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True))
-        x = x / (norm + NORM_EPSILON)                               # (B, M, N, d)
+        # x * x, not SQUARE (which has no int8 kernel); the division as products by rsqrt
+        norm = ops.sqrt(ops.sum(x * x, axis=-1, keepdims=True))
+        x = divide_positive(x, norm + NORM_EPSILON)                 # (B, M, N, d)
         z = ops.matmul(x, matrices)                                 # (B, M, N, D)
         scale = 1.0 / math.sqrt(self.feature_dim)
         if self.feature_map == "gaussian":
@@ -363,7 +368,7 @@ class RandomFeatureAttention(TokenMixer):
         z = ops.sum(phi_k, axis=2, keepdims=True)                   # (B, M, 1, F)
         num = ops.matmul(phi_q, kv)                                 # (B, M, N, d)
         den = ops.sum(phi_q * z, axis=-1, keepdims=True)            # (B, M, N, 1)
-        return num / ops.maximum(ops.abs(den), self.epsilon)
+        return divide_positive(num, ops.maximum(ops.abs(den), self.epsilon))
 
     def _causal(self, phi_q, phi_k, value, gates, num_tokens):
         feats, head_dim = self.num_features, self.head_dim
@@ -379,7 +384,7 @@ class RandomFeatureAttention(TokenMixer):
             s, z = _gated_cumsum(g, kv, pk)
         num = ops.squeeze(ops.matmul(ops.expand_dims(pq, 2), s), 2)  # (BM, N, d)
         den = ops.sum(pq * z, axis=-1, keepdims=True)               # (BM, N, 1)
-        y = num / ops.maximum(den, self.epsilon)                    # (BM, N, d)
+        y = divide_positive(num, ops.maximum(den, self.epsilon))    # (BM, N, d)
         return ops.reshape(y, (-1, self.num_heads, num_tokens, head_dim))  # (B, M, N, d)
 
     # ------------------------------------------------------------------ call
@@ -452,7 +457,7 @@ class RandomFeatureAttention(TokenMixer):
             z = g * prev_z + (1.0 - g) * phi_k
         num = ops.squeeze(ops.matmul(ops.expand_dims(phi_q, 2), s), 2)  # (B, M, d)
         den = ops.sum(phi_q * z, axis=-1, keepdims=True)                # (B, M, 1)
-        y = num / ops.maximum(den, self.epsilon)                        # (B, M, d)
+        y = divide_positive(num, ops.maximum(den, self.epsilon))        # (B, M, d)
         y = self._merge_heads(ops.expand_dims(y, 2))                    # (B, 1, C)
         return ops.squeeze(y, 1), (s, z)
 

@@ -57,7 +57,7 @@ class SeparableSelfAttention(keras.layers.Layer):
     that full-int8 TFLite keeps it accurate at hundreds of tokens (see
     `pool_tokens`; the division is two products by the sum's `rsqrt`, which int8
     keeps accurate where one token takes the weight and never turns into a division
-    by zero: `functional.divide_by_token_sum`); Core ML exports trace it as a
+    by zero: `functional.divide_positive`); Core ML exports trace it as a
     product and a mean.
 
     The key projection is applied once, to the score-weighted tokens, rather than

@@ -44,7 +44,8 @@ from keras_mvit2.export.tflite.flatbuffer import (
 )
 
 __all__ = ["RANGE_METHODS", "RangeStats", "check_range_method", "select_named_ranges",
-           "select_ranges", "zero_offset_matmul_operands"]
+           "select_ranges", "symmetric_constant_matmul_operands",
+           "zero_offset_matmul_operands"]
 
 #: Activation range methods of `to_tflite(activation_ranges=...)` (and any ``"p<percent>"``).
 RANGE_METHODS = ("minmax", "mse", "p99.99", "p99.9")
@@ -55,8 +56,14 @@ _FRACTIONS = np.linspace(0.05, 1.0, 96)
 #: Ops whose int8 output range the kernels fix.
 _FIXED_RANGE_OPS = ("LOGISTIC", "EXP", "SOFTMAX", "TANH")
 #: Ops whose int8 output keeps the input's scale and zero point (the quantizer ties them).
-_SAME_SCALE_OPS = ("RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS", "SPACE_TO_DEPTH",
-                   "DEPTH_TO_SPACE")
+_SAME_SCALE_OPS: dict[str, tuple[int, ...]] = {
+    # op -> the indices of its data inputs, tied with its outputs (empty: every input)
+    **dict.fromkeys(("RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS", "SPACE_TO_DEPTH",
+                     "DEPTH_TO_SPACE", "SPLIT_V", "STRIDED_SLICE", "SLICE", "GATHER", "PAD",
+                     "UNPACK", "TILE", "BROADCAST_TO"), (0,)),
+    "SPLIT": (1,),
+    **dict.fromkeys(("CONCATENATION", "PACK"), ()),
+}
 _PERCENTILE = re.compile(r"^p(\d+(?:\.\d+)?)$")
 
 
@@ -154,21 +161,34 @@ def select_ranges(calibrated: bytes, images: np.ndarray, method: str,
 
 
 def zero_offset_matmul_operands(model: Any) -> int:
-    """Widens the range of each BATCH_MATMUL's second operand so that its int8 zero point is 0.
+    """Sets the int8 zero point of each BATCH_MATMUL's second operand for the kernel that
+    should run it: 0 for a product of two tensors, non-zero for a tensor times itself.
 
-    XNNPACK (LiteRT's default CPU delegate) computes an int8 BATCH_MATMUL as if the second
-    operand's zero point were 0: on MobileViTV2-0.5 its context product came out 6-10
-    output steps from the int8 arithmetic on every element, exactly ``A (q_B)`` instead of
-    ``A (q_B - z_B)``, while LiteRT's own kernels give the exact product. With ``z_B = 0``
-    both are exact. The new range ``[-128 s, 127 s]`` covers the old one
-    (``s = max(max / 127, -min / 128)``) and goes to every tensor the quantizer ties to the
-    operand's scale (through `_SAME_SCALE_OPS`), so the file keeps its ops.
+    LiteRT 2.3's XNNPACK delegate (the CPU delegate apps use) takes an int8 BATCH_MATMUL
+    only where its second operand has zero point 0; any other runs in LiteRT's own kernel,
+    which measured 20-30x slower on the attentions' products (MHA's `q k^T` at 256 tokens:
+    9.4 against 0.28 ms, AMD EPYC, `benchmarks/int8_speed.py`). So the second operand of
+    every product of two tensors (the attentions' token sums, `q k^T`, the weights times
+    `v`, Linformer's token projections) gets the range ``[-128 s, 127 s]``
+    (``s = max(max / 127, -min / 128)``), which covers the calibrated one with zero point 0.
+
+    A tensor times itself (the GroupNorm's `E[x^2]` as `x . x`, `(1, K) x (K, 1)`) is the
+    other way round: XNNPACK packs its one-column operand to its kernel's tile width on
+    every invoke (4-5x LiteRT's kernel on the AMD host, and the int8 file 2.3x slower on an
+    Intel host with AMX tiles, where the tile is widest), while LiteRT's own kernel runs
+    the dot product in int32 directly, exact with any zero point. Its operand keeps the
+    calibrated range; where that range has zero point 0 it is shifted by one step (to
+    zero point -1) so that the product stays in LiteRT's kernel.
+
+    Each new range goes to every tensor the quantizer ties to the operand's scale (through
+    `_SAME_SCALE_OPS`: e.g. MHA's keys are a SPLIT of the fused projection, so the whole
+    projection gets the range), so the file keeps its ops.
 
     Args:
         model: a parsed calibrated flatbuffer (`parse_flatbuffer`), changed in place.
 
     Returns:
-        The number of operands changed.
+        The number of operand groups changed.
     """
     subgraph = model.subgraphs[0]
     tensors = subgraph.tensors
@@ -181,31 +201,88 @@ def zero_offset_matmul_operands(model: Any) -> int:
             i = parent[i]
         return i
 
-    operands = []
+    products, self_products = [], []
     for op in subgraph.operators or []:
         kind, ins = kinds[op.opcodeIndex], tensor_indices(op.inputs)
         if kind in _SAME_SCALE_OPS:
-            for out in tensor_indices(op.outputs):
-                parent[root(out)] = root(ins[0])
+            data = [ins[i] for i in _SAME_SCALE_OPS[kind]] or ins
+            for i in data[1:] + tensor_indices(op.outputs):
+                parent[root(i)] = root(data[0])
         elif kind == "BATCH_MATMUL" and len(ins) > 1:
-            operands.append(ins[1])
+            (self_products if ins[0] == ins[1] else products).append(ins[1])
 
     def ranged(i: int) -> bool:
         q = tensors[i].quantization
         return q is not None and q.min is not None and len(q.min) == 1 and len(q.max) == 1
 
-    groups = {root(i): [] for i in operands if ranged(i)}
+    groups: dict[int, list[int]] = {}
     for i in range(len(tensors)):
-        if root(i) in groups and ranged(i):
-            groups[root(i)].append(i)
-    for members in groups.values():
+        if ranged(i):
+            groups.setdefault(root(i), []).append(i)
+    zero = {root(i) for i in products if ranged(i)}
+    nonzero = {root(i) for i in self_products if ranged(i)} - zero
+    changed = 0
+    for key in zero | nonzero:
+        members = groups[key]
         lo = min(float(tensors[i].quantization.min[0]) for i in members)
         hi = max(float(tensors[i].quantization.max[0]) for i in members)
-        step = max(hi / 127.0, -lo / 128.0, 1e-12)
+        if key in zero:
+            step = max(hi / 127.0, -lo / 128.0, 1e-12)
+            lo, hi = -128.0 * step, 127.0 * step
+        else:
+            lo, hi = min(lo, 0.0), max(hi, 0.0)  # the quantizer's range always holds 0
+            step = max((hi - lo) / 255.0, 1e-12)
+            if round(-128.0 - lo / step) != 0:
+                continue
+            lo, hi = lo + step, hi + step
+        changed += 1
         for i in members:
-            tensors[i].quantization.min = np.array([-128.0 * step], np.float32)
-            tensors[i].quantization.max = np.array([127.0 * step], np.float32)
-    return len(groups)
+            tensors[i].quantization.min = np.array([lo], np.float32)
+            tensors[i].quantization.max = np.array([hi], np.float32)
+    return changed
+
+
+def symmetric_constant_matmul_operands(model: Any) -> int:
+    """Requantizes each constant int8 second operand of a BATCH_MATMUL of a quantized
+    flatbuffer to zero point 0, so that XNNPACK takes the product (see
+    `zero_offset_matmul_operands`; RFA's random projections measured 1.9 ms in LiteRT's
+    kernel against 0.1 ms in XNNPACK, one `(4, 4, 256, 16) x (4, 16, 64)` product).
+
+    The converter quantizes a constant BATCH_MATMUL operand as an activation (asymmetric,
+    after the calibration), so its range cannot be chosen before quantization as
+    `zero_offset_matmul_operands` does for the others: its values are requantized here
+    with the scale ``max |value| / 127`` and zero point 0 (at most one bit coarser; the
+    product's output scale is derived from the operands' scales at run time).
+
+    Args:
+        model: a parsed quantized flatbuffer, changed in place.
+
+    Returns:
+        The number of constants requantized.
+    """
+    from keras_mvit2.export.tflite.flatbuffer import constant_array
+
+    subgraph = model.subgraphs[0]
+    kinds = op_names(model)
+    done = set()
+    for op in subgraph.operators or []:
+        ins = tensor_indices(op.inputs)
+        if kinds[op.opcodeIndex] != "BATCH_MATMUL" or len(ins) < 2 or ins[1] in done:
+            continue
+        tensor = subgraph.tensors[ins[1]]
+        values = constant_array(model, tensor)
+        q = tensor.quantization
+        if values is None or values.dtype != np.int8 or q is None or q.scale is None or len(
+                q.scale) != 1 or int(q.zeroPoint[0]) == 0:
+            continue
+        real = (values.astype(np.float64) - int(q.zeroPoint[0])) * float(q.scale[0])
+        scale = max(float(np.abs(real).max()) / 127.0, 1e-12)
+        requantized = np.clip(np.round(real / scale), -127, 127).astype(np.int8)
+        model.buffers[tensor.buffer].data = np.frombuffer(requantized.tobytes(), np.uint8)
+        q.scale = np.array([scale], np.float32)
+        q.zeroPoint = np.array([0], np.int64)
+        done.add(ins[1])
+    return len(done)
 
 
 def select_named_ranges(float_model: bytes, images: np.ndarray,

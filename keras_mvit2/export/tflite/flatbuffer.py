@@ -97,3 +97,67 @@ def constant_array(model: Any, tensor: Any) -> np.ndarray | None:
         return None
     values = np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=dtype)
     return values.reshape(tensor_indices(tensor.shape))
+
+
+def add_tensor(subgraph: Any, name: str, dtype: int, shape, buffer: int = 0,
+               quantization: Any = None) -> int:
+    """Appends a `TensorT` to `subgraph` and returns its index. `buffer` 0 is the empty
+    buffer (an activation); `quantization` a `QuantizationParametersT` or None."""
+    tensor = tfl_schema.TensorT()
+    tensor.name = name
+    tensor.type = dtype
+    tensor.shape = np.asarray(shape, dtype=np.int32)
+    tensor.buffer = buffer
+    tensor.quantization = quantization
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
+
+
+def add_buffer(model: Any, values: np.ndarray) -> int:
+    """Appends a buffer holding `values` (raw bytes in their own dtype) to `model`; its index."""
+    buffer = tfl_schema.BufferT()
+    buffer.data = np.frombuffer(np.ascontiguousarray(values).tobytes(), dtype=np.uint8)
+    model.buffers.append(buffer)
+    return len(model.buffers) - 1
+
+
+def drop_unused(model: Any) -> None:
+    """Removes tensors no op or signature uses, then buffers no tensor or metadata uses."""
+    for subgraph_index, subgraph in enumerate(model.subgraphs or []):
+        used = set(tensor_indices(subgraph.inputs)) | set(tensor_indices(subgraph.outputs))
+        for op in subgraph.operators or []:
+            for vector in (op.inputs, op.outputs, op.intermediates):
+                used |= {t for t in tensor_indices(vector) if t >= 0}
+        new_index = {old: new for new, old in enumerate(sorted(used))}
+        subgraph.tensors = [subgraph.tensors[old] for old in sorted(used)]
+
+        def remap(vector, mapping=new_index):
+            if vector is None:
+                return None
+            return np.asarray([mapping[t] if t >= 0 else t for t in tensor_indices(vector)],
+                              dtype=np.int32)
+
+        subgraph.inputs = remap(subgraph.inputs)
+        subgraph.outputs = remap(subgraph.outputs)
+        for op in subgraph.operators or []:
+            op.inputs = remap(op.inputs)
+            op.outputs = remap(op.outputs)
+            op.intermediates = remap(op.intermediates)
+        for signature in model.signatureDefs or []:
+            if signature.subgraphIndex != subgraph_index:
+                continue
+            for entry in (signature.inputs or []) + (signature.outputs or []):
+                entry.tensorIndex = new_index[entry.tensorIndex]
+
+    used_buffers = {0} | {
+        t.buffer for subgraph in model.subgraphs or [] for t in subgraph.tensors or []
+    } | {m.buffer for m in model.metadata or []} | set(tensor_indices(model.metadataBuffer))
+    new_buffer = {old: new for new, old in enumerate(sorted(used_buffers))}
+    model.buffers = [model.buffers[old] for old in sorted(used_buffers)]
+    for subgraph in model.subgraphs or []:
+        for t in subgraph.tensors or []:
+            t.buffer = new_buffer[t.buffer]
+    for entry in model.metadata or []:
+        entry.buffer = new_buffer[entry.buffer]
+    if model.metadataBuffer is not None:
+        model.metadataBuffer = [new_buffer[b] for b in tensor_indices(model.metadataBuffer)]

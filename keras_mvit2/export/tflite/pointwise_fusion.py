@@ -36,8 +36,11 @@ from ai_edge_litert import schema_py_generated as tfl_schema
 
 from keras_mvit2.export.tflite.flatbuffer import (
     NUMPY_DTYPES,
+    add_buffer,
+    add_tensor,
     constant_array,
     decode_name,
+    drop_unused,
     op_names,
     parse_flatbuffer,
     serialize_flatbuffer,
@@ -104,7 +107,7 @@ def fuse_pointwise_pairs(model: Any) -> list[PointwiseFusion]:
                 break
             fusions.append(fusion)
     if fusions:
-        _drop_unused(model)
+        drop_unused(model)
     return fusions
 
 
@@ -175,31 +178,17 @@ def _new_constant(model, subgraph, like: _Constant, value: np.ndarray, name: str
     biases) between ops, so editing one in place could change another op.
     """
     template = subgraph.tensors[like.tensor]
-    buffer = tfl_schema.BufferT()
-    buffer.data = np.frombuffer(
-        value.astype(NUMPY_DTYPES[template.type]).tobytes(), dtype=np.uint8
-    )
-    model.buffers.append(buffer)
-    source = _add_tensor(subgraph, name, template.type, value.shape, len(model.buffers) - 1)
+    buffer = add_buffer(model, value.astype(NUMPY_DTYPES[template.type]))
+    source = add_tensor(subgraph, name, template.type, value.shape, buffer)
     if like.dequantize_op is None:
         return source
-    output = _add_tensor(subgraph, name + "/dequantize", _FLOAT32, value.shape, 0)
+    output = add_tensor(subgraph, name + "/dequantize", _FLOAT32, value.shape, 0)
     dequantize = tfl_schema.OperatorT()
     dequantize.opcodeIndex = subgraph.operators[like.dequantize_op].opcodeIndex
     dequantize.inputs = np.asarray([source], dtype=np.int32)
     dequantize.outputs = np.asarray([output], dtype=np.int32)
     subgraph.operators.insert(before, dequantize)
     return output
-
-
-def _add_tensor(subgraph, name: str, dtype: int, shape, buffer: int) -> int:
-    tensor = tfl_schema.TensorT()
-    tensor.name = name
-    tensor.type = dtype
-    tensor.shape = np.asarray(shape, dtype=np.int32)
-    tensor.buffer = buffer
-    subgraph.tensors.append(tensor)
-    return len(subgraph.tensors) - 1
 
 
 def _is_float_activation(subgraph, tensor: int) -> bool:
@@ -296,45 +285,3 @@ def _drop_dead_dequantize(subgraph, names: list[str]) -> None:
         if names[op.opcodeIndex] != "DEQUANTIZE"
         or any(t in graph.readers or t in graph.outputs for t in tensor_indices(op.outputs))
     ]
-
-
-def _drop_unused(model) -> None:
-    """Removes tensors no op or signature uses, then buffers no tensor or metadata uses."""
-    for subgraph_index, subgraph in enumerate(model.subgraphs or []):
-        used = set(tensor_indices(subgraph.inputs)) | set(tensor_indices(subgraph.outputs))
-        for op in subgraph.operators or []:
-            for vector in (op.inputs, op.outputs, op.intermediates):
-                used |= {t for t in tensor_indices(vector) if t >= 0}
-        new_index = {old: new for new, old in enumerate(sorted(used))}
-        subgraph.tensors = [subgraph.tensors[old] for old in sorted(used)]
-
-        def remap(vector, mapping=new_index):
-            if vector is None:
-                return None
-            return np.asarray([mapping[t] if t >= 0 else t for t in tensor_indices(vector)],
-                              dtype=np.int32)
-
-        subgraph.inputs = remap(subgraph.inputs)
-        subgraph.outputs = remap(subgraph.outputs)
-        for op in subgraph.operators or []:
-            op.inputs = remap(op.inputs)
-            op.outputs = remap(op.outputs)
-            op.intermediates = remap(op.intermediates)
-        for signature in model.signatureDefs or []:
-            if signature.subgraphIndex != subgraph_index:
-                continue
-            for entry in (signature.inputs or []) + (signature.outputs or []):
-                entry.tensorIndex = new_index[entry.tensorIndex]
-
-    used_buffers = {0} | {
-        t.buffer for subgraph in model.subgraphs or [] for t in subgraph.tensors or []
-    } | {m.buffer for m in model.metadata or []} | set(tensor_indices(model.metadataBuffer))
-    new_buffer = {old: new for new, old in enumerate(sorted(used_buffers))}
-    model.buffers = [model.buffers[old] for old in sorted(used_buffers)]
-    for subgraph in model.subgraphs or []:
-        for t in subgraph.tensors or []:
-            t.buffer = new_buffer[t.buffer]
-    for entry in model.metadata or []:
-        entry.buffer = new_buffer[entry.buffer]
-    if model.metadataBuffer is not None:
-        model.metadataBuffer = [new_buffer[b] for b in tensor_indices(model.metadataBuffer)]

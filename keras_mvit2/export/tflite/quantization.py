@@ -52,6 +52,11 @@ class TFLiteQuantization:
         integer_only: whether a float op left in the file is an error (`allow_float_ops`).
         int16_activations: whether TF's int16x8 quantizer runs (its fatal hazards are
             checked on the float graph first).
+        fast_int8_kernels: whether, after quantization, the file is rewritten for LiteRT's
+            fast int8 kernels: constant matrix-product operands at zero point 0
+            (`activation_ranges.symmetric_constant_matmul_operands`) and the elementwise
+            functions LiteRT computes per element (RSQRT, SQRT) as table lookups
+            (`keras_mvit2.export.tflite.lookup_tables`).
     """
 
     name: str
@@ -65,6 +70,7 @@ class TFLiteQuantization:
     float_layers: bool = False
     integer_only: bool = False
     int16_activations: bool = False
+    fast_int8_kernels: bool = False
 
     @property
     def float_weights(self) -> bool:
@@ -85,7 +91,8 @@ TFLITE_QUANTIZATIONS: dict[str, TFLiteQuantization] = {q.name: q for q in (
     # int8 clips heavy tails (docs/int8.md); int16 has 256x finer steps and keeps min / max.
     TFLiteQuantization("int8", op_set="builtins_int8", optimized=True, calibrated=True,
                        io_dtypes=("float32", "int8", "uint8"), forms=export_forms.INT8,
-                       activation_ranges="p99.99", float_layers=True, integer_only=True),
+                       activation_ranges="p99.99", float_layers=True, integer_only=True,
+                       fast_int8_kernels=True),
     TFLiteQuantization("int16x8", op_set="int16x8", optimized=True, calibrated=True,
                        io_dtypes=("float32", "int16"), activation_ranges="minmax",
                        int16_activations=True),
