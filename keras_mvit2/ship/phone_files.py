@@ -178,7 +178,10 @@ def _export_phone_files(
         if max_drop is None:
             log(f"exporting {target.display_name} ({quantization})")
             if name == "tflite":  # an earlier call's QAT files would be taken for this one's
+                from keras_mvit2.optimizer.tflite_candidates import trained_file
+
                 for stale in (os.path.join(folder, QAT_FILE),
+                              trained_file(os.path.join(folder, QAT_FILE)),
                               os.path.join(folder, POST_TRAINING_FILE),
                               os.path.join(run_dir, QAT_NOT_SHIPPED)):
                     if os.path.exists(stale):
