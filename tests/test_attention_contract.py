@@ -220,3 +220,18 @@ def test_unfold_forms_agree_and_fold_inverts(form, layout, rng):
     np.testing.assert_array_equal(got if layout == "channels_last" else _to_first(got), want)
     folded = functional.fold(tokens, (4, 6), 2, layout=chosen)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(folded), x.numpy())
+
+
+def test_mobile_attention_without_its_flow_epsilon_is_the_same_function(rng):
+    """Full int8 omits Mobile-Attention's eps (below one int8 step); in float the two
+    forms differ by about eps."""
+    from keras_mvit2.layers import export_forms
+
+    layer = mv.layers.MobileAttention(num_heads=4)
+    x = rng.normal(size=(2, 16, 4, 32)).astype("float32")
+    want = keras.ops.convert_to_numpy(layer(x))
+    with export_forms.tracing(export_forms.INT8):
+        got = keras.ops.convert_to_numpy(layer(x))
+    assert export_forms.INT8.flow_epsilon == "omit"
+    assert np.abs(got - want).max() > 0  # a different graph ...
+    np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(want).max())  # ... same function

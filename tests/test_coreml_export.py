@@ -107,10 +107,11 @@ def test_small_model_converts_with_image_input_and_labels(ct, tmp_path):
     forms = json.loads(report.metadata["keras_mvit2.forms"])
     assert forms == {
         "token_pooling": "product_mean", "token_normaliser": "exp_mean",
-        "variance": "one_pass", "unfold": "space_to_depth", "layout": "channels_last",
+        "variance": "one_pass", "unfold": "space_to_depth", "flow_epsilon": "add",
+        "layout": "channels_last",
         "mobilevitv2_blocks": {"token_pooling": "product_sum", "token_normaliser": "softmax",
                                "variance": "centred", "unfold": "depthwise_conv",
-                               "layout": "channels_first"}}
+                               "flow_epsilon": "add", "layout": "channels_first"}}
     assert "space_to_depth" not in report.op_histogram
 
 

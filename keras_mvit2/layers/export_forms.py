@@ -16,6 +16,8 @@ value holds one choice per step, and a conversion traces the model inside `traci
 | variance `"centred"`      | Core ML blocks (2)           | no cancellation in fp16            |
 | unfold `"space_to_depth"` | default                      | no TRANSPOSE channels-last         |
 | unfold `"depthwise_conv"` | Core ML blocks (2)           | no transpose channels-first        |
+| flow epsilon `"add"`      | default                      | Mobile-Attention's code, eps = 1e-6 |
+| flow epsilon `"omit"`     | full int8 (6)                | eps is below one int8 step (7)     |
 
 (1) The element-wise product `e * x` is requantized to 8 bits before the sum and, at
 hundreds of tokens, most terms round to zero (`FLOAT_RUNTIME` keeps `"product_mean"` for
@@ -45,10 +47,19 @@ matrix product (`benchmarks/int8_fidelity.py`, ``plain converter``: 89.7 % agree
 89.2 % traced with `INT8`, one MobileViTV2-0.5 trained at 256x256; what such a file loses
 is the min / max ranges': `to_tflite`'s default file, 97.0 %).
 
+(7) Mobile-Attention (`functional.mobile_attention_flows`) adds its eps (1e-6) to both
+factors of every flow dot product, as the authors' code. In full int8 that is below one
+step of any of those tensors (a sigmoid's step is 1/256), so each addition only requantizes
+a whole tensor in LiteRT's own ADD kernel (XNNPACK refuses a constant that small against
+the tensor's scale): MobileViTV2-0.5 with Mobile-Attention, 1 thread, int8 with / without
+the additions: 1.37 / 1.02 ms at 64x64, 12.8 / 9.8 ms at 256x256 (float32 1.2 and 15 ms;
+`benchmarks/int8_speed.py`). A float graph keeps them (the function of the code; without
+them the flows differ by about 1e-6 relative).
+
 Presets: `KERAS` (the default, everything the first row), `INT8` (`KERAS` with the
-`"one_pass_matmul"` variance), `FLOAT_RUNTIME` (`KERAS` with `"product_mean"` pooling: Core ML
-traced channels-last, the PyTorch road, the optimizer's float candidates) and
-`COREML_CHANNELS_FIRST` (the Core ML block trace with
+`"one_pass_matmul"` variance and the flow epsilon omitted), `FLOAT_RUNTIME` (`KERAS` with
+`"product_mean"` pooling: Core ML traced channels-last, the PyTorch road, the optimizer's
+float candidates) and `COREML_CHANNELS_FIRST` (the Core ML block trace with
 `keras_mvit2.layers.functional.CHANNELS_FIRST`).
 
 How a conversion picks them: it resolves one `ExportForms` value (`to_tflite`: its `forms`
@@ -84,6 +95,7 @@ TokenPooling = Literal["matmul", "product_mean", "product_sum"]
 TokenNormaliser = Literal["exp_mean", "softmax"]
 Variance = Literal["one_pass", "one_pass_matmul", "centred"]
 UnfoldForm = Literal["space_to_depth", "depthwise_conv"]
+FlowEpsilon = Literal["add", "omit"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +106,7 @@ class ExportForms:
     token_normaliser: TokenNormaliser = "exp_mean"
     variance: Variance = "one_pass"
     unfold: UnfoldForm = "space_to_depth"
+    flow_epsilon: FlowEpsilon = "add"
 
     def __post_init__(self) -> None:
         allowed = {
@@ -101,6 +114,7 @@ class ExportForms:
             "token_normaliser": ("exp_mean", "softmax"),
             "variance": ("one_pass", "one_pass_matmul", "centred"),
             "unfold": ("space_to_depth", "depthwise_conv"),
+            "flow_epsilon": ("add", "omit"),
         }
         for field, values in allowed.items():
             if getattr(self, field) not in values:
@@ -114,8 +128,9 @@ class ExportForms:
 #: LiteRT export trace), every TFLite format but full int8, the tf_keras twin.
 KERAS = ExportForms()
 #: Full-int8 TFLite: `KERAS` with the GroupNorm's `E[x^2]` as a matrix product, summed in
-#: int32 (5); not `KERAS`'s, for float speed (6).
-INT8 = dataclasses.replace(KERAS, variance="one_pass_matmul")
+#: int32 (5); not `KERAS`'s, for float speed (6); and Mobile-Attention's flow epsilon
+#: omitted, below one int8 step (7).
+INT8 = dataclasses.replace(KERAS, variance="one_pass_matmul", flow_epsilon="omit")
 #: Float runtimes (Core ML traced channels-last, the PyTorch road, float candidates): the
 #: token sum as a product and a mean, where the matrix product only adds ops (1).
 FLOAT_RUNTIME = dataclasses.replace(KERAS, token_pooling="product_mean")

@@ -41,8 +41,10 @@ __all__ = [
     "TokenLayout",
     "divide_positive",
     "exp_over_tokens",
+    "flow_factor",
     "fold",
     "group_norm1",
+    "mobile_attention_flows",
     "pointwise_conv",
     "pool_tokens",
     "separable_attention",
@@ -357,6 +359,56 @@ def transformer_layer(x, *, norm1: Callable, attention: Callable, norm2: Callabl
     y = ops.silu(fc1(norm2(x)))
     y = fc2(y if hidden is None else hidden(y))
     return ops.add(x, y if ffn_output is None else ffn_output(y))
+
+
+# --------------------------------------------------------------------------------------
+# Mobile-Attention's flows
+
+
+def flow_factor(x, eps: float, *, forms: ExportForms | None = None):
+    """`x + eps`, a factor of Mobile-Attention's flow dot products; `x` itself under the
+    `"omit"` flow epsilon (full int8, where eps is below one step; see
+    `keras_mvit2.layers.export_forms`)."""
+    return x if _forms(forms).flow_epsilon == "omit" else x + eps
+
+
+def mobile_attention_flows(q, k, eps: float, *, forms: ExportForms | None = None) -> dict:
+    """Mobile-Attention's flows (`keras_mvit2.layers.MobileAttention`) of `(B, M, N, d)`
+    queries and keys after phi, each `(B, M, N)`.
+
+    ```
+    I = <q + eps, sum_h k + eps>,   O = <k + eps, sum_h q + eps>
+    Ī = <q + eps, sum_h k / O + eps>,   Ō = <k + eps, sum_h q / I + eps>
+    competition = N * softmax_over_tokens(clip(Ō, -1, 1)),   allocation = sigmoid(Ī)
+    ```
+
+    `<.,.>` sums the d channels, `sum_h` the M heads (kept, size 1); the divisions are
+    `divide_positive`; every `+ eps` is `flow_factor` (omitted in full int8).
+    """
+    def plus(x):
+        return flow_factor(x, eps, forms=forms)
+
+    q_heads = ops.sum(q, axis=1, keepdims=True)                     # (B, 1, N, d)
+    k_heads = ops.sum(k, axis=1, keepdims=True)                     # (B, 1, N, d)
+    q_eps, k_eps = plus(q), plus(k)                                 # (B, M, N, d)
+    incoming = ops.sum(q_eps * plus(k_heads), axis=-1)              # (B, M, N)  I
+    outgoing = ops.sum(k_eps * plus(q_heads), axis=-1)              # (B, M, N)  O
+    k_out = ops.sum(divide_positive(k, ops.expand_dims(outgoing, -1)), axis=1,
+                    keepdims=True)                                  # (B, 1, N, d)
+    q_in = ops.sum(divide_positive(q, ops.expand_dims(incoming, -1)), axis=1,
+                   keepdims=True)                                   # (B, 1, N, d)
+    conserved_in = ops.sum(q_eps * plus(k_out), axis=-1)            # (B, M, N)  Ī
+    conserved_out = ops.sum(k_eps * plus(q_in), axis=-1)            # (B, M, N)  Ō
+    clipped = ops.clip(conserved_out, -1.0, 1.0)                    # "for stability"
+    competition = ops.softmax(clipped, axis=-1) * _num_tokens(q, 2)  # over the tokens
+    return {
+        "incoming": incoming,
+        "outgoing": outgoing,
+        "conserved_incoming": conserved_in,
+        "conserved_outgoing": conserved_out,
+        "competition": competition,
+        "allocation": ops.sigmoid(conserved_in),                    # N_q / N_k = 1
+    }
 
 
 # --------------------------------------------------------------------------------------

@@ -5,7 +5,11 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
-from keras_mvit2.layers.functional import divide_positive
+from keras_mvit2.layers.functional import (
+    divide_positive,
+    flow_factor,
+    mobile_attention_flows,
+)
 from keras_mvit2.layers.multi_head_attention import dense_on_tokens, head_dim_of
 from keras_mvit2.layers.token_mixer import TokenMixer
 from keras_mvit2.utils.arguments import validate_positive_ints, validate_rates
@@ -183,41 +187,16 @@ class MobileAttention(TokenMixer):
         q, k, v = ops.split(qkv, 3, axis=1)                         # (B*P, M, N, d) each
         return ops.sigmoid(q), ops.sigmoid(k), v
 
-    def _num_tokens(self, q):
-        n = q.shape[2]
-        return float(n) if n is not None else ops.cast(ops.shape(q)[2], q.dtype)
-
     def _flows(self, q, k):
         """The flows of `q`, `k` (`(B, M, N, d)`, after phi), each `(B, M, N)`."""
-        eps = self.eps
-        q_eps, k_eps = q + eps, k + eps                             # (B, M, N, d)
-        q_heads = ops.sum(q, axis=1, keepdims=True)                 # (B, 1, N, d) sum of heads
-        k_heads = ops.sum(k, axis=1, keepdims=True)                 # (B, 1, N, d)
-        incoming = ops.sum(q_eps * (k_heads + eps), axis=-1)        # (B, M, N)  I
-        outgoing = ops.sum(k_eps * (q_heads + eps), axis=-1)        # (B, M, N)  O
-        k_out = ops.sum(divide_positive(k, ops.expand_dims(outgoing, -1)), axis=1,
-                        keepdims=True)                              # (B, 1, N, d)
-        q_in = ops.sum(divide_positive(q, ops.expand_dims(incoming, -1)), axis=1,
-                       keepdims=True)                               # (B, 1, N, d)
-        conserved_in = ops.sum(q_eps * (k_out + eps), axis=-1)      # (B, M, N)  Ī
-        conserved_out = ops.sum(k_eps * (q_in + eps), axis=-1)      # (B, M, N)  Ō
-        clipped = ops.clip(conserved_out, -1.0, 1.0)                # "for stability"
-        competition = ops.softmax(clipped, axis=-1) * self._num_tokens(q)  # over tokens
-        allocation = ops.sigmoid(conserved_in)                      # N_q / N_k = 1
-        return {
-            "incoming": incoming,
-            "outgoing": outgoing,
-            "conserved_incoming": conserved_in,
-            "conserved_outgoing": conserved_out,
-            "competition": competition,
-            "allocation": allocation,
-        }
+        return mobile_attention_flows(q, k, self.eps)
 
     def _normaliser(self, q, k, incoming):
         if self.normalizer == "head_flow":
             return incoming                                         # (B, M, N)
         k_tokens = ops.sum(k, axis=2, keepdims=True)                # (B, M, 1, d) sum of tokens
-        return ops.sum((q + self.eps) * (k_tokens + self.eps), axis=-1)  # (B, M, N)
+        return ops.sum(flow_factor(q, self.eps) * flow_factor(k_tokens, self.eps),
+                       axis=-1)                                     # (B, M, N)
 
     def _token_mixing(self, q, k, v):
         """`q (k^T v)` per head: `(B, M, N, d)` -> `(B, M, N, d)` via a `(d, d)` state.

@@ -44,8 +44,7 @@ from keras_mvit2.export.tflite.flatbuffer import (
 )
 
 __all__ = ["RANGE_METHODS", "RangeStats", "check_range_method", "select_named_ranges",
-           "select_ranges", "symmetric_constant_matmul_operands",
-           "zero_offset_matmul_operands"]
+           "select_ranges", "zero_offset_matmul_operands"]
 
 #: Activation range methods of `to_tflite(activation_ranges=...)` (and any ``"p<percent>"``).
 RANGE_METHODS = ("minmax", "mse", "p99.99", "p99.9")
@@ -240,49 +239,6 @@ def zero_offset_matmul_operands(model: Any) -> int:
             tensors[i].quantization.min = np.array([lo], np.float32)
             tensors[i].quantization.max = np.array([hi], np.float32)
     return changed
-
-
-def symmetric_constant_matmul_operands(model: Any) -> int:
-    """Requantizes each constant int8 second operand of a BATCH_MATMUL of a quantized
-    flatbuffer to zero point 0, so that XNNPACK takes the product (see
-    `zero_offset_matmul_operands`; RFA's random projections measured 1.9 ms in LiteRT's
-    kernel against 0.1 ms in XNNPACK, one `(4, 4, 256, 16) x (4, 16, 64)` product).
-
-    The converter quantizes a constant BATCH_MATMUL operand as an activation (asymmetric,
-    after the calibration), so its range cannot be chosen before quantization as
-    `zero_offset_matmul_operands` does for the others: its values are requantized here
-    with the scale ``max |value| / 127`` and zero point 0 (at most one bit coarser; the
-    product's output scale is derived from the operands' scales at run time).
-
-    Args:
-        model: a parsed quantized flatbuffer, changed in place.
-
-    Returns:
-        The number of constants requantized.
-    """
-    from keras_mvit2.export.tflite.flatbuffer import constant_array
-
-    subgraph = model.subgraphs[0]
-    kinds = op_names(model)
-    done = set()
-    for op in subgraph.operators or []:
-        ins = tensor_indices(op.inputs)
-        if kinds[op.opcodeIndex] != "BATCH_MATMUL" or len(ins) < 2 or ins[1] in done:
-            continue
-        tensor = subgraph.tensors[ins[1]]
-        values = constant_array(model, tensor)
-        q = tensor.quantization
-        if values is None or values.dtype != np.int8 or q is None or q.scale is None or len(
-                q.scale) != 1 or int(q.zeroPoint[0]) == 0:
-            continue
-        real = (values.astype(np.float64) - int(q.zeroPoint[0])) * float(q.scale[0])
-        scale = max(float(np.abs(real).max()) / 127.0, 1e-12)
-        requantized = np.clip(np.round(real / scale), -127, 127).astype(np.int8)
-        model.buffers[tensor.buffer].data = np.frombuffer(requantized.tobytes(), np.uint8)
-        q.scale = np.array([scale], np.float32)
-        q.zeroPoint = np.array([0], np.int64)
-        done.add(ins[1])
-    return len(done)
 
 
 def select_named_ranges(float_model: bytes, images: np.ndarray,

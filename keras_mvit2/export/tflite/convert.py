@@ -520,13 +520,9 @@ def _convert_model(
             warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
             converted = parse_flatbuffer(converter.convert())
         if quant.fast_int8_kernels:
-            from keras_mvit2.export.tflite.activation_ranges import (
-                symmetric_constant_matmul_operands,
-            )
-            from keras_mvit2.export.tflite.lookup_tables import tabulate_elementwise
+            from keras_mvit2.export.tflite.int8_kernels import for_fast_kernels
 
-            symmetric_constant_matmul_operands(converted)
-            tabulate_elementwise(converted)
+            for_fast_kernels(converted)
         if fuse_pointwise and not quant.calibrated:
             # float32 and float16 weights are fused here; quantized weights are skipped.
             fusions = fuse_pointwise_pairs(converted)

@@ -53,10 +53,8 @@ class TFLiteQuantization:
         int16_activations: whether TF's int16x8 quantizer runs (its fatal hazards are
             checked on the float graph first).
         fast_int8_kernels: whether, after quantization, the file is rewritten for LiteRT's
-            fast int8 kernels: constant matrix-product operands at zero point 0
-            (`activation_ranges.symmetric_constant_matmul_operands`) and the elementwise
-            functions LiteRT computes per element (RSQRT, SQRT) as table lookups
-            (`keras_mvit2.export.tflite.lookup_tables`).
+            fast int8 kernels (`keras_mvit2.export.tflite.int8_kernels`: constant
+            matrix-product operands at zero point 0, RSQRT / SQRT as table lookups).
     """
 
     name: str

@@ -1,6 +1,6 @@
-"""The full-int8 file's rewrites for LiteRT's fast kernels (`keras_mvit2.export.tflite`):
-elementwise functions as 256-entry tables (`lookup_tables`) and constant matrix-product
-operands at zero point 0 (`activation_ranges.symmetric_constant_matmul_operands`).
+"""The full-int8 file's rewrites for LiteRT's fast kernels (`keras_mvit2.export.tflite.
+int8_kernels`): elementwise functions as 256-entry tables (`lookup_tables`) and constant
+matrix-product operands at zero point 0 (`int8_kernels.symmetric_constant_matmul_operands`).
 
 Oracles: the functions written out here in numpy on the int8 grid, and LiteRT running the
 file before and after the rewrite.
@@ -12,8 +12,8 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from keras_mvit2.export import inspect_tflite
-from keras_mvit2.export.tflite.activation_ranges import symmetric_constant_matmul_operands
 from keras_mvit2.export.tflite.flatbuffer import op_names, parse_flatbuffer, serialize_flatbuffer
+from keras_mvit2.export.tflite.int8_kernels import symmetric_constant_matmul_operands
 from keras_mvit2.export.tflite.lookup_tables import tabulate_elementwise
 
 SHAPE = (2, 3, 5, 8)
