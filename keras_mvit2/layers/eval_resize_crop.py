@@ -88,6 +88,11 @@ class EvalResizeCrop(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.size, self.size, input_shape[-1])
 
+    def compute_output_spec(self, images):
+        # float32 under any dtype policy, as the transform computes (Keras' default spec
+        # would say the policy's compute dtype, float16 under "mixed_float16").
+        return keras.KerasTensor(self.compute_output_shape(images.shape), dtype="float32")
+
     def get_config(self):
         config = super().get_config()
         config.update(size=self.size, crop_pct=self.crop_pct, interpolation=self.interpolation,

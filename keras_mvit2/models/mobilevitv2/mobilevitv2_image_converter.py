@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 
-import keras
 import keras_hub
 import numpy as np
-from keras_hub.src.utils.tensor_utils import in_tf_function
+from keras_hub.src.utils.tensor_utils import (
+    convert_preprocessing_outputs,
+    convert_to_numpy,
+    in_tf_function,
+)
 
 from keras_mvit2.api_export import serializable
-from keras_mvit2.backend import keras_backend_name
 from keras_mvit2.layers.eval_resize_crop import EvalResizeCrop
 from keras_mvit2.models.mobilevitv2.mobilevitv2_backbone import MobileViTV2Backbone
 from keras_mvit2.preprocessing import DEFAULT_CROP_PCT
@@ -30,7 +32,17 @@ class MobileViTV2ImageConverter(keras_hub.layers.ImageConverter):
     (`keras_mvit2.layers.EvalResizeCrop`, as timm / ml-cvnets evaluate the
     checkpoints: 288 bicubic then 256 for the 256x256 ones), then multiplies by `scale`
     and adds `offset` (the checkpoints take RGB in [0, 1]: `scale=1/255`, no offset).
-    The output is exactly `keras_mvit2.preprocess_images` for those checkpoints.
+
+    One form on every backend and every path: the transform is `EvalResizeCrop`'s
+    TensorFlow form (`EvalResizeCrop.in_tf_data`: `tf.image.resize`), whether the
+    converter runs inside a tf.data pipeline (keras-hub's `predict` / `fit` on a
+    dataset), in a grain pipeline or called on arrays (keras-hub's `predict` on arrays
+    with grain installed), so `predict(images)` and `predict(dataset)` agree bit for bit
+    on JAX and PyTorch too (on their own kernels the resize would differ by up to 5e-5).
+    keras-hub loads TensorFlow on every backend anyway (its `tensor_utils`). The output
+    is a backend tensor (numpy inside grain, `tf.Tensor`s inside tf.data); with the
+    checkpoints' `scale` it is exactly `keras_mvit2.preprocess_images` on TensorFlow,
+    and within 5e-5 of it on JAX and PyTorch (which resize with the backend's kernel).
 
     Input: uint8 or float images in [0, 255], `(height, width, 3)` or a batch
     `(batch, height, width, 3)` of one size (any size).
@@ -102,38 +114,22 @@ class MobileViTV2ImageConverter(keras_hub.layers.ImageConverter):
         self._check_size(value)
         self.resizing.height, self.resizing.width = value[0], value[1]
 
-    def _resize_crop(self, x):
-        # scale=False: [0, 255] out; `scale` / `offset` are applied below.
-        layer = EvalResizeCrop(int(self.image_size[0]), self.crop_pct,
-                               interpolation=self.interpolation, antialias=self.antialias,
-                               scale=False, dtype=self.dtype_policy)
-        # keras-hub's `predict` preprocesses in tf.data on every backend: there, off
-        # TensorFlow, the layer's TensorFlow form (a layer call would need the backend's
-        # tensors).
-        transform = layer.in_tf_data if self._in_tf_data() else layer
-        if len(x.shape) == 3:
-            return transform(x[None])[0]
-        return transform(x)
-
-    @staticmethod
-    def _in_tf_data() -> bool:
-        return keras_backend_name() != "tensorflow" and in_tf_function()
-
     def _call_python(self, inputs):
-        if isinstance(inputs, list | tuple):
-            inputs = np.asarray(inputs)
-        tf_data = self._in_tf_data()
-        x = inputs if tf_data else keras.ops.convert_to_tensor(inputs)
-        x = self._resize_crop(x)
-        cast = (lambda v, t: v.astype(t.dtype.name)) if tf_data else (
-            lambda v, t: keras.ops.cast(v, t.dtype))
-        if self.scale is not None and self.offset is None and _is_one_over_255(self.scale):
-            x = x / 255.0  # as EvalResizeCrop / preprocess_images: the same float32 bits
-        elif self.scale is not None:
-            x = x * cast(self._expand_non_channel_dims(self.scale, x), x)
+        # One form on every backend and every path (see the class docstring): inside
+        # tf.data the graph's `tf.Tensor`s, elsewhere numpy in and the caller's form out.
+        x = inputs if in_tf_function() else convert_to_numpy(inputs)
+        layer = EvalResizeCrop(
+            int(self.image_size[0]), self.crop_pct, interpolation=self.interpolation,
+            antialias=self.antialias,
+            # Divided by 255 in the layer, as `preprocess_images`: the same float32 bits.
+            scale=self.offset is None and _is_one_over_255(self.scale))
+        x = layer.in_tf_data(x[None])[0] if len(x.shape) == 3 else layer.in_tf_data(x)
+        if self.scale is not None and not layer.scale:
+            x = x * np.asarray(self.scale, "float32")  # per channel: the last axis
         if self.offset is not None:
-            x = x + cast(self._expand_non_channel_dims(self.offset, x), x)
-        return x
+            x = x + np.asarray(self.offset, "float32")
+        # A backend tensor, numpy inside a grain pipeline, the tf.Tensor itself in tf.data.
+        return convert_preprocessing_outputs(x)
 
     def get_config(self) -> dict:
         config = super().get_config()
