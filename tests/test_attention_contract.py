@@ -235,3 +235,22 @@ def test_mobile_attention_without_its_flow_epsilon_is_the_same_function(rng):
     assert export_forms.INT8.flow_epsilon == "omit"
     assert np.abs(got - want).max() > 0  # a different graph ...
     np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(want).max())  # ... same function
+
+
+@pytest.mark.parametrize("shapes", [((2, 3, 4, 8), (2, 3, 8, 16)),     # a smaller: flipped
+                                    ((2, 3, 16, 8), (2, 3, 8, 4)),     # b smaller: as is
+                                    ((5, 8), (2, 3, 8, 16))])          # constant a (E)
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_products_in_either_order_are_the_same_function(shapes, transpose_b, rng):
+    from keras_mvit2.layers.export_forms import INT8, KERAS
+
+    a = rng.normal(size=shapes[0]).astype("float32")
+    b = rng.normal(size=shapes[1]).astype("float32")
+    if len(a.shape) == 2:  # Linformer's projection: a constant (p, k) times (B, k, D) tokens
+        b = b[:, :, : a.shape[1], :]
+    b_given = np.swapaxes(b, -1, -2).copy() if transpose_b else b
+    want = np.matmul(a, b)
+    for forms in (KERAS, INT8):
+        got = functional.product(tf.constant(a), tf.constant(b_given), transpose_b=transpose_b,
+                                 constant_a=len(a.shape) == 2, forms=forms)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(got), want, rtol=1e-5, atol=1e-5)

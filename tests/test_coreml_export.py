@@ -108,10 +108,11 @@ def test_small_model_converts_with_image_input_and_labels(ct, tmp_path):
     assert forms == {
         "token_pooling": "product_mean", "token_normaliser": "exp_mean",
         "variance": "one_pass", "unfold": "space_to_depth", "flow_epsilon": "add",
-        "layout": "channels_last",
+        "products": "as_written", "layout": "channels_last",
         "mobilevitv2_blocks": {"token_pooling": "product_sum", "token_normaliser": "softmax",
                                "variance": "centred", "unfold": "depthwise_conv",
-                               "flow_epsilon": "add", "layout": "channels_first"}}
+                               "flow_epsilon": "add", "products": "as_written",
+                               "layout": "channels_first"}}
     assert "space_to_depth" not in report.op_histogram
 
 

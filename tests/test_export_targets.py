@@ -146,7 +146,8 @@ def test_tflite_target_round_trip(classifier, tmp_path):
     assert rows["quantization"] == "float32" and rows["class names"].startswith("3: a, b, c")
     assert rows["export forms"] == ("token_pooling matmul, token_normaliser exp_mean, variance "
                                     "one_pass, unfold space_to_depth, flow_epsilon add, "
-                                    "layout channels_last, road tensorflow")
+                                    "products as_written, layout channels_last, "
+                                    "road tensorflow")
 
 
 @pytest.mark.slow

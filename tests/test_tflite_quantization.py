@@ -79,10 +79,10 @@ def test_files_record_the_forms_they_were_traced_in(tmp_path, monkeypatch):
              for name, report in (("float32", float32), ("int8", int8), ("centred", centred))}
     assert forms["float32"] == {"token_pooling": "matmul", "token_normaliser": "exp_mean",
                                 "variance": "one_pass", "unfold": "space_to_depth",
-                                "flow_epsilon": "add", "layout": "channels_last",
-                                "road": "tensorflow"}
+                                "flow_epsilon": "add", "products": "as_written",
+                                "layout": "channels_last", "road": "tensorflow"}
     assert forms["int8"] == {**forms["float32"], "variance": "one_pass_matmul",
-                             "flow_epsilon": "omit"}
+                             "flow_epsilon": "omit", "products": "small_second"}
     assert forms["centred"] == {**forms["float32"], "variance": "centred"}
     assert "BATCH_MATMUL" not in float32.op_histogram
     assert int8.op_histogram.get("BATCH_MATMUL", 0) >= 1

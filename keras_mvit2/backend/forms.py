@@ -44,6 +44,7 @@ depth_to_space = _forms.depth_to_space
 depthwise_patch_conv = _forms.depthwise_patch_conv
 conv1x1_nchw = _forms.conv1x1_nchw
 matmul_transpose_a = _forms.matmul_transpose_a
+matmul_transpose_b = _forms.matmul_transpose_b
 batch_size = _forms.batch_size
 spatial_size = _forms.spatial_size
 resize_when_different = _forms.resize_when_different

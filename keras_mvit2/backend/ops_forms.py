@@ -27,6 +27,7 @@ __all__ = [
     "depth_to_space",
     "depthwise_patch_conv",
     "matmul_transpose_a",
+    "matmul_transpose_b",
     "resize_bilinear",
     "resize_shorter_side",
     "resize_when_different",
@@ -89,6 +90,11 @@ def conv1x1_nchw(x, kernel, bias=None):
 def matmul_transpose_a(a, b):
     """`a^T b` per sample, `(B, K, M)` and `(B, K, N)` -> `(B, M, N)`."""
     return ops.matmul(ops.transpose(a, (0, 2, 1)), b)
+
+
+def matmul_transpose_b(a, b):
+    """`a b^T` over the last two axes, `(..., M, K)` and `(..., N, K)` -> `(..., M, N)`."""
+    return ops.matmul(a, ops.swapaxes(b, -1, -2))
 
 
 def batch_size(x):

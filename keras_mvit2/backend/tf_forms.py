@@ -9,7 +9,8 @@ The other backends (JAX, PyTorch) run `keras_mvit2.backend.ops_forms`, the same 
 * `depthwise_patch_conv`: the unfold as a depthwise 0/1 convolution (Core ML);
 * `conv1x1_nchw`: a 1x1 convolution of channels-first tensors, `Conv2D` + `BiasAdd` in
   NCHW (`keras.ops.conv(data_format="channels_first")` transposes on CPU TensorFlow);
-* `matmul_transpose_a`: `a^T b` per sample as one BATCH_MATMUL with `adj_x`;
+* `matmul_transpose_a` / `matmul_transpose_b`: `a^T b` / `a b^T` as one BATCH_MATMUL with
+  `adj_x` / `adj_y`;
 * `batch_size`: the runtime batch size (a dynamic-size unfold's reshape);
 * `spatial_size` / `resize_when_different`: a map's height and width, static where known,
   and a resize decided at run time (`tf.cond`) for a dynamic one;
@@ -68,6 +69,12 @@ def conv1x1_nchw(x: tf.Tensor, kernel, bias=None) -> tf.Tensor:
 def matmul_transpose_a(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     """`a^T b` per sample, `(B, K, M)` and `(B, K, N)` -> `(B, M, N)`: one BATCH_MATMUL."""
     return tf.linalg.matmul(a, b, adjoint_a=True)
+
+
+def matmul_transpose_b(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """`a b^T` over the last two axes, `(..., M, K)` and `(..., N, K)` -> `(..., M, N)`: one
+    BATCH_MATMUL (its second operand's adjoint flag, no TRANSPOSE)."""
+    return tf.linalg.matmul(a, b, adjoint_b=True)
 
 
 def batch_size(x: tf.Tensor) -> tf.Tensor:

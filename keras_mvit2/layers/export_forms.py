@@ -18,6 +18,8 @@ value holds one choice per step, and a conversion traces the model inside `traci
 | unfold `"depthwise_conv"` | Core ML blocks (2)           | no transpose channels-first        |
 | flow epsilon `"add"`      | default                      | Mobile-Attention's code, eps = 1e-6 |
 | flow epsilon `"omit"`     | full int8 (6)                | eps is below one int8 step (7)     |
+| products `"as_written"`   | default                      | `a @ b`                            |
+| products `"small_second"` | full int8 (6)                | XNNPACK packs the second (8)       |
 
 (1) The element-wise product `e * x` is requantized to 8 bits before the sum and, at
 hundreds of tokens, most terms round to zero (`FLOAT_RUNTIME` keeps `"product_mean"` for
@@ -56,11 +58,19 @@ the additions: 1.37 / 1.02 ms at 64x64, 12.8 / 9.8 ms at 256x256 (float32 1.2 an
 `benchmarks/int8_speed.py`). A float graph keeps them (the function of the code; without
 them the flows differ by about 1e-6 relative).
 
+(8) `functional.product(a, b)`, the attentions' products of two run-time tensors (MHA's and
+Linformer's scores and weighted values, Linformer's token projections, RFA's and
+Mobile-Attention's state products): XNNPACK's int8 BATCH_MATMUL packs its second operand on
+every invoke (about 1 ns an element, scalar code), which at small token counts costs more
+than the product (a `(1 x 32) @ (32 x 256)` per head: 0.17 ms int8 against 0.04 ms float32),
+so full int8 computes `(b^T a^T)^T` where the second operand would be the larger, or where
+the first is a constant (it is then packed once, when the file loads).
+
 Presets: `KERAS` (the default, everything the first row), `INT8` (`KERAS` with the
-`"one_pass_matmul"` variance and the flow epsilon omitted), `FLOAT_RUNTIME` (`KERAS` with
-`"product_mean"` pooling: Core ML traced channels-last, the PyTorch road, the optimizer's
-float candidates) and `COREML_CHANNELS_FIRST` (the Core ML block trace with
-`keras_mvit2.layers.functional.CHANNELS_FIRST`).
+`"one_pass_matmul"` variance, the flow epsilon omitted and `"small_second"` products),
+`FLOAT_RUNTIME` (`KERAS` with `"product_mean"` pooling: Core ML traced channels-last, the
+PyTorch road, the optimizer's float candidates) and `COREML_CHANNELS_FIRST` (the Core ML
+block trace with `keras_mvit2.layers.functional.CHANNELS_FIRST`).
 
 How a conversion picks them: it resolves one `ExportForms` value (`to_tflite`: its `forms`
 argument, else the quantization's own, `TFLiteQuantization.forms`) and traces the model
@@ -96,6 +106,7 @@ TokenNormaliser = Literal["exp_mean", "softmax"]
 Variance = Literal["one_pass", "one_pass_matmul", "centred"]
 UnfoldForm = Literal["space_to_depth", "depthwise_conv"]
 FlowEpsilon = Literal["add", "omit"]
+ProductOrder = Literal["as_written", "small_second"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +118,7 @@ class ExportForms:
     variance: Variance = "one_pass"
     unfold: UnfoldForm = "space_to_depth"
     flow_epsilon: FlowEpsilon = "add"
+    products: ProductOrder = "as_written"
 
     def __post_init__(self) -> None:
         allowed = {
@@ -115,6 +127,7 @@ class ExportForms:
             "variance": ("one_pass", "one_pass_matmul", "centred"),
             "unfold": ("space_to_depth", "depthwise_conv"),
             "flow_epsilon": ("add", "omit"),
+            "products": ("as_written", "small_second"),
         }
         for field, values in allowed.items():
             if getattr(self, field) not in values:
@@ -128,9 +141,10 @@ class ExportForms:
 #: LiteRT export trace), every TFLite format but full int8, the tf_keras twin.
 KERAS = ExportForms()
 #: Full-int8 TFLite: `KERAS` with the GroupNorm's `E[x^2]` as a matrix product, summed in
-#: int32 (5); not `KERAS`'s, for float speed (6); and Mobile-Attention's flow epsilon
-#: omitted, below one int8 step (7).
-INT8 = dataclasses.replace(KERAS, variance="one_pass_matmul", flow_epsilon="omit")
+#: int32 (5); not `KERAS`'s, for float speed (6); Mobile-Attention's flow epsilon omitted,
+#: below one int8 step (7); the smaller operand of each product second (8).
+INT8 = dataclasses.replace(KERAS, variance="one_pass_matmul", flow_epsilon="omit",
+                           products="small_second")
 #: Float runtimes (Core ML traced channels-last, the PyTorch road, float candidates): the
 #: token sum as a product and a mean, where the matrix product only adds ops (1).
 FLOAT_RUNTIME = dataclasses.replace(KERAS, token_pooling="product_mean")

@@ -47,6 +47,7 @@ __all__ = [
     "mobile_attention_flows",
     "pointwise_conv",
     "pool_tokens",
+    "product",
     "separable_attention",
     "softmax_over_tokens",
     "transform_patches",
@@ -359,6 +360,40 @@ def transformer_layer(x, *, norm1: Callable, attention: Callable, norm2: Callabl
     y = ops.silu(fc1(norm2(x)))
     y = fc2(y if hidden is None else hidden(y))
     return ops.add(x, y if ffn_output is None else ffn_output(y))
+
+
+# --------------------------------------------------------------------------------------
+# Products of the attentions
+
+
+def product(a, b, *, transpose_b: bool = False, constant_a: bool = False,
+            forms: ExportForms | None = None):
+    """`a @ b` (or `a @ b^T` with `transpose_b`) over the last two axes, the others
+    broadcast as `keras.ops.matmul`.
+
+    `"as_written"` (`keras_mvit2.layers.export_forms`): `keras.ops.matmul`, `b` transposed
+    first where asked. `"small_second"` (full int8, (8)): one BATCH_MATMUL with the second
+    operand's adjoint flag (no TRANSPOSE of `b`), and computed as `(b a^T)^T` where `a` is a
+    constant (`constant_a`: the fixed operand then comes second and is packed once, when the
+    file loads) or has fewer elements than `b` (the second operand is the one XNNPACK packs
+    on every invoke); the (small) result is transposed back. Static shapes decide.
+    """
+    if _forms(forms).products == "as_written":
+        return ops.matmul(a, ops.swapaxes(b, -1, -2) if transpose_b else b)
+    if constant_a or _smaller(a, b):
+        b_rows = b if transpose_b else ops.swapaxes(b, -1, -2)      # (..., N, K)
+        return ops.swapaxes(backend_forms.matmul_transpose_b(b_rows, a), -1, -2)
+    if transpose_b:
+        return backend_forms.matmul_transpose_b(a, b)
+    return ops.matmul(a, b)
+
+
+def _smaller(a, b) -> bool:
+    """Whether `a` has fewer elements per batch than `b` (False where a size is unknown)."""
+    sizes = [a.shape[-2:], b.shape[-2:]]
+    if any(d is None for shape in sizes for d in shape):
+        return False
+    return math.prod(sizes[0]) < math.prod(sizes[1])
 
 
 # --------------------------------------------------------------------------------------

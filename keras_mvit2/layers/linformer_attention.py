@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
+from keras_mvit2.layers.functional import product
 from keras_mvit2.layers.multi_head_attention import (
     dense_on_tokens,
     head_dim_of,
@@ -158,7 +159,7 @@ class LinformerSelfAttention(TokenMixer):
 
     def _project_tokens(self, matrix, x):
         """`(p, k)` applied along the tokens of `(B, k, D)` -> `(B, p, D)`."""
-        return ops.matmul(ops.cast(matrix, x.dtype), x)
+        return product(ops.cast(matrix, x.dtype), x, constant_a=True)
 
     def mix(self, tokens, training=None):
         self._check_tokens(tokens.shape[1])
@@ -170,10 +171,10 @@ class LinformerSelfAttention(TokenMixer):
         key = split_heads(key, self.num_heads, self.head_dim)      # (B, H, p, hd)
         value = split_heads(value, self.num_heads, self.head_dim)  # (B, H, p, hd)
         query = query * ops.cast(1.0 / math.sqrt(self.head_dim), query.dtype)
-        scores = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))  # (B, H, k, p)
+        scores = product(query, key, transpose_b=True)              # (B, H, k, p)
         weights = softmax_last_axis(scores)                        # over the p keys
         weights = self.attn_drop(weights, training=training)
-        out = ops.matmul(weights, value)                           # (B, H, k, hd)
+        out = product(weights, value)                              # (B, H, k, hd)
         return self.proj(merge_heads(out))                         # (B, k, D)
 
     def get_config(self):

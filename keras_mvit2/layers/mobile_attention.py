@@ -9,6 +9,7 @@ from keras_mvit2.layers.functional import (
     divide_positive,
     flow_factor,
     mobile_attention_flows,
+    product,
 )
 from keras_mvit2.layers.multi_head_attention import dense_on_tokens, head_dim_of
 from keras_mvit2.layers.token_mixer import TokenMixer
@@ -205,7 +206,7 @@ class MobileAttention(TokenMixer):
         (d multiply + reduce passes) runs slower in LiteRT, so it is not offered.
         """
         kv = ops.matmul(ops.transpose(k, (0, 1, 3, 2)), v)          # (B, M, d, d)
-        return ops.matmul(q, kv)                                    # (B, M, N, d)
+        return product(q, kv)                                       # (B, M, N, d)
 
     # ------------------------------------------------------------------ public
 

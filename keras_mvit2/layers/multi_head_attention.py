@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
+from keras_mvit2.layers.functional import product
 from keras_mvit2.layers.initializers import clone_initializer
 from keras_mvit2.layers.token_mixer import TokenMixer
 from keras_mvit2.utils.arguments import validate_positive_ints, validate_rates
@@ -175,10 +176,10 @@ class MultiHeadSelfAttention(TokenMixer):
         key = split_heads(key, self.num_heads, self.head_dim)      # (B, H, N, hd)
         value = split_heads(value, self.num_heads, self.head_dim)  # (B, H, N, hd)
         query = query * ops.cast(1.0 / math.sqrt(self.head_dim), query.dtype)
-        scores = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))  # (B, H, N, N)
+        scores = product(query, key, transpose_b=True)              # (B, H, N, N)
         weights = softmax_last_axis(scores)                        # over keys (last axis)
         weights = self.attn_drop(weights, training=training)
-        out = ops.matmul(weights, value)                           # (B, H, N, hd)
+        out = product(weights, value)                              # (B, H, N, hd)
         out = self.proj(merge_heads(out))                          # (B, N, D)
         return self.proj_drop(out, training=training)
 

@@ -137,7 +137,8 @@ def forms_entry(forms: ExportForms, road: str) -> dict[str, str]:
     the file's graph computes (the fields of `forms`, a
     `keras_mvit2.layers.export_forms.ExportForms`: ``token_pooling``, ``token_normaliser``,
     ``variance`` (the GroupNorm's: ``"one_pass_matmul"`` in a full-int8 file), ``unfold``,
-    ``flow_epsilon`` (Mobile-Attention's: ``"omit"`` in a full-int8 file)),
+    ``flow_epsilon`` (Mobile-Attention's: ``"omit"`` in a full-int8 file), ``products``
+    (the attentions': ``"small_second"`` in a full-int8 file)),
     its ``layout`` (``"channels_last"``: every `.tflite` graph) and the ``road`` that
     converted it (``"tensorflow"`` or ``"torch"``, `keras_mvit2.export.roads`)."""
     return {**dataclasses.asdict(forms), "layout": "channels_last", "road": road}
