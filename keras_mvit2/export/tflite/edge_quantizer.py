@@ -6,6 +6,12 @@ int8 / int16x8 with float I/O) and optional per-layer overrides (`layer_recipes`
 layer in float, in int16 activations or in int8). The converter stays the tool for what it
 does better (uint8 I/O, `to_tflite`'s calibrated int8 with fused 1x1 convolutions).
 
+Full int8 (``static_wi8_ai8``) shares the TensorFlow road's int8 choices through the same
+functions: each activation's range from `activation_ranges` (the 99.99 % interval by
+default), the matrix products' second operands as `zero_offset_matmul_operands` sets them
+(before quantization), and the rewrites for LiteRT's fast int8 kernels
+(`int8_kernels.for_fast_kernels`, after it).
+
 The quantizer (``pip install "keras_mvit2[quantizer]"``) re-serializes the model, which
 loses the standard metadata's packed ``labels.txt``, so the output gets its metadata
 rewritten (`serialize_with_metadata`: our JSON with ``quantization`` = the recipe and a
@@ -193,6 +199,10 @@ def quantize_with_edge_quantizer(
                                          enable_progress_report=False).quantized_model)
 
     quantized_model = parse_flatbuffer(quantized)  # edited in place, serialized once
+    if chosen.activation_bits == 8:  # the TensorFlow road's rewrites for the fast kernels
+        from keras_mvit2.export.tflite.int8_kernels import for_fast_kernels
+
+        for_fast_kernels(quantized_model)
     inputs, outputs = io_tensors(quantized_model)
     info.update({
         "quantization": quantization_name or recipe,
