@@ -95,11 +95,6 @@ CONFIDENCE = 0.95
 CLAIM_BAND = 0.3
 #: The table's format; `--phase train` / `report` read the latency back only from it.
 FORMAT = "keras_mvit2.attention_table/2"
-#: CPU flags that decide which kernels XNNPACK picks (x86 `flags`, Arm `Features`).
-KERNEL_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",
-                "avx512dq", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16",
-                "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp",
-                "i8mm", "bf16", "fphp", "sve", "sve2")
 PAPER_TABLE_1 = [  # MobileViT on ImageNet-1k, iPhone 12 (the paper's Table 1)
     {"attention": "Self-attention in Transformer (mha)", "ne_ms": 9.9, "cpu_ms": 78.6,
      "top1": 78.4},
@@ -400,27 +395,6 @@ def summarize(records: Sequence[dict[str, Any]],
 # Cost and latency
 
 
-def cpu_info(path: str = "/proc/cpuinfo") -> dict[str, Any]:
-    """The CPU model and which of `KERNEL_FLAGS` it has (from `/proc/cpuinfo`)."""
-    import platform
-
-    model, flags = None, set()
-    try:
-        with open(path) as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip().lower()
-                if key in ("model name", "hardware", "cpu model") and model is None:
-                    model = value.strip()
-                elif key in ("flags", "features") and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    return {"model": model or platform.processor() or platform.machine(),
-            "flags": [f for f in KERNEL_FLAGS if f in flags],
-            "flags_checked": list(KERNEL_FLAGS), "source": path}
-
-
 def at_size(model, mechanism: str, size: int):
     """`(model at size x size, layers not copied)`: the trained weights, layer by layer."""
     from keras_mvit2.models import create_model
@@ -544,12 +518,12 @@ def latency_phase(mechanisms: Sequence[str], records: Sequence[dict[str, Any]],
                              op_histogram=histogram, extra=extra)
         per[mechanism]["files"].setdefault(str(size), {}).setdefault(str(threads), {})[
             precision] = result.to_dict()
-    from keras_mvit2.latency.host_info import _timestamp
+    from keras_mvit2.latency.host_info import _timestamp, cpu_features
 
     return {
         "machine": machine_label(host_device(), {
             **litert_runtime(1, True), "threads": ", ".join(map(str, args.latency_threads))}),
-        "cpu": cpu_info(), "cores": os.cpu_count(), "timestamp": _timestamp(),
+        "cpu": cpu_features(), "cores": os.cpu_count(), "timestamp": _timestamp(),
         "settings": {"sizes": sizes, "threads": list(args.latency_threads), "runs": args.runs,
                      "rounds": args.rounds, "warmup": args.warmup, "xnnpack": True},
         "mechanisms": per,

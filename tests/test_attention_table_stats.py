@@ -121,19 +121,6 @@ def test_fastest_verdict():
     assert at.fastest_verdict(ms(5, 6), {"rfa": None}) == "not measured"
 
 
-def test_cpu_info_reads_the_model_and_the_kernel_flags(tmp_path):
-    x86 = tmp_path / "x86"
-    x86.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
-                   "flags\t\t: fpu sse4_2 avx2 avx512f avx512_vnni amx_tile amx_int8 ht\n"
-                   "processor\t: 1\nmodel name\t: ignored\nflags\t\t: fpu\n")
-    got = at.cpu_info(str(x86))
-    assert got["model"] == "Intel(R) Xeon(R) Platinum 8480+"
-    assert got["flags"] == ["sse4_2", "avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"]
-    arm = tmp_path / "arm"
-    arm.write_text("processor\t: 0\nFeatures\t: fp asimd asimddp i8mm\nCPU part\t: 0xd41\n")
-    assert at.cpu_info(str(arm))["flags"] == ["asimd", "asimddp", "i8mm"]
-
-
 def test_a_record_of_other_settings_is_refused(tmp_path):
     config = {"model": {"attention": "mha"}, "data": {"seed": 0}, "training": {"seed": 0},
               "output": {"dir": "/elsewhere", "verbose": 0}}

@@ -414,3 +414,18 @@ def test_report_marks_records_without_a_median():
     assert table.cell(row, column) == 4.0
     assert table.cell_text(row, column) == "4.000*"
     assert "* mean latency" in table.to_markdown()
+
+
+def test_cpu_features_reads_the_model_and_the_kernel_flags(tmp_path):
+    from keras_mvit2.latency.host_info import cpu_features
+
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+                   "flags\t\t: fpu sse4_2 avx2 avx512f avx512_vnni amx_tile amx_int8 ht\n"
+                   "processor\t: 1\nmodel name\t: ignored\nflags\t\t: fpu\n")
+    got = cpu_features(str(x86))
+    assert got["model"] == "Intel(R) Xeon(R) Platinum 8480+"
+    assert got["flags"] == ["sse4_2", "avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"]
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd asimddp i8mm\nCPU part\t: 0xd41\n")
+    assert cpu_features(str(arm))["flags"] == ["asimd", "asimddp", "i8mm"]

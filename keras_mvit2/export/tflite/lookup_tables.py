@@ -15,8 +15,8 @@ int8: within a step of LiteRT's own RSQRT / SQRT (which round in fixed point), a
 float island the values it computes (one rounding after the float function). What it
 replaces:
 
-* an int8 op of `INT8_FUNCTIONS` (RSQRT, SQRT): the same input and output tensors (what
-  `to_tflite(quantization="int8")` does);
+* an int8 op of `INT8_FUNCTIONS` (RSQRT, SQRT) on at least `MIN_ELEMENTS` values: the same
+  input and output tensors (what `to_tflite(quantization="int8")` does);
 * with ``islands=True``, a float island: DEQUANTIZE of an int8 tensor, a chain of
   `FLOAT_FUNCTIONS` ops, a QUANTIZE to int8; or a float CONCATENATION of such chains whose
   output only a QUANTIZE reads (RFA's `[sin(z), cos(z)]`): a table per chain into the
@@ -44,7 +44,7 @@ from keras_mvit2.export.tflite.flatbuffer import (
     tensor_indices,
 )
 
-__all__ = ["FLOAT_FUNCTIONS", "INT8_FUNCTIONS", "table", "tabulate_elementwise"]
+__all__ = ["FLOAT_FUNCTIONS", "INT8_FUNCTIONS", "MIN_ELEMENTS", "table", "tabulate_elementwise"]
 
 
 def _rsqrt(x: np.ndarray) -> np.ndarray:
@@ -71,6 +71,10 @@ FLOAT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "ABS": np.abs,
     "NEG": np.negative,
 }
+#: Tensors smaller than this keep their op: three ops to dispatch cost more than the kernel's
+#: per-element work on a handful of elements (the GroupNorms' one rsqrt per sample;
+#: `benchmarks/int8_speed.py`, "every RSQRT a table").
+MIN_ELEMENTS = 64
 #: Operator codes of the table ops, with the versions TF 2.21's converter gives them.
 _TABLE_OPS = (("CAST", 3), ("ADD", 1), ("GATHER", 2))
 _INT8, _INT32, _FLOAT32 = (tfl_schema.TensorType.INT8, tfl_schema.TensorType.INT32,
@@ -90,7 +94,8 @@ def table(function: Callable[[np.ndarray], np.ndarray], input_quantization: tupl
     return np.clip(rounded + z_out, -128, 127).astype(np.int8)
 
 
-def tabulate_elementwise(model: Any, *, islands: bool = False) -> int:
+def tabulate_elementwise(model: Any, *, islands: bool = False,
+                         min_elements: int = MIN_ELEMENTS) -> int:
     """Replaces the int8 RSQRT / SQRT ops and the float islands of elementwise functions of
     a full-int8 `model` (a parsed `ModelT`, changed in place) by table lookups.
 
@@ -100,6 +105,7 @@ def tabulate_elementwise(model: Any, *, islands: bool = False) -> int:
             up about 4.6 ns an element, while XNNPACK runs a float SIN / COS island in
             well under one (RFA's random features at 256x256: the file takes 31.9 ms with
             tables, 13.7 ms with its float island; `benchmarks/int8_speed.py`).
+        min_elements: int8 ops on fewer values keep their kernel (`MIN_ELEMENTS`).
 
     Returns:
         The number of tables written.
@@ -171,7 +177,8 @@ def tabulate_elementwise(model: Any, *, islands: bool = False) -> int:
     for index, op in enumerate(graph.operators):
         kind, ins, outs = names[op.opcodeIndex], tensor_indices(op.inputs), tensor_indices(
             op.outputs)
-        if kind in INT8_FUNCTIONS and _int8(graph, ins[0]) and _int8(graph, outs[0]):
+        if kind in INT8_FUNCTIONS and _int8(graph, ins[0]) and _int8(graph, outs[0]) and (
+                _elements(graph, ins[0]) >= min_elements):
             replaced[index] = lookup(ins[0], outs[0], INT8_FUNCTIONS[kind])
         elif islands and kind == "QUANTIZE" and _int8(graph, outs[0]) and (
                 graph.tensors[ins[0]].type == _FLOAT32) and readers.get(ins[0]) == 1:
@@ -250,6 +257,10 @@ def _cast_options() -> Any:
     options = tfl_schema.CastOptionsT()
     options.inDataType, options.outDataType = _INT8, _INT32
     return options
+
+
+def _elements(graph, tensor: int) -> int:
+    return int(np.prod(tensor_indices(graph.tensors[tensor].shape)))
 
 
 def _int8(graph, tensor: int) -> bool:

@@ -1,0 +1,377 @@
+"""Is full int8 faster than float32? Every attention, per op, with the gate that says so.
+
+    python benchmarks/int8_speed.py [--attentions separable mha linformer rfa mobile_attention]
+        [--sizes 64 256] [--threads 1 2] [--runs 60] [--rounds 6] [--no-profile]
+        [--no-variants] [--out benchmarks/results]
+
+A phone runs a full-int8 file only because it is faster than float. For MobileViTV2-0.5 with
+each attention of the papers (the registry's default arguments, random weights: latency does
+not depend on them; int8 calibrated on 32 Fashion-MNIST training images), at each size:
+
+1. **The gate.** The float32 file and the full-int8 file (`to_tflite`'s defaults, int8 I/O)
+   timed interleaved in one run per thread count (`measure_interleaved`; 1 thread: the
+   calling thread's CPU time, 2 threads: wall clock), medians with distribution-free 95 %
+   intervals. Every int8 file that is not faster than its float32 file is named in a banner
+   and the script exits with status 1, so a change that slows int8 down is caught in the
+   round it lands. ms per GMAC of the separable model beside MobileNetV2-0.5's
+   (`keras.applications`, the same two conversions) at the largest size.
+2. **Where the time goes** (`--no-profile` skips it): at the largest size, 1 thread, each
+   op of the int8 and the float32 file timed on its own
+   (`keras_mvit2.latency.op_timing.op_profile`), summed per op kind, with the ops XNNPACK
+   leaves to LiteRT's own kernels.
+3. **The measured reasons** (`--no-variants` skips them): the default int8 file against the
+   forms and rewrites it does not use, timed interleaved with it:
+   the GroupNorm's `x . x` in XNNPACK (its operand at zero point 0; a timing-only rewrite of
+   the default file: the values are not the model's), every RSQRT a table (also the tiny
+   ones), the file without the post-quantization rewrites (`fast_int8_kernels` off: RSQRT in
+   LiteRT's kernel, constant matmul operands asymmetric), RFA's random features as 256-entry
+   tables (`lookup_tables`, ``islands``), Mobile-Attention's flow epsilon added, and the
+   products as written.
+
+Writes ``int8_speed.json`` and ``int8_speed.md`` (with the CPU model and the flags that
+decide XNNPACK's kernels). Exit status 1 when the gate fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from attention_table import calibration_images, median_interval  # noqa: E402
+
+MODEL = "mobilevitv2_050"
+ATTENTIONS = ("separable", "mha", "linformer", "rfa", "mobile_attention")
+PRECISIONS = ("float32", "int8")
+CONTROL = "mobilenetv2_050"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--attentions", nargs="+", default=list(ATTENTIONS))
+    p.add_argument("--sizes", nargs="+", type=int, default=[64, 256])
+    p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--runs", type=int, default=60, help="timed invokes per file and thread count")
+    p.add_argument("--rounds", type=int, default=6, help="interleaving rounds")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--no-profile", dest="profile", action="store_false")
+    p.add_argument("--no-variants", dest="variants", action="store_false")
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------------------
+# Files
+
+
+def build_model(name: str, size: int):
+    """MobileViTV2-0.5 with attention `name` (or the MobileNetV2-0.5 control), random
+    weights (seed 0), 10 classes."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    if name == CONTROL:
+        return keras.applications.MobileNetV2(alpha=0.5, weights=None, classes=10,
+                                              input_shape=(size, size, 3))
+    from keras_mvit2.models import create_model
+
+    return create_model(MODEL, input_shape=(size, size, 3), classes=10, attention=name,
+                        classifier_activation="softmax")
+
+
+def convert(model, path: str, precision: str, images: np.ndarray, **options) -> dict[str, Any]:
+    """float32, or full int8 with int8 I/O calibrated on `images`; what the file holds."""
+    from keras_mvit2.export import to_tflite
+
+    if precision == "float32":
+        report = to_tflite(model, path, **options)
+    else:
+        report = to_tflite(model, path, quantization=options.pop("quantization", "int8"),
+                           representative_data=images, num_calibration_samples=len(images),
+                           io_dtype="int8", allow_float_ops=True, **options)
+    return {"float_ops": dict(report.float_ops), "num_ops": int(report.num_ops),
+            "xnnpack_partitions": report.num_xnnpack_partitions,
+            "ops_outside_xnnpack": dict(report.ops_outside_xnnpack or {})}
+
+
+def timed(paths: dict[Any, str], threads: Sequence[int], args: argparse.Namespace
+          ) -> dict[tuple[Any, int], dict[str, Any]]:
+    """Every file at every thread count, interleaved: `{(key, threads): {median, low, high,
+    clock}}` (ms; 1 thread: the calling thread's CPU time, more: wall clock)."""
+    from keras_mvit2.latency.litert_timing import make_interpreter, measure_interleaved
+
+    interpreters = {(key, n): make_interpreter(path, threads=n)
+                    for key, path in paths.items() for n in threads}
+    samples = measure_interleaved(interpreters, runs=args.runs, warmup=args.warmup,
+                                  rounds=args.rounds)
+    out = {}
+    for (key, n), s in samples.items():
+        clock, values = ("cpu", s.cpu_ms) if n == 1 else ("wall", s.wall_ms)
+        low, high = median_interval(values)
+        out[(key, n)] = {"median": float(np.median(values)), "low": low, "high": high,
+                         "clock": clock}
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# 1. The gate
+
+
+def gate(args: argparse.Namespace, folder: str, images: dict[int, np.ndarray]
+         ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The float32 and int8 rows of every attention (and the control at the largest size)."""
+    from keras_mvit2.profiling import profile
+
+    paths: dict[tuple[str, int, str], str] = {}
+    files: dict[tuple[str, int, str], dict[str, Any]] = {}
+    macs: dict[tuple[str, int], int] = {}
+    largest = max(args.sizes)
+    jobs = [(name, size) for name in args.attentions for size in args.sizes]
+    jobs += [(CONTROL, largest)]
+    for name, size in jobs:
+        model = build_model(name, size)
+        macs[(name, size)] = int(profile(model).macs)
+        for precision in PRECISIONS:
+            path = os.path.join(folder, f"{name}_{size}_{precision}.tflite")
+            print(f"{name} @{size}: {precision} ...", flush=True)
+            files[(name, size, precision)] = convert(model, path, precision, images[size])
+            paths[(name, size, precision)] = path
+    times = timed(paths, args.threads, args)
+    rows = []
+    for name, size in jobs:
+        for n in args.threads:
+            fp32, int8 = times[((name, size, "float32"), n)], times[((name, size, "int8"), n)]
+            ratio = int8["median"] / fp32["median"]
+            rows.append({
+                "model": name, "size": size, "threads": n, "float32": fp32, "int8": int8,
+                "ratio": ratio, "faster": bool(int8["high"] is not None and fp32["low"]
+                                               is not None and int8["high"] < fp32["low"]),
+                "slower": ratio >= 1.0, "gmacs": macs[(name, size)] / 1e9,
+                "int8_file": files[(name, size, "int8")],
+                "float32_file": files[(name, size, "float32")]})
+    per_gmac = {}
+    for n in args.threads:
+        for name in ("separable", CONTROL):
+            row = next((r for r in rows if r["model"] == name and r["size"] == largest
+                        and r["threads"] == n), None)
+            if row is not None:
+                per_gmac[f"{name} {n}"] = {p: row[p]["median"] / row["gmacs"]
+                                           for p in PRECISIONS}
+    return rows, {"paths": paths, "ms_per_gmac": per_gmac}
+
+
+# --------------------------------------------------------------------------------------
+# 2. Where the time goes
+
+
+def op_kinds(path: str) -> dict[str, Any]:
+    """Per op kind of the file (each op timed on its own, 1 thread): count, ms, share."""
+    from keras_mvit2.latency.op_timing import op_profile, op_type_breakdown
+
+    timings, info = op_profile(path, threads=1, runs=10, rounds=3)
+    return {"kinds": [{k: g[k] for k in ("op", "count", "ms", "share")}
+                      for g in op_type_breakdown(timings)],
+            "sum_ms": info["sum_ms"], "model_ms": info["model_ms"], "method": info["method"]}
+
+
+# --------------------------------------------------------------------------------------
+# 3. The measured reasons
+
+
+def _gn_products_in_xnnpack(source: str, path: str) -> None:
+    """Timing only: the default file with each x . x operand at zero point 0 (XNNPACK then
+    takes the product; the values are no longer the model's)."""
+    from keras_mvit2.export.tflite.flatbuffer import (
+        op_names,
+        parse_flatbuffer,
+        serialize_flatbuffer,
+        tensor_indices,
+    )
+
+    model = parse_flatbuffer(source)
+    kinds = op_names(model)
+    graph = model.subgraphs[0]
+    for op in graph.operators:
+        ins = tensor_indices(op.inputs)
+        if kinds[op.opcodeIndex] == "BATCH_MATMUL" and ins[0] == ins[1]:
+            graph.tensors[ins[0]].quantization.zeroPoint = np.array([0], np.int64)
+    with open(path, "wb") as f:
+        f.write(serialize_flatbuffer(model, size_hint=os.path.getsize(source) + 1024))
+
+
+def _tables(**options) -> Callable[[str, str], None]:
+    """The default file with `tabulate_elementwise(**options)` applied again."""
+    def rewrite(source: str, path: str) -> None:
+        from keras_mvit2.export.tflite.flatbuffer import parse_flatbuffer, serialize_flatbuffer
+        from keras_mvit2.export.tflite.lookup_tables import tabulate_elementwise
+
+        model = parse_flatbuffer(source)
+        tabulate_elementwise(model, **options)
+        with open(path, "wb") as f:
+            f.write(serialize_flatbuffer(model, size_hint=os.path.getsize(source) + 1024))
+    return rewrite
+
+
+def variants(args: argparse.Namespace, folder: str, images: dict[int, np.ndarray],
+             defaults: dict[tuple[str, int, str], str]) -> list[dict[str, Any]]:
+    """Each alternative beside the default int8 file of the same model and size, 1 thread."""
+    from keras_mvit2.export.tflite.quantization import TFLITE_QUANTIZATIONS
+    from keras_mvit2.layers.export_forms import INT8
+
+    no_rewrites = dataclasses.replace(TFLITE_QUANTIZATIONS["int8"], fast_int8_kernels=False)
+    large, small = max(args.sizes), min(args.sizes)
+    plans: list[tuple[str, str, int, str, Callable[[str, str], None] | dict[str, Any]]] = [
+        ("separable", "gn_products_in_xnnpack", large,
+         "the GroupNorm's x . x in XNNPACK (operand at zero point 0; timing only)",
+         _gn_products_in_xnnpack),
+        ("separable", "every_rsqrt_a_table", small,
+         "every RSQRT a table (also the GroupNorms' one value per sample)",
+         _tables(min_elements=1)),
+        ("mobile_attention", "no_rewrites", large,
+         "no post-quantization rewrites (RSQRT in LiteRT's kernel)",
+         {"quantization": no_rewrites}),
+        ("rfa", "features_as_tables", large,
+         "RFA's SIN / COS island as 256-entry tables (GATHER)", _tables(islands=True)),
+        ("rfa", "no_rewrites", large,
+         "no post-quantization rewrites (constant matmul operands asymmetric, RSQRT / SQRT "
+         "in LiteRT's kernels)", {"quantization": no_rewrites}),
+    ]
+    for size in sorted({small, large}):
+        plans.append(("mobile_attention", "flow_epsilon_added", size,
+                      "Mobile-Attention's flow epsilon added",
+                      {"forms": dataclasses.replace(INT8, flow_epsilon="add")}))
+    for name in ("linformer", "rfa", "mha"):
+        plans.append((name, "products_as_written", small, "the products as written",
+                      {"forms": dataclasses.replace(INT8, products="as_written")}))
+    paths: dict[Any, str] = {}
+    made = []
+    for name, key, size, what, how in plans:
+        default = defaults.get((name, size, "int8"))
+        if name not in args.attentions or default is None:
+            continue
+        path = os.path.join(folder, f"{name}_{size}_{key}.tflite")
+        print(f"variant {name} @{size}: {key} ...", flush=True)
+        if callable(how):
+            how(default, path)
+            facts = None
+        else:
+            facts = convert(build_model(name, size), path, "int8", images[size], **how)
+        paths[(name, size, key)] = path
+        paths[(name, size, "default")] = default
+        made.append((name, size, key, what, facts))
+    times = timed(paths, [1], args)
+    return [{"model": name, "size": size, "variant": key, "what": what, "file": facts,
+             "variant_ms": times[((name, size, key), 1)],
+             "default_ms": times[((name, size, "default"), 1)],
+             "ratio": times[((name, size, key), 1)]["median"]
+             / times[((name, size, "default"), 1)]["median"]}
+            for name, size, key, what, facts in made]
+
+
+# --------------------------------------------------------------------------------------
+# Report
+
+
+def _ms(t: dict[str, Any]) -> str:
+    low, high = t["low"], t["high"]
+    band = f" ({low:.2f}-{high:.2f})" if low is not None and high is not None else ""
+    return f"{t['median']:.2f}{band}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    cpu = result["cpu"]
+    failing = [r for r in result["gate"] if r["slower"]]
+    lines = ["# Full int8 against float32, every attention", "",
+             f"`python benchmarks/int8_speed.py` on {cpu['model']} ({result['cores']} cores; "
+             f"flags that decide XNNPACK's kernels: {', '.join(cpu['flags']) or 'none'}), "
+             f"LiteRT {result['litert']}, XNNPACK. MobileViTV2-0.5 with each attention "
+             "(random weights), float32 and full int8 (int8 I/O) interleaved; median ms "
+             "(95 % interval); 1 thread: thread CPU time, 2 threads: wall clock.", ""]
+    lines += [("**Gate: int8 is faster than float32 in every row.**" if not failing else
+               "**GATE FAILED: int8 is not faster than float32 in "
+               + ", ".join(f"{r['model']} @{r['size']} {r['threads']} thread(s)"
+                           for r in failing) + ".**"), ""]
+    lines += ["| model | size | threads | float32 ms | int8 ms | int8 / float32 | "
+              "XNNPACK partitions (int8) | ops outside XNNPACK (int8) |",
+              "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in result["gate"]:
+        f = r["int8_file"]
+        outside = ", ".join(f"{k} {v}" for k, v in sorted(f["ops_outside_xnnpack"].items()))
+        lines.append(f"| {r['model']} | {r['size']} | {r['threads']} | {_ms(r['float32'])} | "
+                     f"{_ms(r['int8'])} | {r['ratio']:.2f}{'' if not r['slower'] else ' **!**'}"
+                     f" | {f['xnnpack_partitions']} | {outside or '-'} |")
+    if result["ms_per_gmac"]:
+        lines += ["", "ms per GMAC at the largest size:", "",
+                  "| model, threads | float32 | int8 |", "|---|---:|---:|"]
+        lines += [f"| {k} | {v['float32']:.2f} | {v['int8']:.2f} |"
+                  for k, v in result["ms_per_gmac"].items()]
+    if result.get("profile"):
+        lines += ["", f"Where the time goes at {result['profile_size']}x{result['profile_size']}, "
+                  "1 thread (each op timed on its own; ms summed per op kind, the five "
+                  "largest):", "", "| model | file | sum / model ms | largest op kinds |",
+                  "|---|---|---:|---|"]
+        for (name, precision), p in sorted(result["profile"].items()):
+            kinds = "; ".join(f"{k['op']} x{k['count']} {k['ms']:.2f}" for k in p["kinds"][:5])
+            lines.append(f"| {name} | {precision} | {p['sum_ms']:.2f} / {p['model_ms']:.2f} | "
+                         f"{kinds} |")
+    if result.get("variants"):
+        lines += ["", "The forms and rewrites the default int8 file does not use, against it "
+                  "(1 thread):", "", "| model | size | variant | ms | default ms | "
+                  "variant / default |", "|---|---:|---|---:|---:|---:|"]
+        lines += [f"| {v['model']} | {v['size']} | {v['what']} | {_ms(v['variant_ms'])} | "
+                  f"{_ms(v['default_ms'])} | {v['ratio']:.2f} |" for v in result["variants"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from keras_mvit2.latency.host_info import _litert_version, _timestamp, cpu_features
+    from keras_mvit2.utils.files import atomic_output, write_json
+
+    images = {size: calibration_images(size) for size in sorted(set(args.sizes))}
+    with tempfile.TemporaryDirectory(prefix="int8_speed_") as folder:
+        rows, extra = gate(args, folder, images)
+        result: dict[str, Any] = {
+            "command": " ".join(["python benchmarks/int8_speed.py", *(argv or sys.argv[1:])]),
+            "timestamp": _timestamp(), "cpu": cpu_features(), "cores": os.cpu_count(),
+            "litert": _litert_version(), "runs": args.runs, "rounds": args.rounds,
+            "gate": rows, "ms_per_gmac": extra["ms_per_gmac"],
+            "profile_size": max(args.sizes)}
+        if args.profile:
+            result["profile"] = {
+                (name, precision): op_kinds(extra["paths"][(name, max(args.sizes), precision)])
+                for name in args.attentions for precision in PRECISIONS}
+        if args.variants:
+            result["variants"] = variants(args, folder, images, extra["paths"])
+    text = markdown(result)
+    if "profile" in result:
+        result["profile"] = {f"{n} {p}": v for (n, p), v in result["profile"].items()}
+    os.makedirs(args.out, exist_ok=True)
+    write_json(os.path.join(args.out, "int8_speed.json"), result)
+    with atomic_output(os.path.join(args.out, "int8_speed.md")) as tmp, open(tmp, "w") as f:
+        f.write(text)
+    print(text)
+    failing = [r for r in rows if r["slower"]]
+    if failing:
+        banner = "!" * 78
+        print(f"{banner}\nGATE FAILED: the int8 file is not faster than the float32 file of "
+              f"the same model in {len(failing)} row(s):", file=sys.stderr)
+        for r in failing:
+            print(f"  {r['model']} @{r['size']}x{r['size']}, {r['threads']} thread(s): "
+                  f"int8 {r['int8']['median']:.2f} ms, float32 {r['float32']['median']:.2f} "
+                  f"ms ({r['ratio']:.2f}x)", file=sys.stderr)
+        print(banner, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
