@@ -46,6 +46,17 @@ def _host(name: str) -> keras.Model:
     return model
 
 
+def _self_products(path) -> int:
+    """BATCH_MATMULs of a `.tflite` file that multiply a tensor by itself."""
+    from keras_mvit2.export.tflite.flatbuffer import op_names, parse_flatbuffer, tensor_indices
+
+    model = parse_flatbuffer(str(path))
+    kinds = op_names(model)
+    return sum(kinds[op.opcodeIndex] == "BATCH_MATMUL"
+               and len(set(tensor_indices(op.inputs)[:2])) == 1
+               for op in model.subgraphs[0].operators)
+
+
 def _images(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).uniform(size=(n, SIZE, SIZE, 3)).astype("float32")
 
@@ -78,6 +89,14 @@ def test_int8_full_integer_within_the_declared_float_ops(name, tmp_path):
     assert set(report.float_ops) == allowed, (name, report.float_ops)  # declared = measured
     assert report.float_ops == float_ops_from_interpreter(report.path)
     assert np.all(np.isfinite(run_tflite(report.path, _images(2))))
+    # The kernels int8 is fast in (benchmarks/int8_speed.py times them): no int8 DIV (slow,
+    # and it fails on a divisor rounded to 0), and every product of two tensors in XNNPACK:
+    # only the GroupNorms' x . x stay in LiteRT's kernel.
+    assert "DIV" not in report.op_histogram, (name, report.op_histogram)
+    squares = _self_products(report.path)
+    assert squares == 2 * 9 + 3  # two norms in each of the 9 transformer layers, one per block
+    assert report.ops_outside_xnnpack.get("BATCH_MATMUL", 0) == squares, (
+        name, report.ops_outside_xnnpack)
     # QAT's trainable graph is the calibrated graph: LiteRT runs it to the same outputs.
     if name not in QAT_ON_BATCHES:
         with pytest.raises(UnsupportedGraphError, match="on batches"):

@@ -367,7 +367,7 @@ def transformer_layer(x, *, norm1: Callable, attention: Callable, norm2: Callabl
 
 
 def product(a, b, *, transpose_b: bool = False, constant_a: bool = False,
-            forms: ExportForms | None = None):
+            softmax_a: bool = False, forms: ExportForms | None = None):
     """`a @ b` (or `a @ b^T` with `transpose_b`) over the last two axes, the others
     broadcast as `keras.ops.matmul`.
 
@@ -376,11 +376,13 @@ def product(a, b, *, transpose_b: bool = False, constant_a: bool = False,
     operand's adjoint flag (no TRANSPOSE of `b`), and computed as `(b a^T)^T` where `a` is a
     constant (`constant_a`: the fixed operand then comes second and is packed once, when the
     file loads) or has fewer elements than `b` (the second operand is the one XNNPACK packs
-    on every invoke); the (small) result is transposed back. Static shapes decide.
+    on every invoke); the (small) result is transposed back. Static shapes decide, but a
+    softmax's output (`softmax_a`) stays first: its int8 zero point is fixed at -128, and
+    XNNPACK takes a product only where the second operand's zero point is 0.
     """
     if _forms(forms).products == "as_written":
         return ops.matmul(a, ops.swapaxes(b, -1, -2) if transpose_b else b)
-    if constant_a or _smaller(a, b):
+    if constant_a or (_smaller(a, b) and not softmax_a):
         b_rows = b if transpose_b else ops.swapaxes(b, -1, -2)      # (..., N, K)
         return ops.swapaxes(backend_forms.matmul_transpose_b(b_rows, a), -1, -2)
     if transpose_b:

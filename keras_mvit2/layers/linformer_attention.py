@@ -174,7 +174,7 @@ class LinformerSelfAttention(TokenMixer):
         scores = product(query, key, transpose_b=True)              # (B, H, k, p)
         weights = softmax_last_axis(scores)                        # over the p keys
         weights = self.attn_drop(weights, training=training)
-        out = product(weights, value)                              # (B, H, k, hd)
+        out = product(weights, value, softmax_a=True)              # (B, H, k, hd)
         return self.proj(merge_heads(out))                         # (B, k, D)
 
     def get_config(self):

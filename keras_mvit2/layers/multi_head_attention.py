@@ -179,7 +179,7 @@ class MultiHeadSelfAttention(TokenMixer):
         scores = product(query, key, transpose_b=True)              # (B, H, N, N)
         weights = softmax_last_axis(scores)                        # over keys (last axis)
         weights = self.attn_drop(weights, training=training)
-        out = product(weights, value)                              # (B, H, N, hd)
+        out = product(weights, value, softmax_a=True)              # (B, H, N, hd)
         out = self.proj(merge_heads(out))                          # (B, N, D)
         return self.proj_drop(out, training=training)
 
