@@ -1,7 +1,7 @@
 """`mvit2 finetune` on a folder of photos, timed: the whole command, as a user runs it.
 
     python benchmarks/finetune_photos.py [--images 1000] [--epochs N] [--max-drop P]
-        [--reexport] [--only standin|random] [--work /tmp/finetune_photos]
+        [--reexport] [--only standin|random] [--tag TAG] [--work /tmp/finetune_photos]
         [--out benchmarks/results]
 
 Writes `--images` Fashion-MNIST training images (the first of each class, 10 classes) to
@@ -219,6 +219,8 @@ def main() -> None:
                         help="run one of the two commands")
     parser.add_argument("--max-drop", type=float,
                         help="pass --max-drop to the commands (the optimizer's files)")
+    parser.add_argument("--tag", help="append _TAG to the run names (e.g. a date: runs of "
+                        "another day kept beside these)")
     parser.add_argument("--reexport", action="store_true",
                         help="run the commands again on copies of the trained run folders: "
                              "the current export code's phone files, no retraining")
@@ -251,6 +253,8 @@ def main() -> None:
     for base, weights in (("standin", "imagenet"), ("random", "none")):
         if args.only and args.only != base:
             continue
+        if args.tag:
+            base += f"_{args.tag}"
         name = base + suffix
         run_dir = os.path.join(args.work, f"run_{name}")
         start_over = ["--set", "output.resume=false"]

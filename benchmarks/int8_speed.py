@@ -318,7 +318,8 @@ def markdown(result: dict[str, Any]) -> str:
                   "1 thread (each op timed on its own; ms summed per op kind, the five "
                   "largest):", "", "| model | file | sum / model ms | largest op kinds |",
                   "|---|---|---:|---|"]
-        for (name, precision), p in sorted(result["profile"].items()):
+        for key, p in sorted(result["profile"].items()):
+            name, precision = key.split()
             kinds = "; ".join(f"{k['op']} x{k['count']} {k['ms']:.2f}" for k in p["kinds"][:5])
             lines.append(f"| {name} | {precision} | {p['sum_ms']:.2f} / {p['model_ms']:.2f} | "
                          f"{kinds} |")
@@ -347,13 +348,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "profile_size": max(args.sizes)}
         if args.profile:
             result["profile"] = {
-                (name, precision): op_kinds(extra["paths"][(name, max(args.sizes), precision)])
+                f"{name} {precision}": op_kinds(
+                    extra["paths"][(name, max(args.sizes), precision)])
                 for name in args.attentions for precision in PRECISIONS}
         if args.variants:
             result["variants"] = variants(args, folder, images, extra["paths"])
     text = markdown(result)
-    if "profile" in result:
-        result["profile"] = {f"{n} {p}": v for (n, p), v in result["profile"].items()}
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, "int8_speed.json"), result)
     with atomic_output(os.path.join(args.out, "int8_speed.md")) as tmp, open(tmp, "w") as f:
