@@ -3,12 +3,13 @@
 The tests KerasHub holds each of its image models to, imported from the installed keras-hub
 (the `hub` extra; its harness needs `grain`, in the `test` extra) and called as KerasHub's
 own image model tests call them (keras_hub/src/models/mobilenet/*_test.py, vit/*_test.py,
-layers/preprocessing/image_converter_test.py), with the harness' default tolerances:
+layers/preprocessing/image_converter_test.py), with the harness' default tolerances (the
+LiteRT comparison as KerasHub's ResNet test sets it):
 
 - `MobileViTV2Backbone`: `run_vision_backbone_test` (serialization, eager call, compiled
   `predict` on arrays and on a tf.data dataset, the class name, mixed precision and int8 /
-  float8 quantization where the harness runs them; channels-last only, as MobileNet's
-  test), `run_model_saving_test` (`.keras` round trip);
+  float8 quantization where the harness runs them: not on PyTorch's CPU; channels-last
+  only, as MobileNet's test), `run_model_saving_test` (`.keras` round trip);
 - `MobileViTV2ImageClassifier`: `run_task_test` (`predict` on arrays, on a tf.data
   dataset and with the preprocessing split out, all equal; `fit` the three ways; no
   `fit` without `compile`), `test_head_dtype`, `run_model_saving_test`,
@@ -23,9 +24,11 @@ The raw images are random uint8 photos of another size than the model's, so the
 converter's resize and crop really run: on arrays (the direct call, grain) and in tf.data
 the converter must give the same numbers (one TensorFlow form on every backend).
 
-Runs on the default backend in the fast tier (the `.keras` saves and LiteRT exports in the
-slow tier), and under `KERAS_BACKEND=jax` and `KERAS_BACKEND=torch` with `--run-slow` as
-steps of `.ci/run`. keras_hub and its harness import TensorFlow on every backend.
+Runs on the default backend in the fast tier (the task test, which trains, the `.keras`
+saves and the LiteRT export in the slow tier), and under `KERAS_BACKEND=jax` and
+`KERAS_BACKEND=torch` with `--run-slow` as steps of `.ci/run`. keras_hub and its harness
+import TensorFlow on every backend. pytest also collects `tf.test.TestCase.test_session`
+(inherited from the harness), which TensorFlow skips as "Not a test".
 """
 
 import keras
@@ -40,8 +43,8 @@ if keras.backend.backend() == "torch":
     keras.ops.conv(np.ones((1, 8, 8, 3), "float32"), np.ones((3, 3, 3, 4), "float32"))
 pytest.importorskip("keras_hub")
 pytest.importorskip("grain")  # KerasHub's harness imports it
-from keras import ops
-from keras_hub.src.tests.test_case import TestCase
+# The module, not its class: pytest would collect an imported `TestCase` as a test class.
+from keras_hub.src.tests import test_case
 
 from keras_mvit2.kerashub import (
     MobileViTV2Backbone,
@@ -60,10 +63,10 @@ def _photos(n: int = 2, height: int = 75, width: int = 90, seed: int = 0) -> np.
     return np.random.default_rng(seed).integers(0, 256, (n, height, width, 3), dtype=np.uint8)
 
 
-class MobileViTV2BackboneTest(TestCase):
+class MobileViTV2BackboneTest(test_case.TestCase):
     def setUp(self):
         self.init_kwargs = {"width_multiplier": 0.5, "image_shape": (SIZE, SIZE, 3)}
-        self.input_data = ops.convert_to_tensor(
+        self.input_data = keras.ops.convert_to_tensor(
             np.random.default_rng(1).random((2, SIZE, SIZE, 3)).astype("float32"))
 
     def test_backbone_basics(self):
@@ -84,7 +87,7 @@ class MobileViTV2BackboneTest(TestCase):
         )
 
 
-class MobileViTV2ImageClassifierTest(TestCase):
+class MobileViTV2ImageClassifierTest(test_case.TestCase):
     def setUp(self):
         self.images = _photos()
         self.labels = [0, 2]
@@ -116,7 +119,7 @@ class MobileViTV2ImageClassifierTest(TestCase):
         self.run_model_saving_test(
             cls=MobileViTV2ImageClassifier,
             init_kwargs=self.init_kwargs,
-            input_data=ops.convert_to_tensor(self.preprocessor(self.images)),
+            input_data=keras.ops.convert_to_tensor(self.preprocessor(self.images)),
         )
 
     @pytest.mark.slow
@@ -127,14 +130,14 @@ class MobileViTV2ImageClassifierTest(TestCase):
         self.run_litert_export_test(
             cls=MobileViTV2ImageClassifier,
             init_kwargs=self.init_kwargs,
-            input_data=ops.convert_to_numpy(self.preprocessor(self.images)),
+            input_data=keras.ops.convert_to_numpy(self.preprocessor(self.images)),
             expected_output_shape=(2, 3),
             comparison_mode="statistical",
             output_thresholds={"*": {"max": 5e-5, "mean": 1e-5}},
         )
 
 
-class MobileViTV2ImageConverterTest(TestCase):
+class MobileViTV2PreprocessingTest(test_case.TestCase):
     def test_image_converter_basics(self):
         self.run_preprocessing_layer_test(
             cls=MobileViTV2ImageConverter,
