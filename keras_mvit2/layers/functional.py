@@ -381,13 +381,19 @@ def product(a, b, *, transpose_b: bool = False, constant_a: bool = False,
     XNNPACK takes a product only where the second operand's zero point is 0.
     """
     if _forms(forms).products == "as_written":
-        return ops.matmul(a, ops.swapaxes(b, -1, -2) if transpose_b else b)
+        return ops.matmul(a, _swap_last(b) if transpose_b else b)
     if constant_a or (_smaller(a, b) and not softmax_a):
-        b_rows = b if transpose_b else ops.swapaxes(b, -1, -2)      # (..., N, K)
-        return ops.swapaxes(backend_forms.matmul_transpose_b(b_rows, a), -1, -2)
+        b_rows = b if transpose_b else _swap_last(b)      # (..., N, K)
+        return _swap_last(backend_forms.matmul_transpose_b(b_rows, a))
     if transpose_b:
         return backend_forms.matmul_transpose_b(a, b)
     return ops.matmul(a, b)
+
+
+def _swap_last(x):
+    """`x` with its last two axes swapped: one TRANSPOSE (a static permutation)."""
+    rank = len(x.shape)
+    return ops.transpose(x, (*range(rank - 2), rank - 1, rank - 2))
 
 
 def _smaller(a, b) -> bool:
