@@ -139,8 +139,8 @@ def test_default_ranges_are_narrower_and_recorded(small_model, tmp_path):
 
 
 def _matmul_operands(path):
-    """Per BATCH_MATMUL of the file: its int8 operands, output, adjoint flags and whether it
-    multiplies a tensor by itself, as XNNPACK (LiteRT's default delegate, what phones run)
+    """Per BATCH_MATMUL of the file: its int8 operands, output, adjoint flags and whether its
+    first operand is one row, as XNNPACK (LiteRT's default delegate, what phones run)
     computed them on one random image."""
     from keras_mvit2.export.tflite.flatbuffer import op_names, parse_flatbuffer
 
@@ -160,18 +160,22 @@ def _matmul_operands(path):
         return interpreter.get_tensor(i).astype(np.int64), details[i]["quantization"]
 
     ops = [op for op in interpreter._get_ops_details() if op["op_name"] == "BATCH_MATMUL"]
-    return [(tensor(op["inputs"][0]), tensor(op["inputs"][1]), tensor(op["outputs"][0]), adj,
-             op["inputs"][0] == op["inputs"][1])
-            for op, adj in zip(ops, flags, strict=True)]
+    out = []
+    for op, (adj_x, adj_y) in zip(ops, flags, strict=True):
+        a = tensor(op["inputs"][0])
+        rows = a[0].shape[-1] if adj_x else a[0].shape[-2]
+        out.append((a, tensor(op["inputs"][1]), tensor(op["outputs"][0]), (adj_x, adj_y),
+                    rows == 1))
+    return out
 
 
 def test_matmul_second_operands_pick_the_kernel_and_every_product_is_exact(tmp_path):
     # XNNPACK (LiteRT's CPU delegate) takes an int8 BATCH_MATMUL only where the second
-    # operand's zero point is 0: a product of two tensors gets zero point 0 (XNNPACK, 20-30x
-    # LiteRT's kernel on the attentions' products), a tensor times itself (the GroupNorm's
-    # x . x, a one-column operand XNNPACK pads to its tile) a non-zero one (LiteRT's
-    # kernel). Either way the product is exact: the oracle is the int8 arithmetic written
-    # out in numpy, on the values XNNPACK's interpreter computed.
+    # operand's zero point is 0: a product whose first operand has several rows gets zero
+    # point 0 (XNNPACK, 20-30x LiteRT's kernel on the attentions' products), one of a single
+    # row (the GroupNorm's x . x: a one-column operand XNNPACK pads to its tile) a non-zero
+    # one (LiteRT's kernel). Either way the product is exact: the oracle is the int8
+    # arithmetic written out in numpy, on the values XNNPACK's interpreter computed.
     keras.utils.set_random_seed(0)
     model = tiny_model.tiny_mvit2(classes=10, classifier_activation=None)
     rng = np.random.default_rng(0)
@@ -180,17 +184,17 @@ def test_matmul_second_operands_pick_the_kernel_and_every_product_is_exact(tmp_p
     to_tflite(model, path, quantization="int8",
               representative_data=rng.random((16, 32, 32, 3)).astype("float32"))
     products = _matmul_operands(path)
-    squares = sum(p[-1] for p in products)
-    assert squares >= 3 and len(products) - squares >= 1  # the norms' and the attentions'
-    for (a, (sa, za)), (b, (sb, zb)), (out, (so, zo)), (adj_x, adj_y), square in products:
-        assert (zb != 0) if square else (zb == 0)
+    one_row = sum(p[-1] for p in products)
+    assert one_row >= 3 and len(products) - one_row >= 1  # the norms' and the attentions'
+    for (a, (sa, za)), (b, (sb, zb)), (out, (so, zo)), (adj_x, adj_y), row in products:
+        assert (zb != 0) if row else (zb == 0)
         a = np.swapaxes(a - za, -1, -2) if adj_x else a - za
         b = np.swapaxes(b - zb, -1, -2) if adj_y else b - zb
         expected = np.clip(np.round(np.matmul(a, b) * (sa * sb / so)) + zo, -128, 127)
         assert np.abs(out - expected).max() <= 1
-    # ... and XNNPACK runs every product but the squares.
+    # ... and XNNPACK runs every product but those of one row.
     report = inspect_tflite(path)
-    assert report.ops_outside_xnnpack.get("BATCH_MATMUL", 0) == squares
+    assert report.ops_outside_xnnpack.get("BATCH_MATMUL", 0) == one_row
 
 
 def test_equalize_attention_is_float_exact(small_model):

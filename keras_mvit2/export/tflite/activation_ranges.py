@@ -161,23 +161,30 @@ def select_ranges(calibrated: bytes, images: np.ndarray, method: str,
 
 def zero_offset_matmul_operands(model: Any) -> int:
     """Sets the int8 zero point of each BATCH_MATMUL's second operand for the kernel that
-    should run it: 0 for a product of two tensors, non-zero for a tensor times itself.
+    should run the product: 0 (XNNPACK) where its first operand has several rows, non-zero
+    (LiteRT's own kernel) where it has one.
 
     LiteRT 2.3's XNNPACK delegate (the CPU delegate apps use) takes an int8 BATCH_MATMUL
     only where its second operand has zero point 0; any other runs in LiteRT's own kernel,
-    which measured 20-30x slower on the attentions' products (MHA's `q k^T` at 256 tokens:
-    9.4 against 0.28 ms, AMD EPYC, `benchmarks/int8_speed.py`). So the second operand of
-    every product of two tensors (the attentions' token sums, `q k^T`, the weights times
-    `v`, Linformer's token projections) gets the range ``[-128 s, 127 s]``
-    (``s = max(max / 127, -min / 128)``), which covers the calibrated one with zero point 0.
+    exact with any zero point, which measured 20-30x slower on the attentions' products
+    (MHA's `q k^T` at 256 tokens: 9.4 against 0.28 ms on the AMD host,
+    `benchmarks/int8_speed.py`). So the second operand of every product whose first
+    operand has several rows (the attentions' token sums, `q k^T`, the weights times `v`,
+    Linformer's token projections, per row of queries or pixel positions) gets the range
+    ``[-128 s, 127 s]`` (``s = max(max / 127, -min / 128)``), which covers the calibrated one
+    with zero point 0.
 
-    A tensor times itself (the GroupNorm's `E[x^2]` as `x . x`, `(1, K) x (K, 1)`) is the
-    other way round: XNNPACK packs its one-column operand to its kernel's tile width on
-    every invoke (4-5x LiteRT's kernel on the AMD host, and the int8 file 2.3x slower on an
-    Intel host with AMX tiles, where the tile is widest), while LiteRT's own kernel runs
-    the dot product in int32 directly, exact with any zero point. Its operand keeps the
+    A product whose first operand is one row (a vector times a matrix: the GroupNorm's
+    `E[x^2]` as `x . x`, `(1, K) x (K, 1)`, and an attention's products for one token) is
+    the other way round: XNNPACK packs the second operand on every invoke (its one column to
+    the kernel's tile width for `x . x`: 4-5x LiteRT's kernel on the AMD host, and the int8
+    file 2.3x slower on an Intel host with AMX tiles, where the tile is widest), which one
+    row never repays, while LiteRT's kernel runs it directly. (A constant second operand is
+    packed once, when the file loads: XNNPACK, `int8_kernels.symmetric_constant_matmul_
+    operands`.) Its operand keeps the
     calibrated range; where that range has zero point 0 it is shifted by one step (to
-    zero point -1) so that the product stays in LiteRT's kernel.
+    zero point -1) so that the product stays in LiteRT's kernel. (Where one operand serves
+    both kinds, zero point 0 wins.)
 
     Each new range goes to every tensor the quantizer ties to the operand's scale (through
     `_SAME_SCALE_OPS`: e.g. MHA's keys are a SPLIT of the fused projection, so the whole
@@ -200,7 +207,7 @@ def zero_offset_matmul_operands(model: Any) -> int:
             i = parent[i]
         return i
 
-    products, self_products = [], []
+    products, row_products = [], []
     for op in subgraph.operators or []:
         kind, ins = kinds[op.opcodeIndex], tensor_indices(op.inputs)
         if kind in _SAME_SCALE_OPS:
@@ -208,7 +215,8 @@ def zero_offset_matmul_operands(model: Any) -> int:
             for i in data[1:] + tensor_indices(op.outputs):
                 parent[root(i)] = root(data[0])
         elif kind == "BATCH_MATMUL" and len(ins) > 1:
-            (self_products if ins[0] == ins[1] else products).append(ins[1])
+            one_row = first_operand_rows(tensors[ins[0]], op) == 1
+            (row_products if one_row else products).append(ins[1])
 
     def ranged(i: int) -> bool:
         q = tensors[i].quantization
@@ -219,7 +227,7 @@ def zero_offset_matmul_operands(model: Any) -> int:
         if ranged(i):
             groups.setdefault(root(i), []).append(i)
     zero = {root(i) for i in products if ranged(i)}
-    nonzero = {root(i) for i in self_products if ranged(i)} - zero
+    nonzero = {root(i) for i in row_products if ranged(i)} - zero
     changed = 0
     for key in zero | nonzero:
         members = groups[key]
@@ -239,6 +247,17 @@ def zero_offset_matmul_operands(model: Any) -> int:
             tensors[i].quantization.min = np.array([lo], np.float32)
             tensors[i].quantization.max = np.array([hi], np.float32)
     return changed
+
+
+def first_operand_rows(tensor: Any, op: Any) -> int | None:
+    """The rows of a BATCH_MATMUL's first operand `tensor` (its second-to-last axis, the last
+    with the op's ``adj_x``), or None where the shape is not static."""
+    shape = tensor_indices(tensor.shape)
+    if len(shape) < 2:
+        return None
+    adj_x = bool(getattr(op.builtinOptions, "adjX", False))
+    rows = shape[-1] if adj_x else shape[-2]
+    return rows if rows > 0 else None
 
 
 def select_named_ranges(float_model: bytes, images: np.ndarray,
