@@ -26,7 +26,9 @@ not depend on them; int8 calibrated on 32 Fashion-MNIST training images), at eac
    ones), the file without the post-quantization rewrites (`fast_int8_kernels` off: RSQRT in
    LiteRT's kernel, constant matmul operands asymmetric), RFA's random features as 256-entry
    tables (`lookup_tables`, ``islands``), Mobile-Attention's flow epsilon added, and the
-   products as written.
+   products as written; and single ops of the attentions' shapes in each form (an int8
+   BATCH_MATMUL in XNNPACK and in LiteRT's kernel, a DIV and its products by rsqrt, RSQRT
+   and its table).
 
 Writes ``int8_speed.json`` and ``int8_speed.md`` (with the CPU model and the flags that
 decide XNNPACK's kernels). Exit status 1 when the gate fails.
@@ -277,6 +279,128 @@ def variants(args: argparse.Namespace, folder: str, images: dict[int, np.ndarray
 
 
 # --------------------------------------------------------------------------------------
+# 4. The kernels
+
+
+def _int8_graph(function, shapes: Sequence[tuple[int, ...]], ranges: Sequence[tuple[float, float]]
+                ) -> bytes:
+    """`function` of float inputs of `shapes` as a full-int8 flatbuffer (int8 I/O), calibrated
+    on uniform samples of `ranges`."""
+    import tensorflow as tf
+
+    graph = tf.function(function, input_signature=[tf.TensorSpec(s, tf.float32) for s in shapes])
+    rng = np.random.default_rng(0)
+
+    def representative():
+        for _ in range(8):
+            yield [rng.uniform(lo, hi, s).astype(np.float32) for s, (lo, hi) in
+                   zip(shapes, ranges, strict=True)]
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([graph.get_concrete_function()])
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = converter.inference_output_type = tf.int8
+    return converter.convert()
+
+
+def _float_graph(function, shapes: Sequence[tuple[int, ...]]) -> bytes:
+    import tensorflow as tf
+
+    graph = tf.function(function, input_signature=[tf.TensorSpec(s, tf.float32) for s in shapes])
+    return tf.lite.TFLiteConverter.from_concrete_functions(
+        [graph.get_concrete_function()]).convert()
+
+
+def _with_second_operand_zero_point(content: bytes, zero_point: int) -> bytes:
+    """Timing only: every BATCH_MATMUL's second operand at `zero_point` (0: XNNPACK takes the
+    product; else LiteRT's kernel)."""
+    from keras_mvit2.export.tflite.flatbuffer import (
+        op_names,
+        parse_flatbuffer,
+        serialize_flatbuffer,
+    )
+
+    model = parse_flatbuffer(content)
+    kinds = op_names(model)
+    graph = model.subgraphs[0]
+    for op in graph.operators:
+        if kinds[op.opcodeIndex] == "BATCH_MATMUL":
+            graph.tensors[int(op.inputs[1])].quantization.zeroPoint = np.array(
+                [zero_point], np.int64)
+    return serialize_flatbuffer(model, size_hint=len(content) + 1024)
+
+
+def _tabulated(content: bytes) -> bytes:
+    """The file as `to_tflite` writes it: RSQRT / SQRT tables (`int8_kernels`)."""
+    from keras_mvit2.export.tflite.flatbuffer import parse_flatbuffer, serialize_flatbuffer
+    from keras_mvit2.export.tflite.int8_kernels import for_fast_kernels
+
+    model = parse_flatbuffer(content)
+    for_fast_kernels(model)
+    return serialize_flatbuffer(model, size_hint=len(content) + 1024)
+
+
+def kernels(args: argparse.Namespace, folder: str) -> list[dict[str, Any]]:
+    """Single ops of the attentions' shapes, each form timed interleaved, 1 thread."""
+    import tensorflow as tf
+
+    from keras_mvit2.layers.functional import divide_positive
+
+    cases: list[tuple[str, str, dict[str, bytes], int]] = []
+
+    def matmul(a, b):
+        return tf.linalg.matmul(a, b)
+
+    for what, a, b in (
+            ("an attention's q k^T, 256 tokens, 16 batches x heads", (4, 4, 256, 16),
+             (4, 4, 16, 256)),
+            ("one row times a matrix (one token's scores)", (4, 4, 1, 32), (4, 4, 32, 256)),
+            ("the GroupNorm's x . x, 65,536 values", (1, 1, 65536), (1, 65536, 1))):
+        int8 = _int8_graph(matmul, (a, b), ((-1, 1), (-1, 1)))
+        cases.append(("BATCH_MATMUL", what, {
+            "float32 (XNNPACK)": _float_graph(matmul, (a, b)),
+            "int8, second operand at zero point 0 (XNNPACK)":
+                _with_second_operand_zero_point(int8, 0),
+            "int8, second operand at zero point 3 (LiteRT's kernel)":
+                _with_second_operand_zero_point(int8, 3)},
+            int(np.prod(a[:-1])) * a[-1] * b[-1]))
+    values, divisor = (4, 4, 256, 16), (4, 4, 256, 1)
+
+    def divide(v, d):  # by 1 + |d| >= 1: any int8 input is a valid divisor
+        return v / (1.0 + tf.abs(d))
+
+    def products(v, d):
+        return divide_positive(v, 1.0 + tf.abs(d))
+
+    cases.append(("DIV", "a (4, 4, 256, 16) tensor by a positive (4, 4, 256, 1) one", {
+        "float32 division (XNNPACK)": _float_graph(divide, (values, divisor)),
+        "int8 DIV (LiteRT's kernel)": _int8_graph(divide, (values, divisor),
+                                                  ((-1, 1), (-3, 3))),
+        "int8 products by rsqrt (divide_positive; its RSQRT a table)": _tabulated(_int8_graph(
+            products, (values, divisor), ((-1, 1), (-3, 3))))},
+        int(np.prod(values))))
+    shape = (4, 4, 256, 16)
+    rsqrt = _int8_graph(tf.math.rsqrt, (shape,), ((0.25, 4),))
+    cases.append(("RSQRT", "a (4, 4, 256, 16) tensor", {
+        "float32 (XNNPACK)": _float_graph(tf.math.rsqrt, (shape,)),
+        "int8 RSQRT (LiteRT's kernel)": rsqrt,
+        "int8 table (CAST, ADD, GATHER)": _tabulated(rsqrt)}, int(np.prod(shape))))
+    paths = {}
+    for i, (_, _, forms, _) in enumerate(cases):
+        for form, content in forms.items():
+            path = os.path.join(folder, f"kernel_{i}_{len(paths)}.tflite")
+            with open(path, "wb") as f:
+                f.write(content)
+            paths[(i, form)] = path
+    print(f"timing {len(paths)} single-op files ...", flush=True)
+    times = timed(paths, [1], args)
+    return [{"op": op, "what": what, "form": form, "elements_or_macs": size,
+             "ms": times[((i, form), 1)]}
+            for i, (op, what, forms, size) in enumerate(cases) for form in forms]
+
+
+# --------------------------------------------------------------------------------------
 # Report
 
 
@@ -286,49 +410,90 @@ def _ms(t: dict[str, Any]) -> str:
     return f"{t['median']:.2f}{band}"
 
 
-def markdown(result: dict[str, Any]) -> str:
-    cpu = result["cpu"]
+def verdict(result: dict[str, Any]) -> str:
+    """The gate's sentence: every row faster, or the rows that are not."""
     failing = [r for r in result["gate"] if r["slower"]]
-    lines = ["# Full int8 against float32, every attention", "",
-             f"`python benchmarks/int8_speed.py` on {cpu['model']} ({result['cores']} cores; "
-             f"flags that decide XNNPACK's kernels: {', '.join(cpu['flags']) or 'none'}), "
-             f"LiteRT {result['litert']}, XNNPACK. MobileViTV2-0.5 with each attention "
-             "(random weights), float32 and full int8 (int8 I/O) interleaved; median ms "
-             "(95 % interval); 1 thread: thread CPU time, 2 threads: wall clock.", ""]
-    lines += [("**Gate: int8 is faster than float32 in every row.**" if not failing else
-               "**GATE FAILED: int8 is not faster than float32 in "
-               + ", ".join(f"{r['model']} @{r['size']} {r['threads']} thread(s)"
-                           for r in failing) + ".**"), ""]
-    lines += ["| model | size | threads | float32 ms | int8 ms | int8 / float32 | "
-              "XNNPACK partitions (int8) | ops outside XNNPACK (int8) |",
-              "|---|---:|---:|---:|---:|---:|---:|---|"]
+    if not failing:
+        return "**Gate: int8 is faster than float32 in every row.**"
+    return ("**GATE FAILED: int8 is not faster than float32 in "
+            + ", ".join(f"{r['model']} @{r['size']} {r['threads']} thread(s)" for r in failing)
+            + ".**")
+
+
+def gate_table(result: dict[str, Any], models: Sequence[str] | None = None) -> list[str]:
+    """The gate's rows (of `models` only where given)."""
+    lines = ["| model | size | threads | float32 ms | int8 ms | int8 / float32 | "
+             "XNNPACK partitions (int8) | ops outside XNNPACK (int8) |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in result["gate"]:
+        if models is not None and r["model"] not in models:
+            continue
         f = r["int8_file"]
         outside = ", ".join(f"{k} {v}" for k, v in sorted(f["ops_outside_xnnpack"].items()))
         lines.append(f"| {r['model']} | {r['size']} | {r['threads']} | {_ms(r['float32'])} | "
                      f"{_ms(r['int8'])} | {r['ratio']:.2f}{'' if not r['slower'] else ' **!**'}"
                      f" | {f['xnnpack_partitions']} | {outside or '-'} |")
+    return lines
+
+
+def gmac_table(result: dict[str, Any]) -> list[str]:
+    return ["| model, threads | float32 | int8 |", "|---|---:|---:|"] + [
+        f"| {k} | {v['float32']:.2f} | {v['int8']:.2f} |"
+        for k, v in result["ms_per_gmac"].items()]
+
+
+def profile_table(result: dict[str, Any]) -> list[str]:
+    lines = ["| model | file | sum / model ms | largest op kinds (ms) |", "|---|---|---:|---|"]
+    for key, p in sorted(result["profile"].items()):
+        name, precision = key.split()
+        kinds = "; ".join(f"{k['op']} x{k['count']} {k['ms']:.2f}" for k in p["kinds"][:5])
+        lines.append(f"| {name} | {precision} | {p['sum_ms']:.2f} / {p['model_ms']:.2f} | "
+                     f"{kinds} |")
+    return lines
+
+
+def variants_table(result: dict[str, Any]) -> list[str]:
+    return ["| model | size | variant | ms | default ms | variant / default |",
+            "|---|---:|---|---:|---:|---:|"] + [
+        f"| {v['model']} | {v['size']} | {v['what']} | {_ms(v['variant_ms'])} | "
+        f"{_ms(v['default_ms'])} | {v['ratio']:.2f} |" for v in result["variants"]]
+
+
+def kernels_table(result: dict[str, Any]) -> list[str]:
+    lines = ["| op | of | form | ms | ns per element (DIV, RSQRT) or per 1,000 MACs |",
+             "|---|---|---|---:|---:|"]
+    for k in result["kernels"]:
+        per = 1e6 * k["ms"]["median"] / k["elements_or_macs"]
+        per = per * 1000 if k["op"] == "BATCH_MATMUL" else per
+        lines.append(f"| {k['op']} | {k['what']} | {k['form']} | {_ms(k['ms'])} | "
+                     f"{per:.2f} |")
+    return lines
+
+
+def host_line(result: dict[str, Any]) -> str:
+    cpu = result["cpu"]
+    return (f"{cpu['model']} ({result['cores']} cores; flags that decide XNNPACK's kernels: "
+            f"{', '.join(cpu['flags']) or 'none'}), LiteRT {result['litert']}, XNNPACK")
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = ["# Full int8 against float32, every attention", "",
+             f"`python benchmarks/int8_speed.py` on {host_line(result)}. MobileViTV2-0.5 with "
+             "each attention (random weights), float32 and full int8 (int8 I/O) interleaved; "
+             "median ms (95 % interval); 1 thread: thread CPU time, 2 threads: wall clock.", "",
+             verdict(result), "", *gate_table(result)]
     if result["ms_per_gmac"]:
-        lines += ["", "ms per GMAC at the largest size:", "",
-                  "| model, threads | float32 | int8 |", "|---|---:|---:|"]
-        lines += [f"| {k} | {v['float32']:.2f} | {v['int8']:.2f} |"
-                  for k, v in result["ms_per_gmac"].items()]
+        lines += ["", "ms per GMAC at the largest size:", "", *gmac_table(result)]
     if result.get("profile"):
         lines += ["", f"Where the time goes at {result['profile_size']}x{result['profile_size']}, "
                   "1 thread (each op timed on its own; ms summed per op kind, the five "
-                  "largest):", "", "| model | file | sum / model ms | largest op kinds |",
-                  "|---|---|---:|---|"]
-        for key, p in sorted(result["profile"].items()):
-            name, precision = key.split()
-            kinds = "; ".join(f"{k['op']} x{k['count']} {k['ms']:.2f}" for k in p["kinds"][:5])
-            lines.append(f"| {name} | {precision} | {p['sum_ms']:.2f} / {p['model_ms']:.2f} | "
-                         f"{kinds} |")
+                  "largest):", "", *profile_table(result)]
     if result.get("variants"):
         lines += ["", "The forms and rewrites the default int8 file does not use, against it "
-                  "(1 thread):", "", "| model | size | variant | ms | default ms | "
-                  "variant / default |", "|---|---:|---|---:|---:|---:|"]
-        lines += [f"| {v['model']} | {v['size']} | {v['what']} | {_ms(v['variant_ms'])} | "
-                  f"{_ms(v['default_ms'])} | {v['ratio']:.2f} |" for v in result["variants"]]
+                  "(1 thread):", "", *variants_table(result)]
+    if result.get("kernels"):
+        lines += ["", "Single ops of the attentions' shapes, each form (1 thread):", "",
+                  *kernels_table(result)]
     return "\n".join(lines) + "\n"
 
 
@@ -353,6 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for name in args.attentions for precision in PRECISIONS}
         if args.variants:
             result["variants"] = variants(args, folder, images, extra["paths"])
+            result["kernels"] = kernels(args, folder)
     text = markdown(result)
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, "int8_speed.json"), result)

@@ -254,6 +254,15 @@ def int8_result_box(results: Results) -> str:
               "the exact paired test.")
     anchors = "; ".join(f"{r['model']}, {r['method']}: {r['int8_top1'] - r['float_top1']:+.2f}"
                         for r in published)
+    speed = results.json("int8_speed.json")
+
+    def speed_cell(size):
+        def ratios(model):
+            rows = [r for r in speed["gate"] if r["model"] == model and r["size"] == size]
+            return " / ".join(f"{r['ratio']:.2f}x" for r in sorted(rows,
+                                                                   key=lambda r: r["threads"]))
+        control = ratios("mobilenetv2_050")
+        return ratios("separable") + (f"; {control}" if control else "")
     lines = [
         "| MobileViTV2-0.5, Fashion-MNIST, 1,000 test images | 64x64 | 128x128 | 256x256 |",
         "|---|---|---|---|",
@@ -275,6 +284,9 @@ def int8_result_box(results: Results) -> str:
         "| the PyTorch road's int8, two fine-tunes (1,000 test photos)³ | | | "
         f"{torch_cells}, against the TensorFlow road's {tf_cells} |",
         f"| published W8A8 on ImageNet, top-1 change (points) | | | {anchors} |",
+        "| **speed**: the default int8 file's latency / its float32 file's, 1 / 2 threads "
+        f"(`int8_speed.py`, {speed['cpu']['model']}); the control's | {speed_cell(64)} | - | "
+        f"{speed_cell(256)} |",
     ]
     return "\n".join(lines) + (
         "\n\n¹ 128x128 was measured once, on earlier trainings, before the GroupNorm's "
@@ -389,6 +401,47 @@ for _name, _file, _heading in (
 @renderer("qat_variants")
 def qat_variants(results: Results) -> str:
     return "\n".join(_benchmark("qat_variants").table(results.json("qat_variants.json")))
+
+
+# ------------------------------------------------------------------ int8 against float32
+
+
+@renderer("int8_speed_gate")
+def int8_speed_gate(results: Results) -> str:
+    speed = _benchmark("int8_speed")
+    record = results.json("int8_speed.json")
+    return "\n".join([f"{speed.host_line(record)}; median ms (95 % interval), 1 thread: "
+                      "thread CPU time, 2 threads: wall clock.", "", speed.verdict(record), "",
+                      *speed.gate_table(record), "", "ms per GMAC at 256x256:", "",
+                      *speed.gmac_table(record)])
+
+
+@renderer("int8_speed_separable")
+def int8_speed_separable(results: Results) -> str:
+    speed = _benchmark("int8_speed")
+    record = results.json("int8_speed.json")
+    return "\n".join([*speed.gate_table(record, ("separable", "mobilenetv2_050")), "",
+                      f"{speed.host_line(record)}; ms per GMAC of full int8 at 256x256, "
+                      "1 / 2 threads: "
+                      + ", ".join(f"{name} {' / '.join(f'{v:.1f}' for v in values)}"
+                                  for name, values in _per_gmac(record).items()) + "."])
+
+
+def _per_gmac(record: dict) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for key, value in record["ms_per_gmac"].items():
+        out.setdefault(key.rsplit(" ", 1)[0], []).append(value["int8"])
+    return out
+
+
+@renderer("int8_speed_profile")
+def int8_speed_profile(results: Results) -> str:
+    return "\n".join(_benchmark("int8_speed").profile_table(results.json("int8_speed.json")))
+
+
+@renderer("int8_speed_variants")
+def int8_speed_variants(results: Results) -> str:
+    return "\n".join(_benchmark("int8_speed").variants_table(results.json("int8_speed.json")))
 
 
 # ------------------------------------------------------------------ the other guides' tables
