@@ -191,22 +191,10 @@ def op_kinds(path: str) -> dict[str, Any]:
 def _gn_products_in_xnnpack(source: str, path: str) -> None:
     """Timing only: the default file with each x . x operand at zero point 0 (XNNPACK then
     takes the product; the values are no longer the model's)."""
-    from keras_mvit2.export.tflite.flatbuffer import (
-        op_names,
-        parse_flatbuffer,
-        serialize_flatbuffer,
-        tensor_indices,
-    )
-
-    model = parse_flatbuffer(source)
-    kinds = op_names(model)
-    graph = model.subgraphs[0]
-    for op in graph.operators:
-        ins = tensor_indices(op.inputs)
-        if kinds[op.opcodeIndex] == "BATCH_MATMUL" and ins[0] == ins[1]:
-            graph.tensors[ins[0]].quantization.zeroPoint = np.array([0], np.int64)
+    with open(source, "rb") as f:
+        content = _with_second_operand_zero_point(f.read(), 0, squares_only=True)
     with open(path, "wb") as f:
-        f.write(serialize_flatbuffer(model, size_hint=os.path.getsize(source) + 1024))
+        f.write(content)
 
 
 def _tables(**options) -> Callable[[str, str], None]:
@@ -312,22 +300,24 @@ def _float_graph(function, shapes: Sequence[tuple[int, ...]]) -> bytes:
         [graph.get_concrete_function()]).convert()
 
 
-def _with_second_operand_zero_point(content: bytes, zero_point: int) -> bytes:
-    """Timing only: every BATCH_MATMUL's second operand at `zero_point` (0: XNNPACK takes the
-    product; else LiteRT's kernel)."""
+def _with_second_operand_zero_point(content: bytes, zero_point: int,
+                                    squares_only: bool = False) -> bytes:
+    """Timing only: every BATCH_MATMUL's second operand (of a tensor times itself only, with
+    `squares_only`) at `zero_point` (0: XNNPACK takes the product; else LiteRT's kernel)."""
     from keras_mvit2.export.tflite.flatbuffer import (
         op_names,
         parse_flatbuffer,
         serialize_flatbuffer,
+        tensor_indices,
     )
 
     model = parse_flatbuffer(content)
     kinds = op_names(model)
     graph = model.subgraphs[0]
     for op in graph.operators:
-        if kinds[op.opcodeIndex] == "BATCH_MATMUL":
-            graph.tensors[int(op.inputs[1])].quantization.zeroPoint = np.array(
-                [zero_point], np.int64)
+        ins = tensor_indices(op.inputs)
+        if kinds[op.opcodeIndex] == "BATCH_MATMUL" and (not squares_only or ins[0] == ins[1]):
+            graph.tensors[ins[1]].quantization.zeroPoint = np.array([zero_point], np.int64)
     return serialize_flatbuffer(model, size_hint=len(content) + 1024)
 
 
