@@ -109,17 +109,23 @@ def test_graph_is_the_calibrated_graph_and_rounds_as_the_int8_file(tmp_path):
     assert len(quantized_names) > 40
     assert rounded - io == quantized_names
     # and it runs the int8 file's ops: the same list, less the file's I/O (de)quantization,
-    # where the file computes an int8 RSQRT / SQRT as its 256-entry table (CAST, ADD,
-    # GATHER: `keras_mvit2.export.tflite.lookup_tables`, the same input and output tensors)
-    from keras_mvit2.export.tflite.lookup_tables import INT8_FUNCTIONS
+    # where the file computes an int8 RSQRT / SQRT of at least MIN_ELEMENTS values as its
+    # 256-entry table (CAST, ADD, GATHER: `keras_mvit2.export.tflite.lookup_tables`, the
+    # same input and output tensors)
+    from keras_mvit2.export.tflite.lookup_tables import INT8_FUNCTIONS, MIN_ELEMENTS
 
     kinds = op_names(parse_flatbuffer(calibrated))
     file_kinds = op_names(file)
     in_file = [file_kinds[op.opcodeIndex] for op in file.subgraphs[0].operators
                if file_kinds[op.opcodeIndex] not in ("QUANTIZE", "DEQUANTIZE")]
     tables = " ".join(in_file).replace("CAST ADD GATHER", "TABLE").split()
-    assert [("TABLE" if kinds[op.opcodeIndex] in INT8_FUNCTIONS else kinds[op.opcodeIndex])
-            for op in float_graph.operators] == tables
+
+    def expected(op) -> str:
+        values = np.prod(float_graph.tensors[int(op.inputs[0])].shape)
+        kind = kinds[op.opcodeIndex]
+        return "TABLE" if kind in INT8_FUNCTIONS and values >= MIN_ELEMENTS else kind
+
+    assert [expected(op) for op in float_graph.operators] == tables
     assert len(graph.variables) >= 10  # the convolution and dense kernels and biases
 
     # Rounded, the graph is the int8 file up to the kernels' integer arithmetic: much
