@@ -270,7 +270,7 @@ def test_static_int8_gives_the_products_operands_the_tensorflow_roads_zero_point
     """The PyTorch road's full int8 (ai-edge-quantizer's static recipe, on any float32 file)
     shares the TensorFlow road's rule for the matrix products' second operand: every operand
     that `activation_ranges.zero_offset_matmul_operands` widens in the float graph has int8
-    zero point 0 in the file (XNNPACK ignores that zero point); with the quantizer's own
+    zero point 0 in the file (XNNPACK's kernel runs those products); with the quantizer's own
     min / max ranges (``activation_ranges="minmax"``, where the TensorFlow road does not
     widen either) it does not."""
     from test_qat import _images, tiny_model

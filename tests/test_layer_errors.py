@@ -125,9 +125,9 @@ def test_float_layers_check_still_catches_other_float_ops(tmp_path):
 
 def test_ranking_calibrates_like_the_file_so_matrix_products_are_not_shifted():
     # Calibrated with the converter's own min / max and its zero points, the ranking showed
-    # every attention's context product (BATCH_MATMUL) shifted by 5-14 steps: XNNPACK
-    # ignores the second operand's zero point. With the file's ranges (the 99.99 %
-    # interval, that operand at zero point 0) no product is shifted by more than a step.
+    # every attention's context product (BATCH_MATMUL) shifted by 5-14 steps. With the
+    # file's ranges (the 99.99 % interval, that operand at zero point 0) no product is
+    # shifted by more than a step.
     keras.utils.set_random_seed(0)
     model = tiny_model.tiny_mvit2(classes=10, classifier_activation=None)
     rng = np.random.default_rng(0)

@@ -175,9 +175,9 @@ def qat_facts(result: Any) -> dict[str, Any]:
 #: How many of the most sensitive layers the mixed int8 / float candidates keep in float.
 SENSITIVE_FLOAT_K = (1, 3)
 #: The `layer_errors` metric the mixed candidates rank by: the error's standard deviation in
-#: output steps (a constant offset, such as XNNPACK's on BATCH_MATMUL before the second
-#: operand had zero point 0, shifts every image alike; keeping a layer in float is for the
-#: error that varies).
+#: output steps (a constant offset, such as the matrix products' before their second operand
+#: had zero point 0, shifts every image alike; keeping a layer in float is for the error that
+#: varies).
 RANK_BY = "std_error_over_scale"
 _RANKING_IMAGES = 100
 #: Layers of the ranking written into each mixed candidate's recipe (report.json).

@@ -18,10 +18,12 @@ converter makes; `keras_mvit2.export.tflite.calibrated_quantize`):
 * ``"p99.99"`` (any ``"p<percent>"``): the two-sided percentile.
 
 Tensors whose range the int8 kernels fix (the model input, the outputs of LOGISTIC, EXP,
-SOFTMAX, TANH) keep theirs. The second operand of every BATCH_MATMUL gets a range whose int8
-zero point is 0 (`zero_offset_matmul_operands`): XNNPACK, which runs int8 files on phones'
-CPUs, ignores that operand's zero point. The histograms also give `RangeStats`: per tensor the
-calibrated range against its 99.9 / 99.99 percentiles and the chosen range.
+SOFTMAX, TANH) keep theirs. The second operand of every BATCH_MATMUL gets the zero point that
+picks the kernel of its product (`zero_offset_matmul_operands`): 0 where XNNPACK, which runs
+int8 files on phones' CPUs, should run it (LiteRT 2.3's XNNPACK takes an int8 BATCH_MATMUL only
+then), non-zero for a product of one row (LiteRT's own kernel). The histograms also give
+`RangeStats`: per tensor the calibrated range against its 99.9 / 99.99 percentiles and the
+chosen range.
 """
 
 from __future__ import annotations

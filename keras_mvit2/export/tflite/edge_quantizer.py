@@ -258,7 +258,8 @@ def _zero_offset_products(float_bytes: bytes,
     its calibrated graph, `activation_ranges.zero_offset_matmul_operands` (the function
     `to_tflite`'s full int8 calls) widens what it widens, and the ranges are read back. The
     quantizer computes each zero point from these ranges, so an operand the TensorFlow road
-    gives zero point 0 gets it here too (XNNPACK ignores that zero point)."""
+    gives zero point 0 gets it here too (the zero point picks the product's kernel: XNNPACK
+    takes an int8 BATCH_MATMUL only at zero point 0)."""
     from ai_edge_litert import schema_py_generated as tfl_schema
 
     from keras_mvit2.export.tflite.activation_ranges import zero_offset_matmul_operands

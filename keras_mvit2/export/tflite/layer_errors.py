@@ -21,10 +21,9 @@ Per op (output tensor ``t``, int8 scale ``s``, float twin ``f``):
 * ``mean_error_over_scale = mean(t - f) / s``: the systematic part (a shifted output);
 * ``std_error_over_scale = sqrt(mean((t - f)^2) - mean(t - f)^2) / s`` (over all images
   and elements): the error without a shift common to all images
-  (``rank_by="std_error_over_scale"``). A shift of many steps is a kernel's: XNNPACK's
-  int8 BATCH_MATMUL ignores its second operand's zero point, which showed here as a shift
-  of 5-14 steps on every attention's context product until the ranges gave that operand
-  zero point 0 (`activation_ranges.zero_offset_matmul_operands`).
+  (``rank_by="std_error_over_scale"``). A shift of many steps points at a kernel: every
+  attention's context product showed one of 5-14 steps here until the ranges gave that
+  product's second operand zero point 0 (`activation_ranges.zero_offset_matmul_operands`).
 
 Not measured: how coarse a step is for the signal (that needs the float twins' values,
 which the debugger keeps only when run from a model file, where TF's interpreter fails on
