@@ -444,6 +444,12 @@ def int8_speed_variants(results: Results) -> str:
     return "\n".join(_benchmark("int8_speed").variants_table(results.json("int8_speed.json")))
 
 
+@renderer("attention_table")
+def attention_table(results: Results) -> str:
+    """The paper's Table 1 with our recipe: the benchmark's own page (attention_table.md)."""
+    return _benchmark("attention_table").markdown(results.json("attention_table.json"))
+
+
 # ------------------------------------------------------------------ the other guides' tables
 
 for _name, _file, _index in (
