@@ -245,13 +245,19 @@ def int8_result_box(results: Results) -> str:
     fine_judged = " / ".join(
         points(100 * (f["agreement_qat"] - f["agreement_post_training"])) for _, f, _ in finetune)
     fine_below = sum(bool(t["shipped_below_post_training"]) for _, _, t in finetune)
-    earlier = any(r.get("p_value") is None for runs in qat.values() for r in runs) or any(
-        f.get("p_value") is None for _, f, _ in finetune)
-    judged = ("Judged by the choice this page's earlier code made (held-out images and the "
-              "training images shifted); the set-aside judge images and the paired test of "
-              "today are measured by the next run of the benchmarks." if earlier else
-              "Judged on held-out images and training images set aside before training, by "
-              "the exact paired test.")
+    def judged_today(runs) -> bool:
+        return all(r.get("p_value") is not None for r in runs)
+
+    today = [f"{size}x{size}" for size in sorted(qat) if judged_today(qat[size])]
+    earlier = [f"{size}x{size}" for size in sorted(qat) if not judged_today(qat[size])]
+    if not judged_today([f for _, f, _ in finetune]):
+        earlier.append("the fine-tunes")
+    judged = " ".join(filter(None, [
+        f"{', '.join(today)}: judged on held-out images and training images set aside before "
+        "training, by the exact paired test." if today else "",
+        f"{', '.join(earlier)}: judged by the choice this page's earlier code made (held-out "
+        "images and the training images shifted), not yet re-run with the set-aside judge "
+        "images and the paired test." if earlier else ""]))
     anchors = "; ".join(f"{r['model']}, {r['method']}: {r['int8_top1'] - r['float_top1']:+.2f}"
                         for r in published)
     speed = results.json("int8_speed.json")
