@@ -158,7 +158,8 @@ class RandomFeatureAttention(TokenMixer):
             `num_heads`. Defaults to `8`.
         qkv_bias: bool. Bias in the qkv projection. Defaults to `True`.
         seed: int or None. Seed of the random-matrix pool and of the draws from
-            it during training. `None` gives a random pool (saved with the
+            it during training. `None` draws the pool from NumPy's global state
+            (reproducible after `keras.utils.set_random_seed`; saved with the
             weights). Defaults to `None`.
         epsilon: float. The floor of the denominators. Defaults to `1e-2`.
         attn_dropout: float. Dropout on the attention weights: a dropped key
@@ -291,7 +292,10 @@ class RandomFeatureAttention(TokenMixer):
             dtype="float32",
             autocast=False,
         )
-        rng = np.random.default_rng(self.seed)
+        # Without a seed the pool follows NumPy's global state, which
+        # `keras.utils.set_random_seed` seeds, as Keras' own initializers follow it.
+        rng = np.random.default_rng(
+            self.seed if self.seed is not None else np.random.randint(2**31 - 1))
 
         def standard_normal(shape, dtype=None):
             return ops.convert_to_tensor(rng.standard_normal(shape).astype("float32"))
