@@ -405,9 +405,17 @@ def verdict(result: dict[str, Any]) -> str:
     failing = [r for r in result["gate"] if r["slower"]]
     if not failing:
         return "**Gate: int8 is faster than float32 in every row.**"
-    return ("**GATE FAILED: int8 is not faster than float32 in "
+    text = ("**GATE FAILED: int8 is not faster than float32 in "
             + ", ".join(f"{r['model']} @{r['size']} {r['threads']} thread(s)" for r in failing)
             + ".**")
+    control = [r for r in failing if r["model"] == CONTROL]
+    if control:
+        text += (f" The control ({CONTROL}, no attention) is not faster in int8 either (at "
+                 + ", ".join(f"{r['size']}x{r['size']} {r['threads']} thread(s): "
+                             f"{r['ratio']:.2f}x" for r in control)
+                 + "): on this CPU XNNPACK's int8 kernels are slower than its float32 ones "
+                 "for a plain convolutional network.")
+    return text
 
 
 def gate_table(result: dict[str, Any], models: Sequence[str] | None = None) -> list[str]:

@@ -412,14 +412,30 @@ def qat_variants(results: Results) -> str:
 # ------------------------------------------------------------------ int8 against float32
 
 
-@renderer("int8_speed_gate")
-def int8_speed_gate(results: Results) -> str:
+def _int8_speed_gate(results: Results, name: str) -> str:
     speed = _benchmark("int8_speed")
-    record = results.json("int8_speed.json")
+    record = results.json(name)
     return "\n".join([f"{speed.host_line(record)}; median ms (95 % interval), 1 thread: "
                       "thread CPU time, 2 threads: wall clock.", "", speed.verdict(record), "",
                       *speed.gate_table(record), "", "ms per GMAC at 256x256:", "",
                       *speed.gmac_table(record)])
+
+
+@renderer("int8_speed_gate")
+def int8_speed_gate(results: Results) -> str:
+    return _int8_speed_gate(results, "int8_speed.json")
+
+
+@renderer("int8_speed_gate_avx2")
+def int8_speed_gate_avx2(results: Results) -> str:
+    """The same benchmark on a host without AVX-512 (its own result folder)."""
+    return _int8_speed_gate(results, "int8_speed_avx2/int8_speed.json")
+
+
+@renderer("int8_speed_profile_avx2")
+def int8_speed_profile_avx2(results: Results) -> str:
+    return "\n".join(_benchmark("int8_speed").profile_table(
+        results.json("int8_speed_avx2/int8_speed.json")))
 
 
 @renderer("int8_speed_separable")
