@@ -7,16 +7,14 @@ with missing, diverged and untimed entries. Nothing trains or converts here.
 """
 
 import argparse
-import importlib.util
 import json
 import math
-import os
 import types
 
 import numpy as np
 import pytest
+from benchmark_scripts import load_benchmark
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -33,15 +31,7 @@ def _t_quantile(p: float, df: int) -> float:
 T_975 = {df: _t_quantile(0.975, df) for df in (2, 4)}
 
 
-def _load():
-    path = os.path.join(ROOT, "benchmarks", "attention_table.py")
-    spec = importlib.util.spec_from_file_location("benchmark_attention_table", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-at = _load()
+at = load_benchmark("attention_table")
 
 
 @pytest.mark.parametrize("a, b", [

@@ -2,21 +2,13 @@
 names every row where int8 is not faster than float32, marks them in the table, and says
 when the control network (no attention) fails too. Nothing converts or times here."""
 
-import importlib.util
-import os
-
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def speed():
-    path = os.path.join(ROOT, "benchmarks", "int8_speed.py")
-    spec = importlib.util.spec_from_file_location("benchmark_int8_speed", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("int8_speed")
 
 
 def _row(model: str, size: int, threads: int, float32_ms: float, int8_ms: float) -> dict:

@@ -4,13 +4,13 @@ Oracles: the result files under `benchmarks/results/` (every block re-rendered f
 must equal the page), and a copy of them with one figure changed (the check must then fail).
 """
 
-import importlib.util
 import json
 import os
 import re
 import shutil
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
@@ -18,11 +18,7 @@ DOCS = os.path.join(ROOT, "docs")
 
 @pytest.fixture(scope="module")
 def render_docs():
-    spec = importlib.util.spec_from_file_location(
-        "render_docs", os.path.join(ROOT, "benchmarks", "render_docs.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("render_docs")
 
 
 def test_every_rendered_table_equals_its_result_files(render_docs):

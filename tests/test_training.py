@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
+from benchmark_scripts import load_benchmark
 from tiny_model import tiny_mvit2
 
 from keras_mvit2 import training
@@ -517,18 +518,6 @@ def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path):
         training.train(other)
 
 
-def _benchmark_module(name: str):
-    """A script of `benchmarks/` imported as a module (its helpers are the oracles here)."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "benchmarks", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 class _GrabTrainer(keras.callbacks.Callback):
     """Keeps the `ClassifierTrainer` and its classifier's weights when training starts."""
 
@@ -586,7 +575,7 @@ def test_multiscale_trains_one_model_for_every_scale(tmp_path, monkeypatch):
     # The same run with one model per resolution, traced per shape (0.1's layout).
     build = trainer_module.build_classifier
     monkeypatch.setattr(ClassifierTrainer, "reduce_retracing", False)
-    per_resolution = _benchmark_module("training_throughput").per_resolution_classifier
+    per_resolution = load_benchmark("training_throughput").per_resolution_classifier
     monkeypatch.setattr(trainer_module, "build_classifier",
                         lambda config, n, any_size=False: per_resolution(build(config, n), [32]))
     old_grab = _GrabTrainer()
