@@ -260,9 +260,10 @@ def int8_result_box(results: Results) -> str:
         "images and the paired test." if earlier else ""]))
     anchors = "; ".join(f"{r['model']}, {r['method']}: {r['int8_top1'] - r['float_top1']:+.2f}"
                         for r in published)
-    speed = results.json("int8_speed.json")
+    speeds = {"AVX-512": results.json("int8_speed.json"),
+              "AVX2 only": results.json("int8_speed_avx2/int8_speed.json")}
 
-    def speed_cell(size):
+    def speed_cell(speed, size):
         def ratios(model):
             rows = [r for r in speed["gate"] if r["model"] == model and r["size"] == size]
             return " / ".join(f"{r['ratio']:.2f}x" for r in sorted(rows,
@@ -290,9 +291,11 @@ def int8_result_box(results: Results) -> str:
         "| the PyTorch road's int8, two fine-tunes (1,000 test photos)³ | | | "
         f"{torch_cells}, against the TensorFlow road's {tf_cells} |",
         f"| published W8A8 on ImageNet, top-1 change (points) | | | {anchors} |",
+    ] + [
         "| **speed**: the default int8 file's latency / its float32 file's, 1 / 2 threads "
-        f"(`int8_speed.py`, {speed['cpu']['model']}); the control's | {speed_cell(64)} | - | "
-        f"{speed_cell(256)} |",
+        f"(`int8_speed.py`, {speed['cpu']['model']}, {kind}); the control's | "
+        f"{speed_cell(speed, 64)} | - | {speed_cell(speed, 256)} |"
+        for kind, speed in speeds.items()
     ]
     return "\n".join(lines) + (
         "\n\n¹ 128x128 was measured once, on earlier trainings, before the GroupNorm's "
