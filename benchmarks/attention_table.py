@@ -712,6 +712,13 @@ def _mean_std(stats: dict[str, Any]) -> str:
     return f"{stats['mean']:.2f} +- {stats['std']:.2f}"
 
 
+def run_minutes(record: dict[str, Any], batch_size: int) -> float:
+    """A run's training minutes at its median throughput: its images over its median
+    images / second, so that a run paused or resumed (its curve segments' wall time includes
+    the pause) counts like one that ran through."""
+    return record["optimizer_steps"] * batch_size / record["images_per_second"] / 60
+
+
 def markdown(table: dict[str, Any]) -> str:
     s = table["settings"]
     size = s["image_size"]
@@ -730,7 +737,7 @@ def markdown(table: dict[str, Any]) -> str:
         "",
         f"| attention | seeds | top-1 raw (%) | top-1 EMA (%) | raw - separable | "
         f"EMA - separable | raw per seed | params (M) | MACs @{size} (M) | MACs @256 (M) "
-        "| train min / run | img/s |",
+        "| train min / run¹ | img/s |",
         "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     runs = {(r["mechanism"], r["seed"]): r for r in table["records"]}
@@ -754,7 +761,8 @@ def markdown(table: dict[str, Any]) -> str:
             _number(small["params"] / 1e6 if small else None, 3),
             _number(small["macs"] / 1e6 if small else None, 1),
             _number(big["macs"] / 1e6 if big else None, 1),
-            _number(np.median([r["train_minutes"] for r in mine]) if mine else None, 1),
+            _number(np.median([run_minutes(r, s["batch_size"]) for r in mine])
+                    if mine else None, 1),
             _number(np.median([r["images_per_second"] for r in mine]) if mine else None, 0),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -765,8 +773,10 @@ def markdown(table: dict[str, Any]) -> str:
                if (m, seed) not in runs]
     if missing:
         notes.append(f"- not trained yet: {', '.join(missing)}")
-    if notes:
-        lines += [""] + notes
+    notes.insert(0, "- ¹ median over the seeds of each run's optimizer steps x batch size / "
+                 "its median images / second (the curve segments' own wall time would count "
+                 "a pause of the run)")
+    lines += [""] + notes
 
     lines += [""]
     if latency is None:

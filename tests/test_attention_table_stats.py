@@ -195,6 +195,9 @@ def test_report_of_a_partial_table(tmp_path):
             f"{d.mean() + half:+.2f}] |") in text
     assert "| linformer | 0 (not trained yet) | - |" in text
     assert "| rfa | 1 (1 diverged) | 87.01 |" in text
+    # Training minutes from the throughput, not the segments' wall time: 944 steps of 64
+    # images at 100 images / second.
+    assert f"| {944 * 64 / 100 / 60:.1f} | 100 |" in text.split("| separable |")[1]
     assert "- rfa seed 1: diverged (loss became NaN at step 50)" in text
     assert ("not trained yet: linformer seed 0, linformer seed 1, linformer seed 2, "
             "rfa seed 2") in text
