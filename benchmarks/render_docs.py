@@ -181,6 +181,9 @@ FIDELITY_QAT = "int8_fidelity_qat/int8_fidelity.json"
 DEFAULT_ROW = "mobilevitv2_050 int8 p99.99"  # the default ranges, forms and zero points
 PLAIN_ROW = "mobilevitv2_050 int8 plain converter"
 CONTROL_ROW = "mobilenetv2_050 int8 plain converter"
+#: `int8_speed.py`'s result on each host measured: AVX-512 (VNNI) and AVX2 only.
+SPEED = "int8_speed.json"
+SPEED_AVX2 = "int8_speed_avx2/int8_speed.json"
 #: The `mvit2 finetune` runs of the QAT on the shipped graph (finetune_int8_check.json).
 FINETUNE_QAT_RUNS = ("run_standin_2026_11_29", "run_random_2026_11_29",
                      "run_random_2026_11_29_reexport")
@@ -260,8 +263,7 @@ def int8_result_box(results: Results) -> str:
         "images and the paired test." if earlier else ""]))
     anchors = "; ".join(f"{r['model']}, {r['method']}: {r['int8_top1'] - r['float_top1']:+.2f}"
                         for r in published)
-    speeds = {"AVX-512": results.json("int8_speed.json"),
-              "AVX2 only": results.json("int8_speed_avx2/int8_speed.json")}
+    speeds = {"AVX-512": results.json(SPEED), "AVX2 only": results.json(SPEED_AVX2)}
 
     def speed_cell(speed, size):
         def ratios(model):
@@ -426,25 +428,28 @@ def _int8_speed_gate(results: Results, name: str) -> str:
 
 @renderer("int8_speed_gate")
 def int8_speed_gate(results: Results) -> str:
-    return _int8_speed_gate(results, "int8_speed.json")
+    return _int8_speed_gate(results, SPEED)
 
 
 @renderer("int8_speed_gate_avx2")
 def int8_speed_gate_avx2(results: Results) -> str:
     """The same benchmark on a host without AVX-512 (its own result folder)."""
-    return _int8_speed_gate(results, "int8_speed_avx2/int8_speed.json")
+    return _int8_speed_gate(results, SPEED_AVX2)
+
+
+def _int8_speed_profile(results: Results, name: str) -> str:
+    return "\n".join(_benchmark("int8_speed").profile_table(results.json(name)))
 
 
 @renderer("int8_speed_profile_avx2")
 def int8_speed_profile_avx2(results: Results) -> str:
-    return "\n".join(_benchmark("int8_speed").profile_table(
-        results.json("int8_speed_avx2/int8_speed.json")))
+    return _int8_speed_profile(results, SPEED_AVX2)
 
 
 @renderer("int8_speed_separable")
 def int8_speed_separable(results: Results) -> str:
     speed = _benchmark("int8_speed")
-    record = results.json("int8_speed.json")
+    record = results.json(SPEED)
     return "\n".join([*speed.gate_table(record, ("separable", "mobilenetv2_050")), "",
                       f"{speed.host_line(record)}; ms per GMAC of full int8 at 256x256, "
                       "1 / 2 threads: "
@@ -461,12 +466,12 @@ def _per_gmac(record: dict) -> dict[str, list[float]]:
 
 @renderer("int8_speed_profile")
 def int8_speed_profile(results: Results) -> str:
-    return "\n".join(_benchmark("int8_speed").profile_table(results.json("int8_speed.json")))
+    return _int8_speed_profile(results, SPEED)
 
 
 @renderer("int8_speed_variants")
 def int8_speed_variants(results: Results) -> str:
-    return "\n".join(_benchmark("int8_speed").variants_table(results.json("int8_speed.json")))
+    return "\n".join(_benchmark("int8_speed").variants_table(results.json(SPEED)))
 
 
 @renderer("attention_table")
