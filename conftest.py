@@ -23,8 +23,10 @@ with `--run-slow` spent 20.9 of its 87.7 s in the collector, 8.8 of 74.8 s with 
 reference cycle among them would outlive its module.
 
 A fast test whose setup + call take longer than `--fast-limit` seconds (default 15,
-`MVIT2_FAST_LIMIT` in the environment; scaled up by the machine's load when it is busier than
-its cores) fails and is named, so the fast tier stays fast as the project grows: make it
+`MVIT2_FAST_LIMIT` in the environment) fails and is named; the limit is the reference
+machine's (2 AMD EPYC cores, alone) and is scaled up by how much slower this machine is
+(`_slowness`: a fixed piece of work timed when a test is over the limit) and by its load
+when it is busier than its cores, so the fast tier stays fast as the project grows: make it
 faster, or mark it `@pytest.mark.slow`. The setup of session-scoped fixtures (the run-wide
 ones, and `ct`'s import of coremltools) is not counted: it is paid once per process by
 whichever test asks first, and is shared by every later one.
@@ -207,17 +209,45 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.when != "call" or not report.passed or not limit or _is_slow(item):
         return report
     setup = item.stash.get(_SETUP_SECONDS, 0.0)
-    load = _load_factor()
-    if setup + report.duration > limit * load:
+    took = setup + report.duration
+    if took <= limit:
+        return report
+    load, slowness = _load_factor(), _slowness()
+    if took > limit * load * slowness:
         report.outcome = "failed"
         report.longrepr = (
-            f"{item.nodeid} took {setup + report.duration:.1f} s (setup {setup:.1f} s without "
+            f"{item.nodeid} took {took:.1f} s (setup {setup:.1f} s without "
             f"session fixtures, call {report.duration:.1f} s), over the fast tier's limit of "
             f"{limit:g} s"
+            + (f" x {slowness:.1f} (the machine's speed)" if slowness > 1 else "")
             + (f" x {load:.1f} (the machine's load)" if load > 1 else "")
             + ": make it faster, share an expensive fixture, or mark it @pytest.mark.slow"
         )
     return report
+
+
+#: Seconds `_reference_work` takes on the machine the limit is set for (the best of 5 on
+#: 2 AMD EPYC cores, nothing else running).
+REFERENCE_WORK_S = 0.2
+
+
+def _reference_work() -> float:
+    """Seconds a fixed piece of work takes: a Python loop and vectorized float32 maths."""
+    import numpy as np
+
+    values = np.linspace(0.0, 1.0, 1_000_000, dtype=np.float32)
+    start = time.perf_counter()
+    sum(i * i for i in range(1_000_000))
+    for _ in range(20):
+        values = np.exp(-values)
+    return time.perf_counter() - start
+
+
+def _slowness() -> float:
+    """How many times slower than the reference machine this one is now (at least 1): the
+    best of 5 runs of `_reference_work`, timed when a test is over the limit, so a slower
+    CPU (or one shared with other machines) gets a proportionally longer limit."""
+    return max(1.0, min(_reference_work() for _ in range(5)) / REFERENCE_WORK_S)
 
 
 def _load_factor() -> float:
