@@ -492,6 +492,8 @@ for _name, _file, _index in (
         ("fashion_mnist_accuracy", "fashion_mnist.md", 0),
         ("fashion_mnist_cost", "fashion_mnist.md", 1),
         ("recipe_learns", "recipe_learns.md", 0),
+        ("task_learning_segmentation", "task_learning.md", 0),
+        ("task_learning_detection", "task_learning.md", 1),
         ("training_throughput", "training_throughput.md", 0),
         ("training_throughput_multiscale", "training_throughput_multiscale.md", 0),
         ("training_throughput_64_b32", "training_throughput_64_b32.md", 0),

@@ -1,9 +1,9 @@
 """Remakes the trained checkpoints the tests load (`tests/data/checkpoints/`).
 
 Tests that need *a trained model* load one of these committed files instead of training it
-in every run; tests *of training* call the same recipes below, with as many or fewer
-steps (`tests/test_tasks_train.py`). To remake every file (about 10 minutes on 2 cores, one
-thread, so that a remake on a machine gives nearly the same weights)::
+in every run; the benchmarks of training call the same recipes below
+(`benchmarks/task_learning.py`, over seeds). To remake every file (about 10 minutes on 2
+cores, one thread, so that a remake on a machine gives nearly the same weights)::
 
     python tests/make_checkpoints.py            # all six
     python tests/make_checkpoints.py detector   # one (the detector reads the classifier)
