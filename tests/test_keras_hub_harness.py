@@ -24,8 +24,9 @@ The raw images are random uint8 photos of another size than the model's, so the
 converter's resize and crop really run: on arrays (the direct call, grain) and in tf.data
 the converter must give the same numbers (one TensorFlow form on every backend).
 
-Runs on the default backend in the fast tier (the task test, which trains, the `.keras`
-saves and the LiteRT export in the slow tier), and under `KERAS_BACKEND=jax` and
+Runs on the default backend in the fast tier (the backbone test, which retraces the backbone
+for each precision and quantization mode, the task test, which trains, the `.keras` saves and
+the LiteRT export in the slow tier), and under `KERAS_BACKEND=jax` and
 `KERAS_BACKEND=torch` with `--run-slow` as steps of `.ci/run`. keras_hub and its harness
 import TensorFlow on every backend. pytest also collects `tf.test.TestCase.test_session`
 (inherited from the harness), which TensorFlow skips as "Not a test".
@@ -69,6 +70,9 @@ class MobileViTV2BackboneTest(test_case.TestCase):
         self.input_data = keras.ops.convert_to_tensor(
             np.random.default_rng(1).random((2, SIZE, SIZE, 3)).astype("float32"))
 
+    # 10 s on the AVX-512 host, 16 s on an AVX2-only one (over the fast tier's limit, at
+    # 32x32 too): the harness retraces the backbone for mixed precision and quantization.
+    @pytest.mark.slow
     def test_backbone_basics(self):
         self.run_vision_backbone_test(
             cls=MobileViTV2Backbone,
