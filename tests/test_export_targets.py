@@ -133,6 +133,7 @@ def test_class_names_are_checked_the_same_way_for_every_target(classifier, tmp_p
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow  # a conversion and LiteRT runs: 15.5 s on an AVX2-only host
 def test_tflite_target_round_trip(classifier, tmp_path):
     target = get_target("tflite")
     path = tmp_path / "m.tflite"
@@ -182,6 +183,7 @@ def test_a_new_target_is_reached_by_the_cli(keras_file_target, classifier, tmp_p
     assert "keras_file exports take quantization in ['float32']" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # loads and traces the model 3 times: 15.8-16.3 s on AVX2-only hosts
 def test_a_new_target_is_reached_by_validate(keras_file_target, classifier, tmp_path):
     out = tmp_path / "exported.keras"
     keras_file_target.convert(classifier, out, class_names=["a", "b", "c"])
