@@ -57,7 +57,6 @@ def test_a_fast_test_over_the_limit_fails_and_is_named(suite):
         passed=2, deselected=1)
 
 
-
 def test_a_slower_machine_gets_a_proportionally_longer_limit(pytester, monkeypatch):
     # The reference machine made 20 times faster than this one: the 1 s test fits the 0.1 s
     # limit x its measured slowness (about 20), and fails it on a machine as fast as this.
@@ -77,6 +76,7 @@ def test_a_slower_machine_gets_a_proportionally_longer_limit(pytester, monkeypat
     result = pytester.runpytest("-p", "no:cacheprovider", "--fast-limit", "0.1")
     result.assert_outcomes(passed=1, failed=1, deselected=1)
     assert "machine's speed" not in result.stdout.str()  # never below the reference limit
+
 
 SHARED = """
 import time
