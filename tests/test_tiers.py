@@ -2,6 +2,7 @@
 pytest-xdist worker per core, `--dist loadfile`), run in pytest's own `pytester` on tiny
 suites."""
 
+import importlib.util
 import os
 
 import pytest
@@ -57,21 +58,30 @@ def test_a_fast_test_over_the_limit_fails_and_is_named(suite):
         passed=2, deselected=1)
 
 
+def _root_conftest_module():
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT_CONFTEST)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_a_slower_machine_gets_a_proportionally_longer_limit(pytester, monkeypatch):
-    # The reference machine made 20 times faster than this one: the 1 s test fits the 0.1 s
-    # limit x its measured slowness (about 20), and fails it on a machine as fast as this.
+    # The reference machine made 20 times faster than this one, whatever this one's speed
+    # (the fixed work timed here): the 1 s test fits the 0.1 s limit x its measured slowness
+    # (about 20), and fails it against a reference machine slower than this one.
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     with open(ROOT_CONFTEST) as f:
         conftest = f.read()
     reference = "REFERENCE_WORK_S = "
     value = float(conftest.split(reference, 1)[1].split("\n", 1)[0])
+    here = min(_root_conftest_module()._reference_work() for _ in range(5))
     pytester.makepyfile(test_suite=SUITE)
-    faster = conftest.replace(f"{reference}{value!r}", f"{reference}{value / 20!r}")
+    faster = conftest.replace(f"{reference}{value!r}", f"{reference}{here / 20!r}")
     assert faster != conftest
     pytester.makeconftest(faster)
     pytester.runpytest("-p", "no:cacheprovider", "--fast-limit", "0.1").assert_outcomes(
         passed=2, deselected=1)
-    slower = conftest.replace(f"{reference}{value!r}", f"{reference}{value * 1000!r}")
+    slower = conftest.replace(f"{reference}{value!r}", f"{reference}{here * 1000!r}")
     pytester.makeconftest(slower)
     result = pytester.runpytest("-p", "no:cacheprovider", "--fast-limit", "0.1")
     result.assert_outcomes(passed=1, failed=1, deselected=1)
