@@ -128,10 +128,11 @@ def _is_slow(item: pytest.Item) -> bool:
     return item.get_closest_marker(SLOW) is not None
 
 
-#: The modules that take longest with --run-slow (`--durations` / junit times of `.ci/run`'s
-#: pytest command on 2 AMD EPYC cores, 2026-12-03: 226 s down to 82 s each), in that order.
-#: They run first, so that pytest-xdist's processes, which take a module at a time
-#: (--dist loadfile), do not end with one of them alone on a long module.
+#: The modules that take longest with --run-slow, longest first: those of 80 s or more in
+#: `benchmarks/results/test_durations.json` (`python benchmarks/test_durations.py`: `.ci/run`'s
+#: pytest command on 2 AMD EPYC cores, 2026-12-03, 226 s down to 82 s; tests/test_tiers.py
+#: checks the two agree). They run first, so that pytest-xdist's processes, which take a
+#: module at a time (--dist loadfile), do not end with one of them alone on a long module.
 LONGEST_MODULES = (
     "tests/test_mediapipe_clients.py", "tests/test_finetune_to_phone.py",
     "tests/test_quantization_ptq.py", "tests/test_attention_training.py",

@@ -3,6 +3,7 @@ pytest-xdist worker per core, `--dist loadfile`), run in pytest's own `pytester`
 suites."""
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -180,3 +181,51 @@ def test_named_paths_minus_n_and_no_xdist_run_as_given(where_suite, monkeypatch)
     where_suite.makeini("[pytest]\ntestpaths = .\nmvit2_workers = many\n")
     _, result = _where(where_suite, monkeypatch)
     result.stderr.fnmatch_lines(["*mvit2_workers must be 'auto' or a number*'many'*"])
+
+
+# --------------------------------------------------------------------------------------
+# The modules handed out first are the measured longest (benchmarks/test_durations.py)
+# --------------------------------------------------------------------------------------
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests">
+<testsuite name="pytest" errors="0" failures="1" skipped="1" tests="4" time="30.5"
+ timestamp="2026-12-03T01:00:00+00:00" hostname="vm">
+<testcase classname="tests.test_a" name="test_one" file="tests/test_a.py" time="12.25" />
+<testcase classname="tests.test_b" name="test_two" file="tests/test_b.py" time="20.0" />
+<testcase classname="tests.test_a" name="test_three" file="tests/test_a.py" time="9.5" />
+<testcase classname="notebooks.01" name="01.ipynb" file="notebooks/01.ipynb" time="1.0" />
+</testsuite></testsuites>"""
+
+
+def test_durations_sums_each_modules_tests_from_the_junit_report(tmp_path):
+    from benchmark_scripts import load_benchmark
+
+    durations = load_benchmark("test_durations")
+    (tmp_path / "junit.xml").write_text(JUNIT)
+    assert durations.main(["--junit", str(tmp_path / "junit.xml"), "--top", "2",
+                           "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "test_durations.json") as f:
+        report = json.load(f)
+    assert report["modules"] == [
+        {"module": "tests/test_a.py", "tests": 2, "seconds": 21.8},  # 12.25 + 9.5
+        {"module": "tests/test_b.py", "tests": 1, "seconds": 20.0},
+        {"module": "notebooks/01.ipynb", "tests": 1, "seconds": 1.0}]
+    assert [t["name"] for t in report["slowest"]] == ["test_two", "test_one"]
+    assert report["wall_seconds"] == 30.5
+    assert report["counts"] == {"tests": 4, "failures": 1, "errors": 0, "skipped": 1}
+    assert "| tests/test_a.py | 2 | 22 |" in (tmp_path / "test_durations.md").read_text()
+    with pytest.raises(SystemExit):  # argparse's error: names the file and how to make it
+        durations.main(["--junit", str(tmp_path / "missing.xml"), "--out", str(tmp_path)])
+
+
+def test_longest_modules_are_the_measured_longest():
+    from benchmark_scripts import BENCHMARKS, load_benchmark
+
+    durations = load_benchmark("test_durations")
+    with open(os.path.join(BENCHMARKS, "results", "test_durations.json")) as f:
+        report = json.load(f)
+    root = _root_conftest_module()
+    assert root.LONGEST_MODULES == durations.longest_modules(report)
+    folder = os.path.dirname(ROOT_CONFTEST)
+    for module in root.LONGEST_MODULES:
+        assert os.path.exists(os.path.join(folder, module)), module
