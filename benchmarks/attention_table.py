@@ -931,13 +931,12 @@ def earlier_latency(out: str) -> dict[str, Any] | None:
 
 
 def write_report(table: dict[str, Any], out: str) -> str:
-    from keras_mvit2.utils.files import atomic_output, write_json
+    from keras_mvit2.utils.files import write_json, write_text
 
     os.makedirs(out, exist_ok=True)
     write_json(os.path.join(out, "attention_table.json"), table)
     text = markdown(table)
-    with atomic_output(os.path.join(out, "attention_table.md")) as tmp, open(tmp, "w") as f:
-        f.write(text)
+    write_text(os.path.join(out, "attention_table.md"), text)
     plot(table, os.path.join(out, "attention_table.png"))
     return text
 

@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
 
     from keras_mvit2 import training
-    from keras_mvit2.utils.files import atomic_output
+    from keras_mvit2.utils.files import atomic_output, write_text
 
     config = training.load_config(args.config, [
         *args.overrides, f"output.dir={json.dumps(args.run_dir)}", "output.resume=false",
@@ -151,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             open(tmp, "w") as f:
         json.dump(report, f, indent=1)
     text = _markdown(report)
-    with atomic_output(os.path.join(args.out, "fashion_mnist.md")) as tmp, open(tmp, "w") as f:
-        f.write(text)
+    write_text(os.path.join(args.out, "fashion_mnist.md"), text)
     training.plot_confusion_matrix(
         best, os.path.join(args.out, "fashion_mnist_confusion_matrix.png"),
         title=f"Fashion-MNIST test, MobileViTV2-0.5: top-1 {100 * best.top1:.2f} %")

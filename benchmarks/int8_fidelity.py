@@ -527,13 +527,11 @@ def main(argv: list[str] | None = None) -> int:
                 table=summarize(results, sorted({int(k.split("/")[0]) for k in results},
                                                 reverse=True), range(10)),
             )
-            from keras_mvit2.utils.files import atomic_output
+            from keras_mvit2.utils.files import atomic_output, write_text
 
             with atomic_output(json_path) as tmp, open(tmp, "w") as f:
                 json.dump(record, f, indent=1)
-            with atomic_output(os.path.join(args.out, "int8_fidelity.md")) as tmp, \
-                    open(tmp, "w") as f:
-                f.write(markdown(record["table"], args))
+            write_text(os.path.join(args.out, "int8_fidelity.md"), markdown(record["table"], args))
     print(markdown(record["table"], args))
     return 0
 

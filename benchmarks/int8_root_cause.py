@@ -644,13 +644,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write(record: dict, out: str) -> None:
-    from keras_mvit2.utils.files import atomic_output
+    from keras_mvit2.utils.files import atomic_output, write_text
 
     os.makedirs(out, exist_ok=True)
     with atomic_output(os.path.join(out, "int8_root_cause.json")) as tmp, open(tmp, "w") as f:
         json.dump(record, f, indent=1)
-    with atomic_output(os.path.join(out, "int8_root_cause.md")) as tmp, open(tmp, "w") as f:
-        f.write(markdown(record))
+    write_text(os.path.join(out, "int8_root_cause.md"), markdown(record))
     print(markdown(record))
 
 

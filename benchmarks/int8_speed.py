@@ -498,7 +498,7 @@ def markdown(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from keras_mvit2.latency.host_info import _litert_version, _timestamp, cpu_features
-    from keras_mvit2.utils.files import atomic_output, write_json
+    from keras_mvit2.utils.files import write_json, write_text
 
     images = {size: calibration_images(size) for size in sorted(set(args.sizes))}
     with tempfile.TemporaryDirectory(prefix="int8_speed_") as folder:
@@ -520,8 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = markdown(result)
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, "int8_speed.json"), result)
-    with atomic_output(os.path.join(args.out, "int8_speed.md")) as tmp, open(tmp, "w") as f:
-        f.write(text)
+    write_text(os.path.join(args.out, "int8_speed.md"), text)
     print(text)
     failing = [r for r in rows if r["slower"]]
     if failing:

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
 
-    from keras_mvit2.utils.files import atomic_output
+    from keras_mvit2.utils.files import atomic_output, write_text
 
     runs = []
     with tempfile.TemporaryDirectory(prefix="keras_mvit2_recipe_") as tmp:
@@ -124,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             open(tmp, "w") as f:
         json.dump(report, f, indent=1)
     text = _markdown(runs)
-    with atomic_output(os.path.join(args.out, "recipe_learns.md")) as tmp, open(tmp, "w") as f:
-        f.write(text)
+    write_text(os.path.join(args.out, "recipe_learns.md"), text)
     print(text)
     return 0 if report["met"] else 1
 

@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 from keras_mvit2.latency.schema import load_results, save_results
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import atomic_output, write_text
 
 BAR = 0.05
 
@@ -85,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     summary_path = os.path.join(args.out, "repeatability_summary.json")
     with atomic_output(summary_path) as t, open(t, "w") as f:
         json.dump(summary, f, indent=2)
-    with atomic_output(os.path.join(args.out, "repeatability.md")) as t, open(t, "w") as f:
-        f.write(text)
+    write_text(os.path.join(args.out, "repeatability.md"), text)
     print(text)
     return 0 if all(summary[c]["passed"] for c, _ in clocks[:1]) else 1
 

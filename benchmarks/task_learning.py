@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from shared_fixtures import detection_data, load_task_models, segmentation_data
 
-    from keras_mvit2.utils.files import atomic_output, write_json
+    from keras_mvit2.utils.files import write_json, write_text
 
     seg_train, seg_val = segmentation_data("train"), segmentation_data("val")
     det_train, det_val = detection_data("train"), detection_data("val")
@@ -158,8 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, "task_learning.json"), report)
     text = markdown(report)
-    with atomic_output(os.path.join(args.out, "task_learning.md")) as tmp, open(tmp, "w") as f:
-        f.write(text)
+    write_text(os.path.join(args.out, "task_learning.md"), text)
     print(text)
     return 0 if report["met"] else 1
 

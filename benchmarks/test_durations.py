@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, ROOT)
     from keras_mvit2.latency.host_info import cpu_features
-    from keras_mvit2.utils.files import atomic_output, write_json
+    from keras_mvit2.utils.files import write_json, write_text
 
     status = 0
     path = args.junit
@@ -124,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, "test_durations.json"), report)
     text = markdown(report)
-    with atomic_output(os.path.join(args.out, "test_durations.md")) as tmp, open(tmp, "w") as f:
-        f.write(text)
+    write_text(os.path.join(args.out, "test_durations.md"), text)
     print(text)
     return status
 

@@ -515,13 +515,12 @@ def _installed_backends() -> list[str]:
 
 def _write(folder: str, name: str, result: dict, text: str) -> None:
     """`name.json` and `name.md` in `folder`, each written atomically; prints the table."""
-    from keras_mvit2.utils.files import atomic_output
+    from keras_mvit2.utils.files import atomic_output, write_text
 
     os.makedirs(folder, exist_ok=True)
     with atomic_output(os.path.join(folder, f"{name}.json")) as tmp, open(tmp, "w") as f:
         json.dump(result, f, indent=1)
-    with atomic_output(os.path.join(folder, f"{name}.md")) as tmp, open(tmp, "w") as f:
-        f.write(text)
+    write_text(os.path.join(folder, f"{name}.md"), text)
     print(text)
 
 

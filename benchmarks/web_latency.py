@@ -119,12 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = run(args.sizes, args.runs, args.rounds, args.warmup,
                  log=lambda m: print(m, file=sys.stderr))
-    from keras_mvit2.utils.files import atomic_output, write_json
+    from keras_mvit2.utils.files import write_json, write_text
 
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, "web_latency.json"), result)
-    with atomic_output(os.path.join(args.out, "web_latency.md")) as tmp, open(tmp, "w") as f:
-        f.write(markdown(result))
+    write_text(os.path.join(args.out, "web_latency.md"), markdown(result))
     print(json.dumps(result["rows"], indent=1))
     return 0
 

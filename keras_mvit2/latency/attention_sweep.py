@@ -43,7 +43,7 @@ from keras_mvit2.latency.host import (
     tflite_model_entry,
 )
 from keras_mvit2.latency.schema import BenchResult, save_results
-from keras_mvit2.utils.files import atomic_output, write_json
+from keras_mvit2.utils.files import atomic_output, write_json, write_text
 
 __all__ = [
     "DEFAULT_LAYER_KWARGS",
@@ -471,7 +471,6 @@ def write_sweep(sweep: AttentionSweep, out_dir: str | os.PathLike,
     write_json(paths["summary"], sweep.summary())
     text = (f"Machine: {results_label(sweep.results)}\n\n" + sweep_markdown(sweep)
             + f"\n![latency vs tokens]({os.path.basename(paths['png'])})\n")
-    with atomic_output(paths["markdown"]) as tmp, open(tmp, "w") as f:
-        f.write(text)
+    write_text(paths["markdown"], text)
     plot_sweep(sweep, paths["png"])
     return paths

@@ -40,7 +40,7 @@ from keras_mvit2.latency.host import (
     tflite_model_entry,
 )
 from keras_mvit2.latency.schema import BenchResult, save_results
-from keras_mvit2.utils.files import atomic_output, write_json
+from keras_mvit2.utils.files import write_json, write_text
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -427,7 +427,6 @@ def write_models_table(table: ModelsTable, out_dir: str | os.PathLike,
     text = (f"Machine: {results_label(table.results)}. Random weights; int8 calibrated on "
             "random images (latency only).\n\n" + models_markdown(table)
             + f"\n![latency vs MACs and parameters]({os.path.basename(paths['png'])})\n")
-    with atomic_output(paths["markdown"]) as tmp, open(tmp, "w") as f:
-        f.write(text)
+    write_text(paths["markdown"], text)
     plot_models(table, paths["png"])
     return paths

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from keras_mvit2.latency.schema import BenchResult, load_results
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import write_text
 
 __all__ = ["ComparisonTable", "column_label", "compare", "load_many", "row_label"]
 
@@ -115,8 +115,7 @@ class ComparisonTable:
         for path, text in ((markdown, self.to_markdown), (csv_path, self.to_csv),
                            (json_path, lambda: json.dumps(self.to_dict(), indent=2))):
             if path:
-                with atomic_output(path) as tmp, open(tmp, "w") as f:
-                    f.write(text())
+                write_text(path, text())
 
 
 def load_many(paths: Iterable[str | os.PathLike]) -> list[BenchResult]:

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from keras_mvit2.ship.phone_files import file_kind
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import write_text
 
 __all__ = ["CARD_FILE", "front_matter", "render_model_card", "write_model_card"]
 
@@ -271,6 +271,5 @@ def write_model_card(run_dir: str | os.PathLike) -> str:
     with open(os.path.join(run_dir, "run.json")) as f:
         run = json.load(f)
     path = os.path.join(run_dir, CARD_FILE)
-    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write(render_model_card(run))
+    write_text(path, render_model_card(run))
     return path

@@ -39,7 +39,7 @@ from typing import Any, Literal
 import yaml
 
 from keras_mvit2.data import AugmentConfig
-from keras_mvit2.utils.files import atomic_output
+from keras_mvit2.utils.files import write_text
 
 Precision = Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"]
 Strategy = Literal["default", "mirrored", "multi_worker", "tpu"]
@@ -589,8 +589,7 @@ class TrainConfig:
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the config as YAML, atomically."""
-        with atomic_output(path) as tmp, open(tmp, "w") as f:
-            f.write(self.to_yaml())
+        write_text(path, self.to_yaml())
 
     def replace(self, **sections: Mapping[str, Any]) -> TrainConfig:
         """A validated copy with some fields changed: `config.replace(model={"weights": p})`."""

@@ -56,6 +56,12 @@ def disk_size(path: str | os.PathLike) -> int:
                for root, _, names in os.walk(path) for name in names)
 
 
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Writes `text` to `path` (UTF-8), atomically (`atomic_output`)."""
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def write_json(path: str | os.PathLike, payload: Any, *, indent: int = 2) -> None:
     """Writes `payload` to `path` as JSON, atomically (`atomic_output`).
 
