@@ -5,6 +5,12 @@ stand-in of the Hugging Face hub of the tests (tests/hub_standin.py), serving a 
 by timm with random weights (tests/torch_oracle.py, in a subprocess); HF_ENDPOINT and HF_HOME
 point the notebook's kernel at it and at a temporary cache. MVIT2_HUB_STANDIN=1 tells the
 notebook its labels are meaningless.
+
+Notebook 03 quantizes and exports a trained classifier: in CI it loads the tests' committed
+one (MVIT2_MODEL: tests/data/checkpoints/classifier.keras, MobileViTV2-0.5 at 32x32, made by
+tests/make_checkpoints.py) instead of training its own, as a user passes their model (43
+against 70 s on 2 cores). The training it would run is `keras_mvit2.demo`'s small one, which
+tests/test_demo.py runs.
 """
 
 import os
@@ -16,6 +22,9 @@ os.environ.setdefault("MVIT2_SMALL", "1")
 
 TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
 NEEDS_HUB = {"01_quickstart.ipynb": ["mobilevitv2_050"]}
+#: Environment a notebook's kernel gets (unless the run's environment sets it already).
+NEEDS_ENV = {"03_quantize_and_export.ipynb": {
+    "MVIT2_MODEL": os.path.join(TESTS, "data", "checkpoints", "classifier.keras")}}
 _saved: dict[str, str | None] = {}
 _running: list = []
 
@@ -41,7 +50,12 @@ def _start_standin(models: list[str]) -> dict[str, str]:
 
 
 def pytest_runtest_setup(item):
-    models = NEEDS_HUB.get(os.path.basename(str(item.fspath)))
+    name = os.path.basename(str(item.fspath))
+    for key, value in NEEDS_ENV.get(name, {}).items():
+        if key not in os.environ:
+            _saved[key] = None
+            os.environ[key] = value
+    models = NEEDS_HUB.get(name)
     if not models:
         return
     env = _start_standin(models)
