@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
 
-from keras_mvit2.export.tflite.flatbuffer import TENSOR_TYPE_NAMES, op_names, parse_flatbuffer
+from keras_mvit2.export.tflite.flatbuffer import TENSOR_TYPE_NAMES, op_names, read_flatbuffer
 
 _MAC_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL")
 
@@ -48,7 +48,7 @@ def tflite_macs(path: str | os.PathLike | bytes) -> int | None:
     ``None`` (unknown) when a counted op has a dynamic (``-1``) dimension or the
     model has control-flow subgraphs, whose trip counts are unknown.
     """
-    model = parse_flatbuffer(path)
+    model = read_flatbuffer(path)
     names = op_names(model)
     if len(model.subgraphs or []) != 1:
         return None
@@ -79,7 +79,7 @@ def tflite_precision(path: str | os.PathLike) -> str:
     info = read_tflite_metadata(path)
     if info and info.get("quantization"):
         return str(info["quantization"])
-    model = parse_flatbuffer(path)
+    model = read_flatbuffer(path)
     names = op_names(model)
     graph = model.subgraphs[0]
     tensors = graph.tensors

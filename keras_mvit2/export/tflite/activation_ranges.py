@@ -41,6 +41,7 @@ from keras_mvit2.export.tflite.flatbuffer import (
     decode_name,
     op_names,
     parse_flatbuffer,
+    read_flatbuffer,
     serialize_flatbuffer,
     tensor_indices,
 )
@@ -271,7 +272,7 @@ def select_named_ranges(float_model: bytes, images: np.ndarray,
     graph without the converter's annotations. Tensors whose range the kernels fix, and the
     model's inputs, keep theirs."""
     method = check_range_method(method)
-    model = parse_flatbuffer(float_model)
+    model = read_flatbuffer(float_model)
     subgraph = model.subgraphs[0]
     kinds = op_names(model)
     fixed = set(tensor_indices(subgraph.inputs)) | {

@@ -46,6 +46,7 @@ from keras_mvit2.export.tflite.flatbuffer import (
     decode_name,
     op_names,
     parse_flatbuffer,
+    read_flatbuffer,
     serialize_flatbuffer,
     tensor_indices,
 )
@@ -288,7 +289,7 @@ def tflite_layer_names(float_tflite: str | os.PathLike | bytes) -> list[str]:
     """Every layer path of a `to_tflite` file (the keys `layer_recipes` accepts), sorted:
     each layer and each of its nested layers (``stage3_block1``,
     ``stage3_block1/transformer_0``, ...), by the rule of the module docstring."""
-    model = parse_flatbuffer(float_tflite)
+    model = read_flatbuffer(float_tflite)
     paths: set[str] = set()
     for op in model.subgraphs[0].operators or []:
         for path in _op_layer_paths(model, op):

@@ -25,7 +25,7 @@ import keras
 from keras_mvit2.export.tflite.flatbuffer import (
     decode_name,
     op_names,
-    parse_flatbuffer,
+    read_flatbuffer,
     tensor_indices,
 )
 from keras_mvit2.export.tflite.inspect import _FLOAT_TENSOR_TYPES
@@ -37,7 +37,7 @@ __all__ = ["float_ops_outside", "selected_nodes"]
 def selected_nodes(flatbuffer: bytes, names: LayerNames, float_layers: Sequence[str]) -> list[str]:
     """Output tensor names of the ops of `float_layers` in `flatbuffer` (main graph); a
     ValueError when a named layer has no op there."""
-    model = parse_flatbuffer(flatbuffer)
+    model = read_flatbuffer(flatbuffer)
     tensors = model.subgraphs[0].tensors or []
     outputs = [
         decode_name(tensors[i].name)
@@ -61,7 +61,7 @@ def float_ops_outside(
     """Histogram of the ops that compute in float, apart from the ops of `float_layers`,
     the QUANTIZE / DEQUANTIZE at the edges of their islands and the float I/O boundary
     (the same exceptions as `TFLiteReport.float_ops`)."""
-    fb = parse_flatbuffer(flatbuffer)
+    fb = read_flatbuffer(flatbuffer)
     kinds = op_names(fb)
     names = LayerNames(model)
     counts: collections.Counter[str] = collections.Counter()

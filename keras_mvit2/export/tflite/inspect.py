@@ -20,7 +20,7 @@ from ai_edge_litert.interpreter import Interpreter
 from keras_mvit2.export.tflite.flatbuffer import (
     BUILTIN_NAMES,
     op_names,
-    parse_flatbuffer,
+    read_flatbuffer,
     tensor_indices,
 )
 from keras_mvit2.export.tflite.metadata import _metadata_entry
@@ -134,7 +134,7 @@ def _read_flatbuffer(path: str) -> _FlatbufferSummary:
 
 
 def summarize_flatbuffer(buf: bytes) -> _FlatbufferSummary:
-    model = parse_flatbuffer(buf)
+    model = read_flatbuffer(buf)
     names = op_names(model)
     counts: collections.Counter[str] = collections.Counter()
     max_rank = 0

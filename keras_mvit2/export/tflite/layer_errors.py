@@ -50,7 +50,7 @@ import numpy as np
 from keras_mvit2.export.tflite.flatbuffer import (
     decode_name,
     op_names,
-    parse_flatbuffer,
+    read_flatbuffer,
     tensor_indices,
 )
 from keras_mvit2.export.tflite.layer_names import LayerNames
@@ -221,7 +221,7 @@ def _debug_images(images: Any, input_shape: tuple[int | None, ...]) -> np.ndarra
 
 
 def _tensor_names(flatbuffer: bytes) -> set[str]:
-    return {decode_name(t.name) for t in parse_flatbuffer(flatbuffer).subgraphs[0].tensors}
+    return {decode_name(t.name) for t in read_flatbuffer(flatbuffer).subgraphs[0].tensors}
 
 
 def _measure(debug_model: bytes, x: np.ndarray, names: set[str]) -> list[dict[str, Any]]:
@@ -235,7 +235,7 @@ def _measure(debug_model: bytes, x: np.ndarray, names: set[str]) -> list[dict[st
     """
     import tensorflow as tf
 
-    fb = parse_flatbuffer(debug_model)
+    fb = read_flatbuffer(debug_model)
     graph = fb.subgraphs[0]
     kinds = op_names(fb)
     producer = {i: op for op in graph.operators for i in tensor_indices(op.outputs)}

@@ -25,7 +25,12 @@ import keras
 import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
 
-from keras_mvit2.export.tflite.flatbuffer import decode_name, parse_flatbuffer, serialize_flatbuffer
+from keras_mvit2.export.tflite.flatbuffer import (
+    decode_name,
+    parse_flatbuffer,
+    read_flatbuffer,
+    serialize_flatbuffer,
+)
 from keras_mvit2.export.tflite.pointwise_fusion import PointwiseFusion
 from keras_mvit2.export.tflite.signature import serving_output_names, set_serving_signature
 from keras_mvit2.export.tflite.standard_metadata import (
@@ -245,4 +250,4 @@ def read_tflite_metadata(path: str | os.PathLike) -> dict[str, Any] | None:
     """
     with open(os.fspath(path), "rb") as f:
         buf = f.read()
-    return _metadata_entry(parse_flatbuffer(buf), buf)
+    return _metadata_entry(read_flatbuffer(buf), buf)

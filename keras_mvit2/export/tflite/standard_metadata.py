@@ -36,7 +36,12 @@ import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as tfl_schema
 
-from keras_mvit2.export.tflite.flatbuffer import decode_name, parse_flatbuffer, serialize_flatbuffer
+from keras_mvit2.export.tflite.flatbuffer import (
+    decode_name,
+    parse_flatbuffer,
+    read_flatbuffer,
+    serialize_flatbuffer,
+)
 from keras_mvit2.export.tflite.metadata_schema import metadata_schema_py_generated as md
 
 __all__ = [
@@ -336,7 +341,7 @@ def read_standard_metadata(path_or_bytes: str | os.PathLike | bytes) -> dict[str
     else:
         with open(path_or_bytes, "rb") as f:
             data = f.read()
-    return standard_metadata_of(parse_flatbuffer(data), data)
+    return standard_metadata_of(read_flatbuffer(data), data)
 
 
 def standard_metadata_of(model: Any, data: bytes) -> dict[str, Any] | None:
