@@ -7,10 +7,10 @@ Published weights come from the loopback stand-in of the Hugging Face hub
 timm weights, tests/torch_oracle.py): the tag `imagenet`, an `hf://` id of another
 repository (with timm's `config.json`) and the same file given as a path. The slow tier
 runs the command three times at 32x32 (one short epoch): once to the end (exports,
-validation, card; its assertions share it), twice with `--export none` to check where the
-weights came from (a frozen backbone keeps the ported checkpoint's values). A folder of 3
-classes x 6 photos (smaller than the recipe's batch) runs end to end at 64x64 from random
-weights, then again from the `.keras` model it wrote.
+validation, card, without quantization-aware training; its assertions share it), twice
+with `--export none` to check where the weights came from (a frozen backbone keeps the
+ported checkpoint's values). A folder of 3 classes x 6 photos (smaller than the recipe's
+batch) runs end to end at 64x64 from random weights, then again from the `.keras` model it wrote.
 
 Oracles: LiteRT and MediaPipe Tasks running the exported file, the Keras model, the ported
 checkpoint (`create_model(weights=file)`), huggingface_hub's model-card parser, `run.json`.
@@ -40,7 +40,6 @@ from keras_mvit2.data.files import (
 from keras_mvit2.ship import check_training_data
 from keras_mvit2.ship.phone_files import (
     POST_TRAINING_FILE,
-    QAT_BELOW_AGREEMENT,
     QAT_FILE,
     QAT_NOT_SHIPPED,
 )
@@ -240,7 +239,7 @@ def run(hub, photos, tmp_path_factory):
     buffer = io.StringIO()
     with redirect_stdout(buffer):
         code = main(["finetune", str(photos), "--model", MODEL, "--weights", "imagenet",
-                     "-o", str(out), *TINY])
+                     "-o", str(out), "--qat-steps", "0", *TINY])
     stdout = buffer.getvalue()
     assert code == 0, stdout[-3000:]
     with open(out / "run.json") as f:
@@ -284,30 +283,14 @@ def test_finetune_from_a_tag_through_the_standin_hub_leaves_labelled_phone_files
     assert facts["evaluation"]["top1"] == pytest.approx(np.mean(keras_top1 == held.labels))
     assert record["tflite"]["size_bytes"] == os.path.getsize(out / "phone/model_int8.tflite")
     assert record["tflite"]["latency"]["median_ms"] > 0
-    # Quantization-aware training is tried exactly where the post-training file agrees with
-    # Keras on fewer than QAT_BELOW_AGREEMENT of the held-out images; it is judged on them
-    # and on training images set aside; the file written is the trained one only where the
-    # exact paired test chose it (p < 0.05) and nothing is lower on the held-out images, and
-    # then the post-training file is kept beside it.
-    qat = record["tflite"].get("qat")
-    post_training = qat["post_training"] if qat else record["tflite"]
-    assert (qat is not None) == (post_training["top1_agreement"] < QAT_BELOW_AGREEMENT)
-    if qat is not None:
-        from test_qat import _binomial_tail
-
-        assert "error" not in qat, qat
-        assert qat["p_value"] == pytest.approx(
-            _binomial_tail(qat["only_post_training"], qat["only_qat"]), rel=1e-9)
-        assert qat["judge_images"]["held_out"] == len(held.images)
-        assert qat["judged_on"].startswith(f"{len(held.images)} held-out images and ")
-        held_figures = qat["held_out"]
-        if qat["shipped"] == "qat":
-            assert qat["p_value"] < 0.05
-            assert held_figures["agreement_qat"] >= held_figures["agreement_post_training"]
-            assert held_figures["top1_qat"] >= held_figures["top1_post_training"]
-        assert not (out / "phone" / QAT_FILE).exists()
-        assert (out / "phone" / POST_TRAINING_FILE).exists() == (qat["shipped"] == "qat")
-        assert (out / QAT_NOT_SHIPPED).exists() == (qat["shipped"] != "qat")
+    # --qat-steps 0: no quantization-aware training here (about half of this run's time:
+    # tracing the int8 graph for training, two more conversions). Where the export step tries
+    # it, how it judges, what it writes and what the card says are tested on a model whose
+    # int8 file loses a point by construction (tests/test_optimize.py: the same export step
+    # at QAT's defaults, and its record and card on constructed files).
+    assert "qat" not in record["tflite"]
+    assert not (out / "phone" / QAT_FILE).exists() and not (out / QAT_NOT_SHIPPED).exists()
+    assert not (out / "phone" / POST_TRAINING_FILE).exists()
     assert facts["data"]["per_class"] == {n: {"train": 9, "validation": 3} for n in CLASSES}
     # Warned (printed, in the card's limits) exactly when the int8 file loses over a point.
     lost = round(100 * (record["tflite"]["keras_top1"] - record["tflite"]["top1"]), 6) > 1.0
@@ -344,11 +327,6 @@ def test_model_card_holds_the_measured_numbers_of_run_json(run):
         counts = facts["data"]["per_class"][name]
         expected.append(f"| {name} | {counts['train']} | {counts['validation']} | "
                         f"{pct(100 * accuracy)} |")
-    qat = record["tflite"].get("qat")
-    if qat is not None and "error" not in qat:  # which int8 file, on how many images, p
-        expected.append(f"chosen on {qat['num_judged']} images neither file trained or "
-                        "calibrated on")
-        expected.append(f"exact one-sided paired test p = {qat['p_value']:.2g}")
     for value in expected:
         assert value in body, value
     for placeholder in (r"\bNone\b", r"\bnan\b", r"[{}]", r"\bTODO\b"):
@@ -360,8 +338,7 @@ def test_the_command_again_on_a_complete_run_only_exports_and_keeps_its_records(
         run, hub, photos, tmp_path):
     """Re-quantizing without training again: the same command on a copy of the finished
     run folder evaluates and exports only; the records keep the training's speed (its
-    epochs' median, not NaN) and the card names the files this call wrote. (Without
-    quantization-aware training, `--qat-steps 0`: the first run tried it.)"""
+    epochs' median, not NaN) and the card names the files this call wrote."""
     import io
     import shutil
     import statistics
