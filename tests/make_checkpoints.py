@@ -5,7 +5,7 @@ in every run; the benchmarks of training call the same recipes below
 (`benchmarks/task_learning.py`, over seeds). To remake every file (about 10 minutes on 2
 cores, one thread, so that a remake on a machine gives nearly the same weights)::
 
-    python tests/make_checkpoints.py            # all six
+    python tests/make_checkpoints.py            # all seven
     python tests/make_checkpoints.py detector   # one (the detector reads the classifier)
 
 It needs Fashion-MNIST (`apt-get install dataset-fashion-mnist`) and scikit-image (the
@@ -27,7 +27,12 @@ photos of the pasted set). The files, each a few MB (weights only, no optimizer 
 - `task_segmenter.weights.h5`: DeepLabV3 (MobileViTv2-0.5, 64x64, Trouser and Bag) from
   scratch, `SEG_STEPS` steps, seed 0;
 - `task_detector.weights.h5`: SSDLite (64x64, Trouser, Sneaker, Bag) from that segmenter's
-  backbone, `DET_STEPS` steps, seed 0: the export and command-line tests of the task models.
+  backbone, `DET_STEPS` steps, seed 0: the export and command-line tests of the task models;
+- `small_mvit.weights.h5` (0.2 MB): `test_sparsity.small_model` (stem, two inverted
+  residuals, a MobileViTV2 block) fitted on the first `TRAIN_STEPS` x `BATCH` (300 x 64)
+  Fashion-MNIST training images padded to 32x32 (Adam, cosine decay from 2e-3, seed 0;
+  79 % on the first 1,000 test images) for the pruning and clustering tests of
+  tests/test_sparsity.py.
 """
 
 from __future__ import annotations
@@ -209,6 +214,26 @@ def train_task_detector(train, backbone, steps: int, seed: int = 0):
     return model, history.history["loss"]
 
 
+def train_small_model(path: Path) -> None:
+    """Fits `test_sparsity.small_model` on the first TRAIN_STEPS x BATCH Fashion-MNIST
+    training images (padded to 32x32 RGB; one epoch, shuffled, Adam with a cosine decay
+    from 2e-3, seed 0) and saves its weights as `path`."""
+    import keras
+    from test_sparsity import BATCH, TRAIN_STEPS, _images, small_model
+
+    from keras_mvit2.data.files import load_fashion_mnist_arrays
+
+    x, y = load_fashion_mnist_arrays("train")
+    n = TRAIN_STEPS * BATCH
+    keras.utils.set_random_seed(0)
+    model = small_model()
+    schedule = keras.optimizers.schedules.CosineDecay(2e-3, TRAIN_STEPS)
+    model.compile(keras.optimizers.Adam(schedule),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(_images(x[:n]), y[:n].astype("int64"), batch_size=BATCH, epochs=1, verbose=0)
+    save_weights(model, small_model(), path)
+
+
 def make(names: list[str]) -> None:
     CHECKPOINTS.mkdir(parents=True, exist_ok=True)
     if "classifier" in names:
@@ -231,10 +256,12 @@ def make(names: list[str]) -> None:
         segmenter.load_weights(CHECKPOINTS / "task_segmenter.weights.h5")
         detector, _ = train_task_detector(detection_data("train"), segmenter, DET_STEPS)
         save_weights(detector, build_detector(), CHECKPOINTS / "task_detector.weights.h5")
+    if "small_mvit" in names:
+        train_small_model(CHECKPOINTS / "small_mvit.weights.h5")
 
 
 NAMES = ["classifier", "classifier_256", "client_segmenter", "detector", "task_segmenter",
-         "task_detector"]
+         "task_detector", "small_mvit"]
 
 if __name__ == "__main__":
     if not os.environ.get("_MVIT2_ONE_THREAD"):  # again, with one thread from the start

@@ -1,7 +1,8 @@
 """keras_mvit2.quantize: the tf_keras twin, pruning and clustering (TFMOT, in the worker).
 
 Real data (Fashion-MNIST, padded to 32x32 RGB), a small model made of keras_mvit2's
-layers trained for 300 steps (int8 checks need trained weights), and real oracles:
+layers trained for 300 steps (int8 checks need trained weights; the committed checkpoint
+`small_mvit.weights.h5`, made by tests/make_checkpoints.py), and real oracles:
 the twin against the Keras 3 model, LiteRT runs of the exported files on held-out
 test images, and the kernels read back from the exported flatbuffers.
 """
@@ -27,8 +28,12 @@ pytestmark = [
     ),
 ]
 
+#: The checkpoint's training (`train_small_model` in tests/make_checkpoints.py): the first
+#: TRAIN_STEPS x BATCH training images, one epoch.
 TRAIN_STEPS = 300
 BATCH = 64
+#: The training images the tests below fit on (at most 30 batches: prune).
+FIT_IMAGES = 30 * BATCH
 
 
 def _images(x: np.ndarray) -> np.ndarray:
@@ -43,9 +48,8 @@ def fmnist():
 
     x, y = load_fashion_mnist_arrays("train")
     xt, yt = load_fashion_mnist_arrays("test")
-    n = TRAIN_STEPS * BATCH
     return {
-        "x": _images(x[:n]), "y": y[:n].astype("int64"),
+        "x": _images(x[:FIT_IMAGES]), "y": y[:FIT_IMAGES].astype("int64"),
         "x_test": _images(xt[:1000]), "y_test": yt[:1000].astype("int64"),
     }
 
@@ -68,13 +72,13 @@ def small_model() -> keras.Model:
 
 
 @pytest.fixture(scope="module")
-def trained(fmnist):
-    keras.utils.set_random_seed(0)
+def trained():
+    """`small_model()` trained for TRAIN_STEPS steps: the committed checkpoint (its recipe:
+    `train_small_model` in tests/make_checkpoints.py)."""
+    from shared_fixtures import CHECKPOINTS
+
     model = small_model()
-    schedule = keras.optimizers.schedules.CosineDecay(2e-3, TRAIN_STEPS)
-    model.compile(keras.optimizers.Adam(schedule),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(fmnist["x"], fmnist["y"], batch_size=BATCH, epochs=1, verbose=0)
+    model.load_weights(CHECKPOINTS / "small_mvit.weights.h5")
     return model
 
 
