@@ -247,52 +247,40 @@ def finetuned_256():
     return model
 
 
-@pytest.mark.slow  # two full-int8 conversions at 256x256 (~60 s)
-def test_int8_ranges_follow_float_better_at_256(finetuned_256, data, out_dir, record_property):
-    """Full int8 at 256x256, the deployment size: the default activation ranges (per-tensor
-    99.99 % intervals) against the converter's global min / max, on a model fine-tuned at
-    that size. Both files hold builtin integer ops only, of rank <= 4.
+@pytest.mark.slow  # a full-int8 conversion at 256x256 (~35 s)
+def test_int8_at_256_holds_builtin_integer_ops_of_rank_4(finetuned_256, data, out_dir,
+                                                         record_property):
+    """Full int8 at 256x256, the deployment size, with the default activation ranges
+    (per-tensor 99.99 % intervals), on a model fine-tuned at that size: builtin integer ops
+    only, of rank <= 4, the attentions' token sums as matrix products; it runs in LiteRT on
+    real images. Its agreement with Keras is recorded.
 
-    Measured in `benchmarks/int8_fidelity.py` (MobileViTV2-0.5 trained from scratch at
-    256x256, three seeds, 1,000 images): the logits' relative error falls from 0.13-0.28 to
-    0.07-0.10 (0.37-0.55x) and argmax agreement rises from 86-91 % to 96-97 %. This
-    checkpoint is a low-margin model (40 steps at 256x256 from the 32x32 classifier: 35-51 %
-    top-1, median top-1 margin 0.08-0.11), and over seven trainings (classifier and
-    fine-tune seeds 0-3, three runs of the fixture) neither measure moved the same way every
-    time: agreement -3.3 to +12.4 points, logit RMS error 0.51x to 1.08x the min / max
-    file's. What held every time: min / max was never better on both, and the default lost
-    at most 3.3 points of agreement or 8 % of logit error where it lost."""
+    Whether the default ranges follow the float model better than the converter's global
+    min / max at this size is measured where it can be told apart, by
+    `benchmarks/int8_fidelity.py` (MobileViTV2-0.5 trained from scratch at 256x256, three
+    seeds, 1,000 test images; `benchmarks/results/int8_fidelity.json`): agreement with Keras
+    97.9 / 93.5 / 90.4 % against min / max's 96.6 / 43.3 / 80.3 %, logit relative error
+    0.08 / 0.13 / 0.19 against 0.11 / 0.76 / 0.29. This checkpoint is a low-margin model
+    (35-51 % top-1): over seven of its trainings neither measure moved the same way every
+    time, so the comparison is the benchmark's, not this test's."""
     x = _rgb(data["x_test"][:300], 256)
     reference = np.asarray(finetuned_256.predict(x, batch_size=16, verbose=0))
     calibration = _rgb(data["x_cal"][:100], 256)
-    figures = {}
-    for method in ("minmax", None):
-        report = to_tflite(finetuned_256, out_dir / f"fm_int8_256_{method}.tflite",
-                           quantization="int8", representative_data=calibration,
-                           activation_ranges=method)
-        _assert_builtin_only(report)
-        assert report.float_ops == {} and float_ops_from_interpreter(report.path) == {}
-        assert report.max_tensor_rank <= 4
-        assert report.op_histogram.get("BATCH_MATMUL", 0) >= 9  # the attention's token sums
-        out = run_tflite(report.path, x)
-        figures[method or "default"] = {
-            "logit_rel_error": float(np.sqrt(((out - reference) ** 2).mean()
-                                             / (reference ** 2).mean())),
-            "agreement": float(np.mean(out.argmax(1) == reference.argmax(1))),
-        }
-        if method is None:
-            record_property("op_histogram_256_int8", json.dumps(report.op_histogram))
-            record_property("xnnpack_partitions_256_int8", report.num_xnnpack_partitions)
-            record_property("ops_outside_xnnpack_256_int8",
-                            json.dumps(report.ops_outside_xnnpack))
-    for name, values in figures.items():
-        for key, value in values.items():
-            record_property(f"{name}_{key}", value)
-    default, minmax = figures["default"], figures["minmax"]
-    assert (default["agreement"] > minmax["agreement"]
-            or default["logit_rel_error"] < minmax["logit_rel_error"]), figures
-    assert default["agreement"] >= minmax["agreement"] - 0.05, figures
-    assert default["logit_rel_error"] <= 1.2 * minmax["logit_rel_error"], figures
+    report = to_tflite(finetuned_256, out_dir / "fm_int8_256.tflite", quantization="int8",
+                       representative_data=calibration)
+    _assert_builtin_only(report)
+    assert report.float_ops == {} and float_ops_from_interpreter(report.path) == {}
+    assert report.max_tensor_rank <= 4
+    assert report.op_histogram.get("BATCH_MATMUL", 0) >= 9  # the attention's token sums
+    out = run_tflite(report.path, x)
+    assert out.shape == reference.shape and np.isfinite(out).all()
+    record_property("op_histogram_256_int8", json.dumps(report.op_histogram))
+    record_property("xnnpack_partitions_256_int8", report.num_xnnpack_partitions)
+    record_property("ops_outside_xnnpack_256_int8", json.dumps(report.ops_outside_xnnpack))
+    record_property("agreement_256_int8",
+                    float(np.mean(out.argmax(1) == reference.argmax(1))))
+    record_property("logit_rel_error_256_int8", float(np.sqrt(
+        ((out - reference) ** 2).mean() / (reference ** 2).mean())))
 
 
 def _output_fidelity(got: np.ndarray, ref: np.ndarray) -> dict[str, float]:
