@@ -33,6 +33,7 @@ once per process by whichever test asks first, and is shared by every later one.
 """
 
 import gc
+import json
 import os
 import platform
 import time
@@ -128,27 +129,27 @@ def _is_slow(item: pytest.Item) -> bool:
     return item.get_closest_marker(SLOW) is not None
 
 
-#: The modules that take longest with --run-slow, longest first: those of 80 s or more in
-#: `benchmarks/results/test_durations.json` (`python benchmarks/test_durations.py`: `.ci/run`'s
-#: pytest command on 2 AMD EPYC cores, 2026-12-03, 226 s down to 82 s; tests/test_tiers.py
-#: checks the two agree). They run first, so that pytest-xdist's processes, which take a
-#: module at a time (--dist loadfile), do not end with one of them alone on a long module.
-LONGEST_MODULES = (
-    "tests/test_mediapipe_clients.py", "tests/test_finetune_to_phone.py",
-    "tests/test_quantization_ptq.py", "tests/test_attention_training.py",
-    "tests/test_attention_export.py", "tests/test_backends.py", "tests/test_optimize.py",
-    "tests/test_training.py", "tests/test_coreml_layout.py",
-    "tests/test_attention_contract.py", "tests/test_keras_hub.py",
-    "tests/test_input_size.py", "tests/test_tasks_train.py", "tests/test_demo.py",
-    "tests/test_run_folder.py", "tests/test_qat.py", "tests/test_sparsity.py",
-    "notebooks/03_quantize_and_export.ipynb",
-)
+#: Each module's seconds under `.ci/run`'s pytest command, as `benchmarks/test_durations.py`
+#: last measured them (`python benchmarks/test_durations.py` rewrites the file).
+DURATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks", "results",
+                         "test_durations.json")
 
 
-def _longest_modules_first(items: list[pytest.Item]) -> None:
-    """Reorders `items` (stable): the `LONGEST_MODULES` first, in that order, each whole."""
-    rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+def _measured_seconds(path: str = DURATIONS) -> dict[str, float]:
+    """The seconds of each module (``tests/test_x.py``, a notebook) in the report at `path`;
+    none where there is no report."""
+    try:
+        with open(path) as f:
+            return {row["module"]: float(row["seconds"]) for row in json.load(f)["modules"]}
+    except FileNotFoundError:
+        return {}
+
+
+def _longest_modules_first(items: list[pytest.Item], seconds: dict[str, float]) -> None:
+    """Reorders `items` (stable) by their module's measured `seconds`, longest first, each
+    module whole; modules not measured (new ones) last. pytest-xdist hands out a module at a
+    time (--dist loadfile): longest first, no process ends alone on a long module."""
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -157,7 +158,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(SLOW)
     markexpr = config.getoption("markexpr", "") or ""
     if config.getoption("--run-slow") or SLOW in markexpr:
-        _longest_modules_first(items)
+        _longest_modules_first(items, _measured_seconds())
         return
     fast = [item for item in items if not _is_slow(item)]
     if len(fast) < len(items):

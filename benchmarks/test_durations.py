@@ -6,8 +6,8 @@ Runs `.ci/run`'s pytest command (both tiers, `-n 2 --dist loadfile`) with a JUni
 report, or reads the report of such a run (`--junit`), and sums each test's time (setup +
 call + teardown, pytest's JUnit default: a module fixture counts in the first test that asks
 for it) per module. Two processes share the cores, so the wall time is about half the sum.
-`conftest.py`'s `LONGEST_MODULES` (the modules handed out first) are this file's modules of
-`LONGEST_MODULE_SECONDS` or more, longest first (a fast test checks it).
+With `--run-slow`, `conftest.py` collects the modules in the order of this file's seconds,
+longest first (pytest-xdist then hands the long ones out first).
 
 Writes ``test_durations.json`` (the command, the host's CPU and cores, the wall time, the
 outcome counts, every module's seconds and test count, the `--top` slowest tests) and
@@ -33,8 +33,6 @@ ROOT = os.path.dirname(HERE)
 #: builds the wheel itself).
 COMMAND = ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--run-slow", "-n", "2",
            "--dist", "loadfile"]
-#: A module this long or longer is one of conftest.py's LONGEST_MODULES.
-LONGEST_MODULE_SECONDS = 80.0
 
 
 def read_junit(path: str) -> dict[str, Any]:
@@ -64,12 +62,6 @@ def per_module(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         count[test["module"]] += 1
     rows = [{"module": m, "tests": count[m], "seconds": round(s, 1)} for m, s in seconds.items()]
     return sorted(rows, key=lambda row: (-row["seconds"], row["module"]))
-
-
-def longest_modules(report: dict[str, Any]) -> tuple[str, ...]:
-    """The modules of `report` that took `LONGEST_MODULE_SECONDS` or more, longest first."""
-    return tuple(row["module"] for row in report["modules"]
-                 if row["seconds"] >= LONGEST_MODULE_SECONDS)
 
 
 def markdown(report: dict[str, Any]) -> str:

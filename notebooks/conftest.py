@@ -8,8 +8,8 @@ notebook its labels are meaningless.
 
 Notebook 03 quantizes and exports a trained classifier: in CI it loads the tests' committed
 one (MVIT2_MODEL: tests/data/checkpoints/classifier.keras, MobileViTV2-0.5 at 32x32, made by
-tests/make_checkpoints.py) instead of training its own, as a user passes their model (43
-against 70 s on 2 cores). The training it would run is `keras_mvit2.demo`'s small one, which
+tests/make_checkpoints.py) instead of training its own, as a user passes their model (44
+against 69 s on 2 cores). The training it would run is `keras_mvit2.demo`'s small one, which
 tests/test_demo.py runs.
 """
 

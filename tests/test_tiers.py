@@ -218,14 +218,31 @@ def test_durations_sums_each_modules_tests_from_the_junit_report(tmp_path):
         durations.main(["--junit", str(tmp_path / "missing.xml"), "--out", str(tmp_path)])
 
 
-def test_longest_modules_are_the_measured_longest():
-    from benchmark_scripts import BENCHMARKS, load_benchmark
+def test_modules_are_collected_longest_first_as_measured(tmp_path):
+    """With --run-slow the modules come in the order of their seconds in the durations
+    report, longest first, each whole; a module the report does not name comes last."""
+    from types import SimpleNamespace
 
-    durations = load_benchmark("test_durations")
-    with open(os.path.join(BENCHMARKS, "results", "test_durations.json")) as f:
-        report = json.load(f)
     root = _root_conftest_module()
-    assert root.LONGEST_MODULES == durations.longest_modules(report)
+    report = tmp_path / "test_durations.json"
+    report.write_text(json.dumps({"modules": [
+        {"module": "tests/test_b.py", "tests": 1, "seconds": 30.0},
+        {"module": "notebooks/01.ipynb", "tests": 1, "seconds": 20.0},
+        {"module": "tests/test_a.py", "tests": 2, "seconds": 10.0}]}))
+    seconds = root._measured_seconds(str(report))
+    assert seconds == {"tests/test_b.py": 30.0, "notebooks/01.ipynb": 20.0,
+                       "tests/test_a.py": 10.0}
+    items = [SimpleNamespace(nodeid=n) for n in (
+        "tests/test_a.py::test_one", "tests/test_a.py::test_two", "tests/test_new.py::test_x",
+        "notebooks/01.ipynb::01.ipynb", "tests/test_b.py::test_y")]
+    root._longest_modules_first(items, seconds)
+    assert [item.nodeid for item in items] == [
+        "tests/test_b.py::test_y", "notebooks/01.ipynb::01.ipynb", "tests/test_a.py::test_one",
+        "tests/test_a.py::test_two", "tests/test_new.py::test_x"]
+    assert root._measured_seconds(str(tmp_path / "missing.json")) == {}
+    # The committed report names the suite's modules (a removed module: measure again).
+    committed = root._measured_seconds()
     folder = os.path.dirname(ROOT_CONFTEST)
-    for module in root.LONGEST_MODULES:
+    assert len(committed) > 50
+    for module in committed:
         assert os.path.exists(os.path.join(folder, module)), module
