@@ -549,11 +549,11 @@ def _train(graph, x: np.ndarray, *, epochs: int, steps: int, batch_size: int,
 
 def _same_graph(post_path: str, qat_path: str) -> int:
     """The number of ops of the two files, which must hold the same ops and tensors."""
-    from keras_mvit2.export.tflite.flatbuffer import op_names, parse_flatbuffer
+    from keras_mvit2.export.tflite.flatbuffer import op_names, read_flatbuffer
 
     lists = []
     for path in (post_path, qat_path):
-        model = parse_flatbuffer(path)
+        model = read_flatbuffer(path)
         kinds = op_names(model)
         graph = model.subgraphs[0]
         lists.append(([kinds[op.opcodeIndex] for op in graph.operators], len(graph.tensors)))

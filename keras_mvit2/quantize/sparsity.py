@@ -322,10 +322,10 @@ def exported_kernel_stats(path: str | os.PathLike) -> list[dict[str, Any]]:
         constant_array,
         decode_name,
         op_names,
-        parse_flatbuffer,
+        read_flatbuffer,
     )
 
-    model = parse_flatbuffer(os.fspath(path))
+    model = read_flatbuffer(os.fspath(path))
     names = op_names(model)
     out = []
     for subgraph in model.subgraphs or []:

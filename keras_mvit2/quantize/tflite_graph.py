@@ -36,6 +36,7 @@ from keras_mvit2.export.tflite.flatbuffer import (
     decode_name,
     op_names,
     parse_flatbuffer,
+    read_flatbuffer,
     serialize_flatbuffer,
     tensor_indices,
 )
@@ -96,7 +97,7 @@ class QuantizedGraph:
             raise UnsupportedGraphError(
                 f"quantization-aware training on the shipped graph does not implement the "
                 f"ops {unsupported}; use the post-training int8 file (to_tflite).")
-        file = parse_flatbuffer(bytes(quantized))
+        file = read_flatbuffer(bytes(quantized))
         by_name = {decode_name(t.name): t for t in file.subgraphs[0].tensors}
         self._constants: dict[int, np.ndarray] = {}
         for i, tensor in enumerate(self._tensors):
