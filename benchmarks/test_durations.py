@@ -35,9 +35,24 @@ COMMAND = ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--run-slo
            "--dist", "loadfile"]
 
 
-def read_junit(path: str) -> dict[str, Any]:
+def _module_of(case: ET.Element, repo: str) -> str:
+    """The test file a `<testcase>` was collected from, relative to `repo`. Its `classname` is
+    the dotted node path (`tests.test_a.SomeTest`); its `file` is where the test function is
+    defined, which for a method a test class inherits from a library (`tf.test.TestCase`'s
+    `test_session`) is the library's file, not the module that collected it."""
+    parts = case.get("classname", "").split(".")
+    for end in range(len(parts), 0, -1):
+        for suffix in (".py", ".ipynb"):
+            candidate = "/".join(parts[:end]) + suffix
+            if os.path.isfile(os.path.join(repo, candidate)):
+                return candidate
+    return case.get("file") or "/".join(parts) + ".py"
+
+
+def read_junit(path: str, repo: str = ROOT) -> dict[str, Any]:
     """The run in the JUnit XML report at `path`: its wall seconds and outcome counts, and
-    per test its module (the file), name and seconds."""
+    per test its module (the file it was collected from, relative to `repo`), name and
+    seconds."""
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     if not suites:
@@ -46,8 +61,7 @@ def read_junit(path: str) -> dict[str, Any]:
               for key in ("tests", "failures", "errors", "skipped")}
     tests = []
     for case in root.iter("testcase"):
-        module = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
-        tests.append({"module": module, "name": case.get("name"),
+        tests.append({"module": _module_of(case, repo), "name": case.get("name"),
                       "seconds": float(case.get("time", 0.0))})
     return {"wall_seconds": sum(float(s.get("time", 0.0)) for s in suites),
             "timestamp": suites[0].get("timestamp"), "counts": counts, "tests": tests}

@@ -218,6 +218,25 @@ def test_durations_sums_each_modules_tests_from_the_junit_report(tmp_path):
         durations.main(["--junit", str(tmp_path / "missing.xml"), "--out", str(tmp_path)])
 
 
+def test_durations_count_an_inherited_library_method_in_the_module_that_collected_it(tmp_path):
+    """`tf.test.TestCase` (under Keras' and KerasHub's harnesses) brings `test_session`, which
+    pytest collects in our module but JUnit files under TensorFlow's `test_util.py`, a path
+    relative to wherever the run happened."""
+    from benchmark_scripts import load_benchmark
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_harness.py").write_text("")
+    (tmp_path / "junit.xml").write_text(
+        '<testsuites><testsuite tests="2" time="3.0">'
+        '<testcase classname="tests.test_harness.LayerTest" name="test_session" time="0.5" '
+        'file="../../site-packages/tensorflow/python/framework/test_util.py" />'
+        '<testcase classname="tests.test_harness.LayerTest" name="test_layer" time="2.5" '
+        'file="tests/test_harness.py" /></testsuite></testsuites>')
+    run = load_benchmark("test_durations").read_junit(str(tmp_path / "junit.xml"),
+                                                       repo=str(tmp_path))
+    assert [t["module"] for t in run["tests"]] == ["tests/test_harness.py"] * 2
+
+
 def test_modules_are_collected_longest_first_as_measured(tmp_path):
     """With --run-slow the modules come in the order of their seconds in the durations
     report, longest first, each whole; a module the report does not name comes last."""
