@@ -151,6 +151,7 @@ def test_coreml_converts_in_the_attentions_layout(name, tmp_path):
     if name == "separable":
         # Channels-first: unfold by a depthwise 0/1 convolution, no space_to_depth.
         assert "space_to_depth" not in ops, ops
+        assert ops.get("matmul", 0) == 1, ops  # the classifier only
     else:
         assert ops.get("space_to_depth", 0) == 3, ops  # the usual channels-last unfold
 

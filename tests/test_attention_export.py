@@ -1,6 +1,7 @@
 """Every attention mechanism, inside MobileViTv2-0.5 and DeiT-Tiny, converts to TFLite
-(builtin ops only, run in LiteRT) and to a Core ML ML Program; the linear mechanisms
-have no N x N tensor in the converted graph."""
+(builtin ops only, run in LiteRT); inside DeiT-Tiny to a Core ML ML Program (inside
+MobileViTv2-0.5: `tests/test_attention_contract.py`); the linear mechanisms have no N x N
+tensor in the converted graph."""
 
 import keras
 import numpy as np
@@ -74,18 +75,17 @@ def _tflite_tensor_shapes(path):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("ct")
-@pytest.mark.parametrize("host", ["mobilevitv2_050", "deit_tiny"])
 @pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
-def test_coreml_ml_program(name, host, tmp_path):
+def test_coreml_ml_program_in_deit_tiny(name, tmp_path):
+    """Every attention inside DeiT-Tiny converts to an ML Program. Inside MobileViTv2-0.5
+    (the same 64x64 model as here) each one is converted, and its layout checked, by
+    `tests/test_attention_contract.py::test_coreml_converts_in_the_attentions_layout`."""
     from keras_mvit2.export import to_coreml
 
-    build = _mobilevitv2 if host == "mobilevitv2_050" else _deit_tiny
-    report = to_coreml(build(ATTENTION_CONFIGS[name]), tmp_path / "m.mlpackage",
+    report = to_coreml(_deit_tiny(ATTENTION_CONFIGS[name]), tmp_path / "m.mlpackage",
                        quantization="float32", image_input=False)
     assert report.max_tensor_rank <= 5
     assert report.outputs[0]["shape"] == [1, 10]
-    if name == "separable" and host == "mobilevitv2_050":
-        assert report.op_histogram.get("matmul", 0) == 1  # the classifier only
 
 
 
