@@ -10,7 +10,8 @@ With `--run-slow`, `conftest.py` collects the modules in the order of this file'
 longest first (pytest-xdist then hands the long ones out first).
 
 Writes ``test_durations.json`` (the command, the host's CPU and cores, the wall time, the
-outcome counts, every module's seconds and test count, the `--top` slowest tests) and
+CPU seconds of the run's processes when this script ran it (their ratio to the wall time says
+how many cores the run kept busy: whether more workers could help), the outcome counts, every module's seconds and test count, the `--top` slowest tests) and
 ``test_durations.md`` (the tables) to ``--out``.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -86,6 +88,12 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['timestamp']}: {counts['tests']} tests, {counts['failures']} failed, "
         f"{counts['errors']} errors, {counts['skipped']} skipped; "
         f"wall {report['wall_seconds']:.0f} s, test time {total:.0f} s in all.",
+    ]
+    if report.get("cpu_seconds") is not None:  # measured when this script ran the suite
+        lines += ["", f"CPU time of the run's processes: {report['cpu_seconds']:.0f} s, "
+                  f"{report['cpu_seconds'] / report['wall_seconds']:.2f} of the "
+                  f"{report['cores']} cores busy on average."]
+    lines += [
         "",
         "| module | tests | seconds | share |",
         "|---|---:|---:|---:|",
@@ -99,6 +107,13 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished children and the children they
+    waited for (pytest, its xdist workers, their subprocesses)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--junit", help="read this --junitxml report instead of running the suite")
@@ -110,21 +125,24 @@ def main(argv: list[str] | None = None) -> int:
     from keras_mvit2.latency.host_info import cpu_features
     from keras_mvit2.utils.files import write_json, write_text
 
-    status = 0
+    status, cpu_seconds = 0, None
     path = args.junit
     if path is None:
         path = os.path.join(tempfile.mkdtemp(prefix="mvit2_durations_"), "junit.xml")
         env = {k: v for k, v in os.environ.items() if k != "MVIT2_DIST"}
-        start = time.perf_counter()
+        start, before = time.perf_counter(), _children_cpu_seconds()
         status = subprocess.run([*COMMAND, f"--junitxml={path}"], cwd=ROOT, env=env).returncode
-        print(f"pytest: exit {status} after {time.perf_counter() - start:.0f} s")
+        cpu_seconds = round(_children_cpu_seconds() - before, 1)
+        print(f"pytest: exit {status} after {time.perf_counter() - start:.0f} s, "
+              f"{cpu_seconds:.0f} s of CPU")
     elif not os.path.exists(path):
         parser.error(f"--junit {path}: no such file (pytest writes it with --junitxml=FILE)")
     run = read_junit(path)
     when = run["timestamp"] or datetime.now(timezone.utc).isoformat()
     report = {"benchmark": "test_durations", "command": COMMAND, "cpu": cpu_features(),
               "cores": os.cpu_count(), "timestamp": when,
-              "wall_seconds": run["wall_seconds"], "counts": run["counts"],
+              "wall_seconds": run["wall_seconds"], "cpu_seconds": cpu_seconds,
+              "counts": run["counts"],
               "modules": per_module(run["tests"]),
               "slowest": sorted(run["tests"], key=lambda t: -t["seconds"])[:args.top]}
     os.makedirs(args.out, exist_ok=True)
