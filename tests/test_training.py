@@ -450,34 +450,65 @@ def test_deterministic_names_what_the_process_lacks(caplog, monkeypatch):
     assert ("oneDNN" in caplog.text) == _onednn_enabled()
 
 
-def _ran_in_deterministic_child(tmp_path, test: str) -> bool:
-    """Runs `test` of this file in a child process started with `DETERMINISTIC_ENV`
-    (asserting that it passes) unless this process already is one; True if it did.
+#: The tests of this file that need `DETERMINISTIC_ENV`: run together in one child process.
+DETERMINISTIC_TESTS = ("test_resume_after_kill_matches_an_uninterrupted_run",
+                       "test_multiscale_trains_one_model_for_every_scale")
+
+
+def _in_deterministic_process() -> bool:
+    return all(os.environ.get(k) == v for k, v in DETERMINISTIC_ENV.items())
+
+
+@pytest.fixture(scope="module")
+def deterministic_child(request, tmp_path_factory) -> dict[str, str]:
+    """Runs this run's selected `DETERMINISTIC_TESTS` in one child process started with
+    `DETERMINISTIC_ENV` (one TensorFlow start for all of them), unless this process already
+    is one; their outcome (`passed`, `failed`, ...) by name, and the child's output under "".
 
     Bitwise equality needs deterministic kernels on one TensorFlow thread, and Eigen's
     kernels rather than oneDNN's (see `_make_deterministic`: CI runs saw the third epoch's
     loss differ in the last bit with either missing). A process's TensorFlow cannot be
     switched once it runs.
     """
-    if all(os.environ.get(k) == v for k, v in DETERMINISTIC_ENV.items()):
+    if _in_deterministic_process():
         assert not _onednn_enabled()  # the variable really switched TensorFlow to Eigen
-        return False
+        return {}
+    selected = {item.name for item in request.session.items
+                if item.path == request.path and item.name in DETERMINISTIC_TESTS}
+    folder = tmp_path_factory.mktemp("deterministic_child")
+    report = folder / "junit.xml"
     child = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "--run-slow", f"{__file__}::{test}", "--basetemp", str(tmp_path / "child")],
+         "--run-slow", *(f"{__file__}::{name}" for name in sorted(selected)),
+         "--basetemp", str(folder / "tmp"), f"--junitxml={report}"],
         env={**os.environ, **DETERMINISTIC_ENV},
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        capture_output=True, text=True, timeout=900, check=False,
+        capture_output=True, text=True, timeout=1500, check=False,
     )
-    assert child.returncode == 0 and "1 passed" in child.stdout, (
-        child.stdout[-6000:] + child.stderr[-3000:])
+    outcomes = {"": child.stdout[-6000:] + child.stderr[-3000:]}
+    if report.exists():
+        import xml.etree.ElementTree as ET
+
+        for case in ET.parse(report).getroot().iter("testcase"):
+            failed = [tag.tag for tag in case if tag.tag in ("failure", "error", "skipped")]
+            outcomes[case.get("name")] = failed[0] if failed else "passed"
+    return outcomes
+
+
+def _ran_in_deterministic_child(outcomes: dict[str, str], test: str) -> bool:
+    """True if `test` ran in the deterministic child (asserting that it passed there);
+    False in the child itself, where the test runs."""
+    if _in_deterministic_process():
+        return False
+    assert outcomes.get(test) == "passed", outcomes[""]
     return True
 
 
 @pytest.mark.slow
 @needs_fashion
-def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path):
-    if _ran_in_deterministic_child(tmp_path, "test_resume_after_kill_matches_an_uninterrupted_run"):
+def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path, deterministic_child):
+    if _ran_in_deterministic_child(deterministic_child,
+                                   "test_resume_after_kill_matches_an_uninterrupted_run"):
         return
     sections = {
         "model": {"drop_path_rate": 0.2, "dropout": 0.1},  # random ops: seeds must resume too
@@ -531,12 +562,14 @@ class _GrabTrainer(keras.callbacks.Callback):
 
 @pytest.mark.slow
 @needs_fashion
-def test_multiscale_trains_one_model_for_every_scale(tmp_path, monkeypatch):
+def test_multiscale_trains_one_model_for_every_scale(tmp_path, monkeypatch,
+                                                    deterministic_child):
     """One classifier built for any size runs every batch shape, and trains exactly as the
     0.1 layout (one model per resolution sharing the layers, the benchmark's baseline) on
     the same data (bitwise, with deterministic kernels); the run resumes from its
     checkpoint."""
-    if _ran_in_deterministic_child(tmp_path, "test_multiscale_trains_one_model_for_every_scale"):
+    if _ran_in_deterministic_child(deterministic_child,
+                                   "test_multiscale_trains_one_model_for_every_scale"):
         return
     from keras_mvit2.models.input_size import with_dynamic_size
     from keras_mvit2.training import trainer as trainer_module
