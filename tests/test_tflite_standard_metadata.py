@@ -47,6 +47,21 @@ def test_classifier_file_holds_standard_metadata_and_still_runs(tmp_path):
     assert report.metadata == meta
 
 
+def test_the_same_model_exports_to_the_same_bytes_at_another_time(tmp_path, monkeypatch):
+    """Reproducible files: the labels archive's dates do not follow the clock (zip stores
+    the time of day in 2 s steps, so a day apart would show)."""
+    import time
+
+    model = _tiny_classifier()
+    to_tflite(model, tmp_path / "first.tflite", class_names=NAMES)
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now + 86_400 + 3_601)
+    to_tflite(model, tmp_path / "later.tflite", class_names=NAMES)
+    first = (tmp_path / "first.tflite").read_bytes()
+    assert zipfile.is_zipfile(tmp_path / "first.tflite")
+    assert first == (tmp_path / "later.tflite").read_bytes()
+
+
 def test_class_names_for_a_detector_count_object_classes(tmp_path):
     from keras_mvit2.export.tflite.detection_postprocess import with_detection_postprocess
     from keras_mvit2.tasks import SSDLite

@@ -281,6 +281,10 @@ def set_standard_metadata(model: Any, metadata: bytes) -> None:
     model.metadata = [*kept, entry]
 
 
+#: The date of every file in the appended archive.
+ARCHIVE_DATE = (1980, 1, 1, 0, 0, 0)
+
+
 def append_packed_files(flatbuffer: bytes, files: Mapping[str, bytes]) -> bytes:
     """`flatbuffer` (serialized, with no archive yet) with `files` appended as an
     uncompressed zip archive, where the clients read the standard metadata's files."""
@@ -289,7 +293,11 @@ def append_packed_files(flatbuffer: bytes, files: Mapping[str, bytes]) -> bytes:
     if files:
         with zipfile.ZipFile(out, "a", compression=zipfile.ZIP_STORED) as archive:
             for file_name, content in files.items():
-                archive.writestr(file_name, content)
+                # A fixed date (zip's earliest) rather than the clock's: the same model
+                # exports to the same bytes, whenever it is exported.
+                entry = zipfile.ZipInfo(file_name, date_time=ARCHIVE_DATE)
+                entry.external_attr = 0o644 << 16  # -rw-r--r--, as writestr gives
+                archive.writestr(entry, content)
     return out.getvalue()
 
 
