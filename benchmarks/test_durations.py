@@ -10,8 +10,9 @@ With `--run-slow`, `conftest.py` collects the modules in the order of this file'
 longest first (pytest-xdist then hands the long ones out first).
 
 Writes ``test_durations.json`` (the command, the host's CPU and cores, the wall time, the
-CPU seconds of the run's processes when this script ran it (their ratio to the wall time says
-how many cores the run kept busy: whether more workers could help), the outcome counts, every module's seconds and test count, the `--top` slowest tests) and
+CPU seconds of the run's processes when this script ran it (their ratio to the wall time
+says how many cores the run kept busy: whether more workers could help), the outcome
+counts, every module's seconds and test count, the `--top` slowest tests) and
 ``test_durations.md`` (the tables) to ``--out``.
 """
 
