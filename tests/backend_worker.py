@@ -31,6 +31,11 @@ JOB.json (every key optional):
   `keras_mvit2.tasks.DeepLabV3` `width` at `size` built and run on the images `x` of
   `npz`, and each name of `tensorflow_only` looked up in `keras_mvit2.tasks` (the error it
   raises);
+- `"keras_file"`: `{"path", "npz", "save_to"}`: a whole-model `.keras` file saved on another
+  backend, loaded and run here on the images `x` of `npz` (the saving backend's outputs:
+  `y`), then saved again to `save_to` (a `.keras` file, or its `.weights.h5`);
+  `"keras_files"`: `{key: {"path", "npz", "save_to"}}`, each loaded and saved in turn the
+  same way (after `"keras_file"`);
 - `"keras_hub"`: a folder: the KerasHub ImageClassifier made from the first oracle model,
   run, saved there as a preset (`save_to_preset`) and loaded back through
   `keras_hub.models.ImageClassifier.from_preset`, run again, and (PyTorch) its `predict`
@@ -38,7 +43,9 @@ JOB.json (every key optional):
   TensorFlow).
 
 RESULT.json: the backend, `tf_after_import` / `tf_after_run` (was TensorFlow imported),
-and per case the max |difference| and the max |reference|.
+and per case the max |difference| and the max |reference| (`"keras_files"`: per key; each
+file's `tf_after_load` / `tf_after_save` tell whether TensorFlow had been imported by then,
+by it or by anything before it).
 """
 
 import json
@@ -291,6 +298,9 @@ def main(job_path: str, result_path: str) -> None:
     result["tf_after_run"] = "tensorflow" in sys.modules
     if job.get("keras_file"):  # loading: no TensorFlow; saving: Keras' own import (below)
         result["keras_file"] = run_keras_file(job["keras_file"])
+    if job.get("keras_files"):
+        result["keras_files"] = {key: run_keras_file(case)
+                                 for key, case in job["keras_files"].items()}
     if job.get("keras_hub") and job.get("oracle"):
         result["keras_hub"] = run_keras_hub(mv, job["oracle"][0], job["keras_hub"])
     result["seconds"] = time.perf_counter() - start

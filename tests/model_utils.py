@@ -1,10 +1,6 @@
 """Test helpers shared by several test modules."""
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -130,19 +126,6 @@ def mobilevitv2_fused_macs(model: keras.Model) -> int:
 TORCH_READY = all(
     importlib.util.find_spec(m) is not None for m in ("torch", "timm", "safetensors")
 )
-
-
-def run_timm_oracle(out_dir, models: str) -> dict:
-    """Runs tests/timm_oracle_v1_vit.py in a subprocess (torch and TF must not share a
-    process) for `models` ("name:HxW+HxW,..."); returns its manifest."""
-    script = os.path.join(os.path.dirname(__file__), "timm_oracle_v1_vit.py")
-    result = subprocess.run(
-        [sys.executable, script, "--out-dir", str(out_dir), "--models", models],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    with open(os.path.join(str(out_dir), "manifest.json")) as f:
-        return json.load(f)
 
 
 def float_ops_from_interpreter(path) -> dict[str, int]:

@@ -1,5 +1,5 @@
 """What several test modules share: the committed trained checkpoints and what they were
-trained on, and the run's one timm oracle.
+trained on, and the run's timm oracles.
 
 - The trained checkpoints in `tests/data/checkpoints/` (made by `tests/make_checkpoints.py`,
   which says how to remake them; tests that need *a trained model* load them, tests *of
@@ -9,9 +9,10 @@ trained on, and the run's one timm oracle.
 - `once_per_run` builds a folder once per run, also when pytest-xdist runs the modules in
   several worker processes (the workers share the run's base temporary folder and take a
   file lock; the first one builds, the others read). The fixtures of `conftest.py` use it
-  for the timm oracle: `tests/torch_oracle.py` run once, in a subprocess (torch
-  convolutions segfault once TensorFlow is imported), for every module that compares with
-  timm.
+  for the timm oracles, each run once, in a subprocess (torch convolutions segfault once
+  TensorFlow is imported), for every module that compares with timm:
+  `tests/torch_oracle.py` (MobileViTV2, `ORACLE_*`) and `tests/timm_oracle_v1_vit.py`
+  (MobileViT v1 and DeiT, `V1_VIT_ORACLE_*`).
 """
 
 import json
@@ -27,6 +28,7 @@ from filelock import FileLock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ORACLE_SCRIPT = os.path.join(HERE, "torch_oracle.py")
+V1_VIT_ORACLE_SCRIPT = os.path.join(HERE, "timm_oracle_v1_vit.py")
 #: The committed trained checkpoints (tests/make_checkpoints.py).
 CHECKPOINTS = Path(HERE) / "data" / "checkpoints"
 
@@ -44,6 +46,18 @@ ORACLE_SIZES = ((256, 256), (224, 224), (256, 320), (288, 192), (193, 201))
 ORACLE_BLOCK_SIZES = ((32, 32), (15, 17))  # 15x17: odd sides (the align-corners resize)
 ORACLE_BATCH = 2
 ORACLE_SEED = 0
+
+#: The one run of the MobileViT v1 / DeiT oracle: every model and size that
+#: tests/test_backends.py, tests/test_mobilevit_v1.py and tests/test_vit.py compare, batch 2,
+#: seed 0 (the weights depend on the seed alone). The script draws a model's images in the
+#: order of its sizes from one numpy seed: test_backends' three sizes come first, as in the
+#: run it made of its own.
+V1_VIT_ORACLE_MODELS = {
+    "mobilevit_xxs": ((224, 224), (256, 320), (193, 201), (256, 256)),
+    "deit_tiny_patch16_224": ((224, 224),),
+}
+V1_VIT_ORACLE_BATCH = 2
+V1_VIT_ORACLE_SEED = 0
 
 
 def once_per_run(base: Path, name: str, build: Callable[[Path], None]) -> Path:
@@ -186,3 +200,81 @@ def run_timm_oracle(folder: Path) -> None:
          "--config", '{"stage_maps": true}'],
         check=True, stdout=subprocess.DEVNULL,
     )
+
+
+def run_timm_oracle_v1_vit(folder: Path) -> None:
+    """tests/timm_oracle_v1_vit.py with the V1_VIT_ORACLE_* settings, in a subprocess, into
+    `folder`."""
+    models = ",".join(f"{name}:" + "+".join(f"{h}x{w}" for h, w in sizes)
+                      for name, sizes in V1_VIT_ORACLE_MODELS.items())
+    subprocess.run(
+        [sys.executable, V1_VIT_ORACLE_SCRIPT, "--out-dir", str(folder), "--models", models,
+         "--batch", str(V1_VIT_ORACLE_BATCH), "--seed", str(V1_VIT_ORACLE_SEED)],
+        check=True, stdout=subprocess.DEVNULL, timeout=600,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Client files: the `.tflite` exports that tests/test_web.py and tests/test_mediapipe_clients.py
+# both load, made once per run (conftest.py's `client_classifier_tflite` and
+# `client_detector_tflite`, through `once_per_run`). Each module used to make the same
+# conversions of the same weights itself, byte for byte the same files (the appended labels
+# archive has a fixed date: tests/test_tflite_standard_metadata.py).
+
+#: The classifier's files of both client modules (`classifier_<quantization>.tflite`, float
+#: I/O); the int8 one is calibrated on the first CLIENT_CALIBRATION_IMAGES training images.
+CLIENT_CLASSIFIER_QUANTIZATIONS = ("float32", "int8")
+CLIENT_CALIBRATION_IMAGES = 200
+
+
+def client_rgb_uint8(images: np.ndarray, size: int = CLASSIFIER_SIZE) -> np.ndarray:
+    """uint8 (N, 28, 28) -> uint8 (N, size, size, 3): what a client is handed (a camera
+    frame, a page's photo): bilinear with antialiasing, rounded, gray repeated."""
+    import tensorflow as tf
+
+    resized = tf.image.resize(images[..., None].astype("float32"), (size, size), "bilinear",
+                              antialias=True)
+    return np.repeat(np.clip(np.round(np.asarray(resized)), 0, 255).astype(np.uint8), 3, -1)
+
+
+def client_classifier(classifier_path):
+    """MobileViTV2-0.5 at CLASSIFIER_SIZE with a softmax: the weights of the trained
+    classifier (`classifier_path`, its `.keras` file, which ends in logits)."""
+    import keras
+
+    import keras_mvit2 as mv
+
+    trained = keras.saving.load_model(classifier_path)
+    model = mv.mobilevitv2_050(input_shape=(CLASSIFIER_SIZE, CLASSIFIER_SIZE, 3), classes=10,
+                               weights=None)
+    model.set_weights(trained.get_weights())
+    return model
+
+
+def write_client_classifier_tflite(folder: Path, classifier_path) -> None:
+    """`classifier_<quantization>.tflite` in `folder` for CLIENT_CLASSIFIER_QUANTIZATIONS:
+    `client_classifier` by the TFLite target (what the web target's convert runs), float
+    I/O, Fashion-MNIST's class names; int8 calibrated on `client_rgb_uint8` of the first
+    CLIENT_CALIBRATION_IMAGES training images."""
+    from keras_mvit2.data.files import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
+    from keras_mvit2.export import get_target
+
+    model = client_classifier(classifier_path)
+    train, _ = load_fashion_mnist_arrays("train")
+    calibration = client_rgb_uint8(train[:CLIENT_CALIBRATION_IMAGES])
+    for quantization in CLIENT_CLASSIFIER_QUANTIZATIONS:
+        get_target("tflite").convert(
+            model, folder / f"classifier_{quantization}.tflite", quantization=quantization,
+            io_dtype="float32", class_names=list(FASHION_MNIST_CLASSES),
+            calibration_data=calibration if quantization == "int8" else None)
+
+
+def write_client_detector_tflite(folder: Path, model, class_names) -> None:
+    """`detector.tflite` in `folder`: the detector `model` ending in the
+    TFLite_Detection_PostProcess op (`with_detection_postprocess`, score threshold
+    DETECTOR_SCORE_THRESHOLD), float32, with `class_names`."""
+    from keras_mvit2.export import get_target, with_detection_postprocess
+
+    get_target("tflite").convert(
+        with_detection_postprocess(model, score_threshold=DETECTOR_SCORE_THRESHOLD),
+        folder / "detector.tflite", class_names=list(class_names))

@@ -4,22 +4,26 @@ Each backend runs in a process of its own (`tests/backend_worker.py`): Keras fix
 when imported, and on this stack a PyTorch convolution segfaults in a process that has
 imported TensorFlow, so the worker must not import it (and checks that nothing did).
 
-Every test here starts a worker process (slow tier, as `.ci/run` runs it):
+Every test here checks what a process on another backend did (slow tier, as `.ci/run` runs
+it); the tests of each group below share one worker per backend (a process costs its
+imports, ~5-8 s):
 
-- On both backends: every layer of `keras_mvit2.layers` (`model_utils.layer_zoo`, three
-  small models: each attention of the zoo, the MobileViT v1 and ViT blocks) saved here as
-  `.keras` gives there the outputs it gives here, and its weights saved there
-  (`.weights.h5`) load here with them bit for bit (JAX's workers compile with XLA's
-  quickest CPU settings, `model_utils.jax_quick_compile`).
-- PyTorch (JAX rides on its timm-oracle worker below, its whole-model builds taking ~7 s
-  each): `import keras_mvit2` and a MobileViTV2 on the backend load no TensorFlow; a
+- On both backends (one worker each for the three parts): every layer of
+  `keras_mvit2.layers` (`model_utils.layer_zoo`, three small models: each attention of the
+  zoo, the MobileViT v1 and ViT blocks) saved here as `.keras` gives there the outputs it
+  gives here, and its weights saved there (`.weights.h5`) load here with them bit for bit
+  (JAX's workers compile with XLA's quickest CPU settings, `model_utils.jax_quick_compile`).
+- On both backends, in their timm-oracle worker below (whole-model builds, ~7 s each on
+  JAX; PyTorch's test of these reads that worker's result): `import keras_mvit2` and a
+  MobileViTV2 on the backend load no TensorFlow; a
   `.weights.h5` saved here (TensorFlow) loads there, static and `(None, None, 3)`, with the
   same outputs; the file saved back there loads here with bit-identical weights and outputs;
   a whole-model `.keras` file crosses both ways with the same outputs; a task model
   (DeepLabV3) builds and runs there, and the TensorFlow-only `keras_mvit2.tasks.data` /
   `.train` name the backend and the fix. A TF-only feature used on JAX names the backend
   and the fix.
-- The run's timm oracle (`tests/torch_oracle.py`, and `tests/timm_oracle_v1_vit.py`):
+- The run's timm oracles (conftest.py's `timm_oracle_dir`, `tests/torch_oracle.py`, and
+  `timm_oracle_v1_dir`, `tests/timm_oracle_v1_vit.py`):
   MobileViTV2 0.5 and 1.0 and MobileViT v1 XXS with ported timm weights give timm's logits
   (max |difference| <= 1e-5 of the largest logit) on each backend, built for 224x224 (the
   align-corners / half-pixel resizes run) and for `(None, None, 3)` (256x320 and the odd
@@ -46,7 +50,6 @@ from model_utils import (
     jax_quick_compile,
     layer_zoo,
     perturb_norms,
-    run_timm_oracle,
 )
 
 import keras_mvit2 as mv
@@ -121,7 +124,7 @@ def _report(capsys, lines: list[str]) -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Fast: no TensorFlow, and weights saved on one backend load on another
+# No TensorFlow, and weights saved on one backend load on another
 # --------------------------------------------------------------------------------------
 
 
@@ -230,17 +233,17 @@ def _check_crossing(backend: str, result: dict, saved: dict, capsys) -> None:
         assert "KERAS_BACKEND=tensorflow" in error, error
 
 
-# JAX's crossing rides on its timm-oracle worker (slow tier, below): one JAX process.
-# PyTorch's is a worker of its own (a whole model each way: ~20 s on an AVX2-only CPU).
-def test_no_tensorflow_and_weights_cross_backends_on_pytorch(tf_saved_weights, capsys):
-    result = run_worker("torch", _crossing_job("torch", tf_saved_weights),
-                        tf_saved_weights["folder"])
+# Each backend's crossing rides on its timm-oracle worker (below): one process per backend
+# for the whole models. JAX's is checked by its timm-oracle test; PyTorch's here.
+def test_no_tensorflow_and_weights_cross_backends_on_pytorch(torch_worker, tf_saved_weights,
+                                                             capsys):
+    _, result = torch_worker
     _check_crossing("torch", result, tf_saved_weights, capsys)
 
 
 @pytest.fixture(scope="module")
 def tf_layer_zoo(tmp_path_factory) -> dict:
-    """Both parts of `model_utils.layer_zoo` (every layer, each attention) with perturbed
+    """The three parts of `model_utils.layer_zoo` (every layer, each attention) with perturbed
     norms, saved here (TensorFlow) as `.keras` files, with their inputs and outputs."""
     folder = tmp_path_factory.mktemp("backends_layers")
     saved = {"folder": folder}
@@ -257,20 +260,30 @@ def tf_layer_zoo(tmp_path_factory) -> dict:
     return saved
 
 
-# The backend matrix: every layer on JAX and PyTorch (the whole models: the crossing above
-# and the timm-oracle test below). Three parts, so that each JAX worker compiles in a few
-# seconds. Slow tier: a worker process each, 9-13 s on an idle AVX2-only 2-core host and
-# 18-19 s on CI's (over the fast tier's 15 s limit), ~70 s of the fast tier in all.
-@pytest.mark.parametrize("part", LAYER_ZOO_PARTS)
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_every_layer_gives_tensorflows_outputs_on_each_backend(backend, part, tf_layer_zoo,
-                                                               capsys):
+@pytest.fixture(scope="module")
+def layer_zoo_worker(backend, tf_layer_zoo) -> dict:
+    """One worker on `backend` (the module-scoped parameter of the layer test) loads each
+    part of `tf_layer_zoo` in turn, runs it, and saves its weights there (`.weights.h5`)."""
     folder = tf_layer_zoo["folder"]
-    job = {"keras_file": {"path": str(folder / f"{part}.keras"),
-                          "npz": str(folder / f"{part}.npz"),
-                          "save_to": str(folder / f"{part}_{backend}.weights.h5")}}
-    result = run_worker(backend, job, folder)
-    loaded = result["keras_file"]
+    job = {"keras_files": {part: {"path": str(folder / f"{part}.keras"),
+                                  "npz": str(folder / f"{part}.npz"),
+                                  "save_to": str(folder / f"{part}_{backend}.weights.h5")}
+                           for part in LAYER_ZOO_PARTS}}
+    return run_worker(backend, job, folder)
+
+
+# The backend matrix: every layer on JAX and PyTorch (the whole models: the crossing above
+# and the timm-oracle test below). Three parts, so that each JAX model compiles in a few
+# seconds; one worker per backend runs all three (`layer_zoo_worker`; a process per part
+# took 9-13 s each on an idle AVX2-only 2-core host), and each part's test reads its row.
+# A part's `tf_after_load` / `tf_after_save` count what the parts before it imported too.
+@pytest.mark.parametrize("part", LAYER_ZOO_PARTS)
+@pytest.mark.parametrize("backend", BACKENDS, scope="module")
+def test_every_layer_gives_tensorflows_outputs_on_each_backend(backend, part, tf_layer_zoo,
+                                                               layer_zoo_worker, capsys):
+    folder = tf_layer_zoo["folder"]
+    result = layer_zoo_worker
+    loaded = result["keras_files"][part]
     assert result["backend"] == backend
     assert not result["tf_after_import"] and not loaded["tf_after_load"]
     assert not loaded["tf_after_save"]
@@ -307,17 +320,16 @@ def test_tensorflow_only_features_name_the_backend_and_the_fix(tmp_path):
 
 
 # --------------------------------------------------------------------------------------
-# Slow: timm's logits on each backend
+# timm's logits on each backend
 # --------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def oracle_job(timm_oracle_dir, tmp_path_factory) -> dict:
-    """The worker's job: the run's timm oracle (MobileViTV2) and a MobileViT v1 XXS oracle."""
+def oracle_job(timm_oracle_dir, timm_oracle_v1_dir) -> dict:
+    """The worker's job: the run's timm oracles of MobileViTV2 and of MobileViT v1 XXS."""
     if not TORCH_READY:
         pytest.skip("needs torch, timm and safetensors")
-    v1_dir = tmp_path_factory.mktemp("timm_mobilevit_xxs")
-    run_timm_oracle(v1_dir, "mobilevit_xxs:224x224+256x320+193x201")
+    v1_dir = timm_oracle_v1_dir
     cases = [{"name": name, "family": "mobilevitv2",
               "weights": str(timm_oracle_dir / f"{name}.safetensors"),
               "npz": str(timm_oracle_dir / f"{name}.npz"),
@@ -329,23 +341,43 @@ def oracle_job(timm_oracle_dir, tmp_path_factory) -> dict:
     return {"oracle": cases}
 
 
+def _oracle_worker(backend: str, request, tmp_path_factory) -> tuple[dict, dict]:
+    """(job, result) of the one whole-model worker on `backend`: the crossing of the weights
+    and files saved here (`_crossing_job`) and, with torch and timm, timm's logits
+    (`oracle_job`) and the KerasHub preset; on PyTorch also the rest of the zoo."""
+    if not _available(backend):  # before the fixtures below build anything
+        pytest.skip(f"the {backend} backend is not installed (pip install -e '.[{backend}]')")
+    folder = tmp_path_factory.mktemp(f"backends_{backend}")
+    job = _crossing_job(backend, request.getfixturevalue("tf_saved_weights"))
+    if TORCH_READY:
+        cases = request.getfixturevalue("oracle_job")["oracle"]
+        if backend == "jax":  # each build and size runs op by op (~11 s): MobileViTV2-0.5
+            # static and dynamic at 256x320, MobileViT v1 XXS static (PyTorch runs them all)
+            cases = [dict(case,
+                          dynamic=DYNAMIC[:1] if case["name"] == "mobilevitv2_050" else [])
+                     for case in cases if case["name"] != "mobilevitv2_100"]
+        # PyTorch also loads the rest of the zoo saved here (on JAX each load builds op by op)
+        tf_zoo = request.getfixturevalue("tf_zoo") if backend == "torch" else []
+        preset = str(folder / f"preset_{backend}")
+        job.update(oracle=cases, keras_hub=_available("keras_hub") and preset, zoo=tf_zoo)
+    return job, run_worker(backend, job, folder)
+
+
+@pytest.fixture(scope="module")
+def jax_worker(request, tmp_path_factory) -> tuple[dict, dict]:
+    return _oracle_worker("jax", request, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def torch_worker(request, tmp_path_factory) -> tuple[dict, dict]:
+    return _oracle_worker("torch", request, tmp_path_factory)
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_models_give_timms_logits(backend, oracle_job, tmp_path, capsys, request):
-    cases = oracle_job["oracle"]
-    if backend == "jax":  # each build and size runs op by op (~11 s): MobileViTV2-0.5
-        # static and dynamic at 256x320, MobileViT v1 XXS static (PyTorch runs them all)
-        cases = [dict(case, dynamic=DYNAMIC[:1] if case["name"] == "mobilevitv2_050" else [])
-                 for case in cases if case["name"] != "mobilevitv2_100"]
-    # PyTorch also loads the rest of the zoo saved here (on JAX each load builds op by op)
-    tf_zoo = request.getfixturevalue("tf_zoo") if backend == "torch" else []
-    preset = str(tmp_path / f"preset_{backend}")
-    job = dict(oracle_job, oracle=cases, keras_hub=_available("keras_hub") and preset,
-               zoo=tf_zoo)
-    if backend == "jax":  # and the weights and files saved here (PyTorch: the fast tier)
-        saved = request.getfixturevalue("tf_saved_weights")
-        job.update(_crossing_job("jax", saved))
-    result = run_worker(backend, job, tmp_path)
+def test_models_give_timms_logits(backend, oracle_job, capsys, request):
+    job, result = request.getfixturevalue(f"{backend}_worker")
+    cases, tf_zoo = job["oracle"], job["zoo"]
     assert not result["tf_after_import"] and not result["tf_after_run"]
     rows = result["oracle"] + result.get("keras_hub", [])
     _report(capsys, [f"[{backend}] {r['model']} {r['input']}: max|dlogit| = "
@@ -359,9 +391,9 @@ def test_models_give_timms_logits(backend, oracle_job, tmp_path, capsys, request
         assert r["max_abs_ref"] > 0.5, r  # O(1) logits: the tolerance means something
         assert r["max_abs_diff"] <= REL_TOL * r["max_abs_ref"], r
     if result.get("keras_hub"):  # the preset saved there loads here with its logits
-        _check_preset_here(preset, cases[0], predicted_there=backend == "torch")
-    if backend == "jax":
-        _check_crossing("jax", result, saved, capsys)
+        _check_preset_here(job["keras_hub"], cases[0], predicted_there=backend == "torch")
+    if backend == "jax":  # PyTorch's: test_no_tensorflow_and_weights_cross_backends_on_pytorch
+        _check_crossing("jax", result, request.getfixturevalue("tf_saved_weights"), capsys)
     if backend == "torch":  # the rest of the zoo gives there the outputs it gives here
         _report(capsys, [f"[torch] {r['name']}: max|d out| = {r['max_abs_diff']:.1e} "
                          f"(|out| <= {r['max_abs_ref']:.2f})" for r in result["zoo"]])

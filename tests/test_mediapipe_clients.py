@@ -34,7 +34,9 @@ from shared_fixtures import (
     CLASSIFIER_STEPS,
     DETECTOR_SCORE_THRESHOLD,
     DETECTOR_SIZE,
+    client_classifier,
     client_pixels,
+    client_rgb_uint8,
 )
 
 from keras_mvit2.data.files import (
@@ -42,7 +44,7 @@ from keras_mvit2.data.files import (
     FASHION_MNIST_DIR,
     load_fashion_mnist_arrays,
 )
-from keras_mvit2.export import read_tflite_metadata, run_tflite, to_tflite
+from keras_mvit2.export import inspect_tflite, read_tflite_metadata, run_tflite, to_tflite
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -81,35 +83,20 @@ pytestmark = [
 ]
 
 
-def _rgb_uint8(images: np.ndarray) -> np.ndarray:
-    """28x28 gray uint8 -> SIZE x SIZE RGB uint8 (what a camera app hands the client)."""
-    import tensorflow as tf
-
-    resized = tf.image.resize(images[..., None].astype("float32"), (SIZE, SIZE), "bilinear",
-                              antialias=True)
-    pixels = np.clip(np.round(np.asarray(resized)), 0, 255).astype(np.uint8)
-    return np.repeat(pixels, 3, axis=-1)
-
-
 @pytest.fixture(scope="module")
 def data():
     x, y = load_fashion_mnist_arrays("train")
     xs, ys = load_fashion_mnist_arrays("test")
     n = TRAIN_STEPS * BATCH
-    return (_rgb_uint8(x[:n]), y[:n].astype("int64"), _rgb_uint8(xs[:NUM_TEST_CLASSIFIER]),
-            ys[:NUM_TEST_CLASSIFIER])
+    return (client_rgb_uint8(x[:n], SIZE), y[:n].astype("int64"),
+            client_rgb_uint8(xs[:NUM_TEST_CLASSIFIER], SIZE), ys[:NUM_TEST_CLASSIFIER])
 
 
 @pytest.fixture(scope="module")
 def classifier(trained_classifier_path):
     """MobileViTV2-0.5 at 32x32 with a softmax: the weights of the run's trained classifier
     (conftest.py: fitted on the first 160 x 64 training images, 80-82 % test accuracy)."""
-    import keras_mvit2 as mv
-
-    trained = keras.saving.load_model(trained_classifier_path)
-    model = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
-    model.set_weights(trained.get_weights())
-    return model
+    return client_classifier(trained_classifier_path)
 
 
 #: Images the two roads' float32 files and Keras are compared on (and MediaPipe classifies).
@@ -188,14 +175,34 @@ CLASSIFIER_FORMATS = {  # key: (quantization, io_dtype, minimum top-1 agreement 
 }
 
 
+@pytest.fixture(scope="module")
+def classifier_files(client_classifier_tflite, classifier, data, tmp_path_factory):
+    """{key: `.tflite`} of `CLASSIFIER_FORMATS`, all with Fashion-MNIST's names, int8
+    calibrated on the first 200 training images: float32 and int8 with float I/O are the
+    run's (conftest.py's `client_classifier_tflite`, which tests/test_web.py loads too),
+    float16 and int8 with uint8 I/O are made here from the same weights."""
+    folder = tmp_path_factory.mktemp("classifier_files")
+    files = {}
+    for key, (quantization, io_dtype, _) in CLASSIFIER_FORMATS.items():
+        if io_dtype == "float32" and quantization in client_classifier_tflite:
+            files[key] = client_classifier_tflite[quantization]
+            continue
+        files[key] = folder / f"classifier_{key}.tflite"
+        to_tflite(classifier, files[key], quantization=quantization, io_dtype=io_dtype,
+                  class_names=list(FASHION_MNIST_CLASSES),
+                  representative_data=data[0][:200] if quantization == "int8" else None)
+    return files
+
+
 #: ai-edge-quantizer recipes of the float32 file (key: (recipe, minimum top-1 agreement)).
 EDGE_FORMATS = {"edge_weight_only_wi4_wi8": ("weight_only_wi4_wi8", 0.85),
                 "edge_static_wi8_ai8": ("static_wi8_ai8", 0.55)}  # measured 0.949, 0.681
 
 
-def _edge_quantized(float_path, calibration: np.ndarray) -> dict[str, tuple[dict, float]]:
-    """`EDGE_FORMATS` written from `float_path`: ``{key: (client request, minimum)}`` (none
-    without ai-edge-quantizer, an optional extra)."""
+def _edge_quantized(float_path, calibration: np.ndarray,
+                    folder) -> dict[str, tuple[dict, float]]:
+    """`EDGE_FORMATS` written from `float_path` into `folder`: ``{key: (client request,
+    minimum)}`` (none without ai-edge-quantizer, an optional extra)."""
     try:
         import ai_edge_quantizer  # noqa: F401
 
@@ -204,29 +211,26 @@ def _edge_quantized(float_path, calibration: np.ndarray) -> dict[str, tuple[dict
         return {}
     written = {}
     for key, (recipe, minimum) in EDGE_FORMATS.items():
-        path = float_path.with_name(f"classifier_{key}.tflite")
+        path = folder / f"classifier_{key}.tflite"
         quantize_with_edge_quantizer(float_path, path, recipe=recipe, calibration_images=(
             calibration.astype("float32") if recipe.startswith("static") else None))
         written[key] = ({"task": "classifier", "path": str(path), "key": key}, minimum)
     return written
 
 
-def test_classifier_exports_classify_in_mediapipe_with_names(classifier, data, tmp_path,
-                                                              record_property):
+def test_classifier_exports_classify_in_mediapipe_with_names(classifier, classifier_files, data,
+                                                              tmp_path, record_property):
     x, _, test_x, test_y = data
     names = list(FASHION_MNIST_CLASSES)
     keras_top1 = np.asarray(classifier.predict(test_x / 255.0, verbose=0)).argmax(-1)
     assert np.mean(keras_top1 == test_y) >= 0.6  # trained: the agreement below means something
     models = []
-    for key, (quantization, io_dtype, _) in CLASSIFIER_FORMATS.items():
-        path = tmp_path / f"classifier_{key}.tflite"
-        to_tflite(classifier, path, quantization=quantization, io_dtype=io_dtype,
-                  class_names=names, representative_data=x[:200] if quantization == "int8"
-                  else None)
+    for key in CLASSIFIER_FORMATS:
+        path = classifier_files[key]
         standard = read_tflite_metadata(path)["tflite_metadata"]
         assert standard["associatedFileContents"]["labels.txt"].splitlines() == names
         models.append({"task": "classifier", "path": str(path), "key": key})
-    edge = _edge_quantized(tmp_path / "classifier_float32.tflite", x[:64] / 255.0)
+    edge = _edge_quantized(classifier_files["float32"], x[:64] / 255.0, tmp_path)
     models += [request for request, _ in edge.values()]
     out = _run_mediapipe(tmp_path, test_x, models)
     minimums = {key: v[2] for key, v in CLASSIFIER_FORMATS.items()}
@@ -430,23 +434,30 @@ def test_torch_road_coreai_asset_describes_the_model_as_the_coreml_package_does(
             target.run(roads["coreai"], roads["x"][:1])
 
 
-def test_standard_metadata_matches_the_input_quantization(classifier, data, tmp_path):
-    x = data[0]
-    path = tmp_path / "uint8.tflite"
-    report = to_tflite(classifier, path, quantization="int8", io_dtype="uint8",
-                       representative_data=x[:100])
-    scale, zero_point = report.inputs[0].quantization
-    meta = read_tflite_metadata(path)["tflite_metadata"]
-    tensor = meta["subgraphMetadata"][0]["inputTensorMetadata"][0]
-    normalization = tensor["processUnits"][0]["options"]
-    # The client feeds raw pixels p; the model reads (p - zero_point) * scale = p / 255,
-    # which is what the normalization (p - mean) / std says.
-    assert tensor["content"]["contentPropertiesType"] == "ImageProperties"
-    assert tensor["content"]["contentProperties"]["colorSpace"] == "RGB"
-    pixels = np.arange(256.0)
-    np.testing.assert_allclose((pixels - zero_point) * scale,
-                               (pixels - normalization["mean"][0]) / normalization["std"][0],
-                               atol=1e-6)
+def test_standard_metadata_matches_the_input_quantization(classifier_files, data, tmp_path):
+    """The int8 files with uint8 input: the classifier's (`classifier_files`) and one
+    exported without class names (`tiny_mvit2`, calibrated on the first 100 training
+    images), which carries no associated file (no labels.txt)."""
+    from tiny_model import tiny_mvit2
+
+    keras.utils.set_random_seed(0)
+    no_names = tmp_path / "uint8_no_names.tflite"
+    to_tflite(tiny_mvit2(input_shape=(SIZE, SIZE, 3)), no_names, quantization="int8",
+              io_dtype="uint8", representative_data=data[0][:100])
+    for path in (classifier_files["int8_uint8_io"], no_names):
+        scale, zero_point = inspect_tflite(path).inputs[0].quantization
+        meta = read_tflite_metadata(path)["tflite_metadata"]
+        tensor = meta["subgraphMetadata"][0]["inputTensorMetadata"][0]
+        normalization = tensor["processUnits"][0]["options"]
+        # The client feeds raw pixels p; the model reads (p - zero_point) * scale = p / 255,
+        # which is what the normalization (p - mean) / std says.
+        assert tensor["content"]["contentPropertiesType"] == "ImageProperties", path
+        assert tensor["content"]["contentProperties"]["colorSpace"] == "RGB", path
+        pixels = np.arange(256.0)
+        np.testing.assert_allclose((pixels - zero_point) * scale,
+                                   (pixels - normalization["mean"][0]) / normalization["std"][0],
+                                   atol=1e-6, err_msg=str(path))
+    meta = read_tflite_metadata(no_names)["tflite_metadata"]
     assert "associatedFileContents" in meta and meta["associatedFileContents"] == {}
 
 
@@ -476,7 +487,7 @@ def train_segmenter(classifier_path) -> keras.Model:
     backbone = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
     backbone.set_weights(trained.get_weights())
     x, y = load_fashion_mnist_arrays("train")
-    x, y = _rgb_uint8(x[:3000]), y[:3000].astype("int64")
+    x, y = client_rgb_uint8(x[:3000], SIZE), y[:3000].astype("int64")
     keras.utils.set_random_seed(0)
     model = client_segmenter(backbone_weights=backbone)
     model.compile(optimizer=keras.optimizers.Adam(2e-3),
@@ -518,15 +529,18 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
     return float(inter / union) if union > 0 else 0.0
 
 
-def test_detector_with_postprocess_op_detects_in_mediapipe(trained_detector, tmp_path,
+def test_detector_with_postprocess_op_detects_in_mediapipe(trained_detector,
+                                                           client_detector_tflite, tmp_path,
                                                            record_property):
-    from keras_mvit2.export.tflite.detection_postprocess import with_detection_postprocess
+    """The run's float32 `.tflite` of the detector with its post-processing op (score
+    threshold DETECTOR_SCORE_THRESHOLD) and class names (conftest.py's
+    `client_detector_tflite`, which tests/test_web.py loads too) in MediaPipe's
+    ObjectDetector: the boxes of `postprocess_detections` on the Keras model's outputs."""
     from keras_mvit2.tasks import postprocess_detections
 
     model, images, names = trained_detector
-    path = tmp_path / "detector.tflite"
-    report = to_tflite(with_detection_postprocess(model, score_threshold=DETECTOR_SCORE_THRESHOLD),
-                       path, class_names=names)
+    path = client_detector_tflite
+    report = inspect_tflite(path)
     assert report.op_histogram.get("TFLite_Detection_PostProcess") == 1
     assert [t.shape for t in report.outputs] == [(1, 100, 4), (1, 100), (1, 100), (1,)]
     raw = np.asarray(model.predict(images / 255.0, verbose=0))

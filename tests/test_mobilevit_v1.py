@@ -1,12 +1,13 @@
 """MobileViT v1: the block against a numpy transcription, exact timm parameter counts, any
 attention, `.keras` round trip, argument errors, and the timm port against real timm logits."""
 
+import json
 import math
 
 import keras
 import numpy as np
 import pytest
-from model_utils import TORCH_READY, run_timm_oracle
+from model_utils import TORCH_READY
 
 import keras_mvit2 as mv
 from keras_mvit2.layers import (  # noqa: F401 (registers every mechanism)
@@ -306,9 +307,11 @@ def test_port_is_strict(rng):
 # ---------------------------------------------------------------- timm oracle (torch)
 
 @pytest.fixture(scope="module")
-def timm_xxs(tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("timm_mobilevit")
-    return out_dir, run_timm_oracle(out_dir, "mobilevit_xxs:256x256+224x224")
+def timm_xxs(timm_oracle_v1_dir):
+    """The run's MobileViT v1 / DeiT oracle (conftest.py's `timm_oracle_v1_dir`: mobilevit_xxs
+    at 256x256 and 224x224 among others) and its manifest."""
+    manifest = json.loads((timm_oracle_v1_dir / "manifest.json").read_text())
+    return timm_oracle_v1_dir, manifest
 
 
 @pytest.mark.slow

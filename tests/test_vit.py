@@ -1,12 +1,13 @@
 """ViT / DeiT: numpy oracles of eq. (1)-(4), exact timm parameter counts, any attention,
 `.keras` round trip, argument errors, and the timm port against real timm logits."""
 
+import json
 import math
 
 import keras
 import numpy as np
 import pytest
-from model_utils import TORCH_READY, run_timm_oracle
+from model_utils import TORCH_READY
 
 import keras_mvit2 as mv
 from keras_mvit2.layers import (  # noqa: F401 (registers every mechanism)
@@ -394,9 +395,11 @@ def test_port_is_strict(rng):
 # ---------------------------------------------------------------- timm oracle (torch)
 
 @pytest.fixture(scope="module")
-def timm_deit(tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("timm_deit")
-    return out_dir, run_timm_oracle(out_dir, "deit_tiny_patch16_224:224x224")
+def timm_deit(timm_oracle_v1_dir):
+    """The run's MobileViT v1 / DeiT oracle (conftest.py's `timm_oracle_v1_dir`:
+    deit_tiny_patch16_224 at 224x224 among others) and its manifest."""
+    manifest = json.loads((timm_oracle_v1_dir / "manifest.json").read_text())
+    return timm_oracle_v1_dir, manifest
 
 
 @pytest.mark.slow

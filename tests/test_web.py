@@ -23,13 +23,15 @@ from shared_fixtures import (
     CLASSIFIER_SIZE,
     DETECTOR_SCORE_THRESHOLD,
     DETECTOR_SIZE,
+    client_classifier,
     client_pixels,
+    client_rgb_uint8,
     fashion_mnist_ready,
 )
 
 from keras_mvit2.data.files import FASHION_MNIST_CLASSES, load_fashion_mnist_arrays
 from keras_mvit2.export import get_target, run_tflite
-from keras_mvit2.export.web import Browser, browser_unavailable, serve
+from keras_mvit2.export.web import Browser, browser_unavailable, build_site, serve
 
 SIZE = CLASSIFIER_SIZE
 NUM_TEST = 200
@@ -45,15 +47,6 @@ pytestmark = [
 ]
 
 
-def _rgb_uint8(images: np.ndarray) -> np.ndarray:
-    """28x28 gray uint8 -> SIZE x SIZE RGB uint8 (what a page has of a photo)."""
-    import tensorflow as tf
-
-    resized = tf.image.resize(images[..., None].astype("float32"), (SIZE, SIZE), "bilinear",
-                              antialias=True)
-    return np.repeat(np.clip(np.round(np.asarray(resized)), 0, 255).astype(np.uint8), 3, -1)
-
-
 @pytest.fixture(scope="module")
 def browser():
     with Browser() as chromium:
@@ -62,33 +55,31 @@ def browser():
 
 @pytest.fixture(scope="module")
 def data():
-    x, _ = load_fashion_mnist_arrays("train")
+    """The first NUM_TEST test images as a page has them (RGB uint8), and their labels."""
     xs, ys = load_fashion_mnist_arrays("test")
-    return _rgb_uint8(x[:200]), _rgb_uint8(xs[:NUM_TEST]), ys[:NUM_TEST]
+    return client_rgb_uint8(xs[:NUM_TEST], SIZE), ys[:NUM_TEST]
 
 
 @pytest.fixture(scope="module")
 def classifier(trained_classifier_path):
     """The run's trained Fashion-MNIST MobileViTV2-0.5 (32x32) with a softmax."""
-    import keras_mvit2 as mv
-
-    trained = keras.saving.load_model(trained_classifier_path)
-    model = mv.mobilevitv2_050(input_shape=(SIZE, SIZE, 3), classes=10, weights=None)
-    model.set_weights(trained.get_weights())
-    return model
+    return client_classifier(trained_classifier_path)
 
 
 @pytest.fixture(scope="module")
-def pages(classifier, data, tmp_path_factory):
-    """The float32 and full-int8 (float I/O) exports as `.web` page folders."""
+def pages(client_classifier_tflite, tmp_path_factory):
+    """The float32 and full-int8 (float I/O) exports as `.web` page folders: the run's
+    `.tflite` files of the classifier with a softmax and Fashion-MNIST's names, the int8 one
+    calibrated on the first 200 training images (conftest.py's `client_classifier_tflite`,
+    which tests/test_mediapipe_clients.py loads too), each in the page `build_site` writes
+    around it, as `mvit2 export -o classifier_<quantization>.web` does."""
     folder = tmp_path_factory.mktemp("web")
     web = get_target("web")
     out = {}
     for quantization in ("float32", "int8"):
         path = folder / f"classifier_{quantization}.web"
-        report = web.convert(classifier, path, quantization=quantization,
-                             class_names=list(FASHION_MNIST_CLASSES),
-                             calibration_data=data[0] if quantization == "int8" else None)
+        build_site(client_classifier_tflite[quantization], path)
+        report = web.inspect(path)
         assert {"index.html", "app.js", "config.json", "model.tflite",
                 "mediapipe/vision_wasm_internal.wasm"} <= set(report.files)
         assert web.metadata(path)["quantization"] == quantization
@@ -98,7 +89,7 @@ def pages(classifier, data, tmp_path_factory):
 
 def test_classifier_pages_agree_with_keras_and_litert(browser, pages, classifier, data,
                                                       record_property, tmp_path):
-    _, images, labels = data
+    images, labels = data
     keras_top1 = np.asarray(classifier.predict(images / 255.0, verbose=0)).argmax(-1)
     assert np.mean(keras_top1 == labels) >= 0.6  # trained: the agreement means something
     figures = {}
@@ -163,7 +154,7 @@ def test_mvit2_web_serves_the_page_on_localhost(pages, data, tmp_path):
 
     folder = tmp_path / "images"
     folder.mkdir()
-    for i, image in enumerate(data[1][:3]):
+    for i, image in enumerate(data[0][:3]):
         Image.fromarray(image).save(folder / f"test_{i}.png")
     process = subprocess.Popen(
         [sys.executable, "-c", "import sys; from keras_mvit2.cli.main import main; "
@@ -193,23 +184,22 @@ def test_mvit2_web_serves_the_page_on_localhost(pages, data, tmp_path):
         process.wait(timeout=30)
 
 
-def test_detector_page_boxes_equal_postprocess_detections(browser, trained_detector, tmp_path,
+def test_detector_page_boxes_equal_postprocess_detections(browser, trained_detector,
+                                                          client_detector_tflite, tmp_path,
                                                           record_property):
     """Every box the page reports is `postprocess_detections`' box of the same class on
     the same image within 1 pixel (x1, y1, x2, y2), with the same number of boxes per image.
 
+    The page's file is the run's float32 `.tflite` of the detector with its post-processing
+    op (score threshold DETECTOR_SCORE_THRESHOLD) and class names (conftest.py's
+    `client_detector_tflite`, which tests/test_mediapipe_clients.py loads too).
     MediaPipe reports integer pixels, origin and size each truncated (`_client_pixels`):
     the comparison is in those; against the unrounded box that truncation alone moves a
     corner by up to 2 pixels."""
-    from keras_mvit2.export import with_detection_postprocess
-    from keras_mvit2.export.web import build_site
     from keras_mvit2.tasks import postprocess_detections
 
     model, images, names = trained_detector
-    tflite = tmp_path / "detector.tflite"
-    get_target("tflite").convert(
-        with_detection_postprocess(model, score_threshold=DETECTOR_SCORE_THRESHOLD), tflite,
-        class_names=names)
+    tflite = client_detector_tflite
     raw = np.asarray(model.predict(images / 255.0, verbose=0))
     expected = postprocess_detections(raw, model.anchors, model.anchor_config,
                                       score_threshold=DETECTOR_SCORE_THRESHOLD, top_k=100,
@@ -241,6 +231,30 @@ def test_detector_page_boxes_equal_postprocess_detections(browser, trained_detec
     print("MediaPipe Tasks web ObjectDetector vs postprocess_detections:", figures,
           file=sys.stderr)
     assert max(errors) <= 1.0 and max(unrounded) < 2.0, figures
+
+
+def test_int8_page_is_calibrated_on_the_images_given(tmp_path):
+    """`mvit2 export -o x.web --quantization int8 --calibration-data ...`: the web target
+    hands the calibration to the TFLite export inside the page (the classifier pages above
+    wrap the run's shared files with `build_site`). A small convolutional model; its
+    calibration is recorded in the page's metadata and the file is full int8."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x))
+    images = np.random.default_rng(0).random((20, 16, 16, 3), dtype=np.float32)
+    web = get_target("web")
+    path = tmp_path / "tiny_int8.web"
+    report = web.convert(model, path, quantization="int8", calibration_data=images,
+                         class_names=["a", "b", "c"])
+    assert {"index.html", "model.tflite", "mediapipe/vision_wasm_internal.wasm"} <= set(
+        report.files)
+    meta = web.metadata(path)
+    assert meta["quantization"] == "int8" and meta["class_names"] == ["a", "b", "c"]
+    assert meta["calibration"]["num_samples"] == 20
+    assert meta["calibration"]["source"] == "numpy array (20, 16, 16, 3) float32"
+    assert report.tflite.float_ops == {}
 
 
 def test_segmenter_run_gives_litert_masks(tmp_path):
