@@ -98,6 +98,7 @@ def test_int8_full_integer_within_the_declared_float_ops(name, tmp_path):
                        calibrated_edit=lambda graph, images: calibrated.append(graph) or graph)
     assert report.flex_ops == [] and report.custom_ops == []
     assert report.max_tensor_rank <= 4
+    assert report.metadata["attention"] == [name]  # the file says which attention it runs
     assert set(report.float_ops) == allowed, (name, report.float_ops)  # declared = measured
     assert report.float_ops == float_ops_from_interpreter(report.path)
     assert np.all(np.isfinite(run_tflite(report.path, _images(2))))
@@ -147,6 +148,7 @@ def test_coreml_converts_in_the_attentions_layout(name, tmp_path):
                        image_input=False)
     ops = report.op_histogram
     assert report.max_tensor_rank <= 5 and report.outputs[0]["shape"] == [1, 10]
+    assert report.metadata["keras_mvit2.attention"] == name  # the package says which one
     assert ops.get("depth_to_space", 0) == 3  # one fold per MobileViTV2 block
     if name == "separable":
         # Channels-first: unfold by a depthwise 0/1 convolution, no space_to_depth.
