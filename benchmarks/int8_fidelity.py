@@ -47,9 +47,13 @@ size and seed made again.
 Columns: float Keras top-1, int8 top-1, drop in points, argmax agreement with Keras, the
 float model's median top-1 margin (softmax probability of the top class minus the second),
 and latency at 1 thread (median of interleaved runs of every file of the size and seed,
-with the float32 file of the same network as the peer: ``x float32``). The table gives the
-median over the seeds of each figure. Writes ``int8_fidelity.json`` and ``int8_fidelity.md``
-to `--out`.
+with the float32 file of the same network as the peer: ``x float32``). The JSON also
+records the median CPU time of the invoking thread (``latency_cpu_ms``, ``x_float32_cpu``),
+which a busy host inflates less than the wall time, and the load average when the files were
+timed (``timing_load_average``) and the CPU's model and the flags XNNPACK's kernels depend
+on (``timing_cpu``: an AVX2-only host runs int8 no faster than float32,
+`benchmarks/results/int8_speed_avx2/`). The table gives the median over the seeds of each figure.
+Writes ``int8_fidelity.json`` and ``int8_fidelity.md`` to `--out`.
 """
 
 from __future__ import annotations
@@ -216,15 +220,18 @@ def measure(path: str, images, labels, reference) -> dict:
     }
 
 
-def latencies(paths: dict[str, str]) -> dict[str, float]:
-    """Median ms at 1 thread (XNNPACK) of every file, timed interleaved in one run."""
+def latencies(paths: dict[str, str]) -> dict[str, tuple[float, float]]:
+    """`(wall, cpu)`: median ms at 1 thread (XNNPACK) of every file, timed interleaved in
+    one run: wall-clock, and the CPU time of the invoking thread (the one interpreter thread
+    runs in it), which leaves out the time other processes held the core."""
     import numpy as np
 
     from keras_mvit2.latency.litert_timing import make_interpreter, measure_interleaved
 
     interpreters = {key: make_interpreter(path, threads=1) for key, path in paths.items()}
     samples = measure_interleaved(interpreters, runs=TIMING_RUNS, warmup=5)
-    return {key: float(np.median(s.wall_ms)) for key, s in samples.items()}
+    return {key: (float(np.median(s.wall_ms)), float(np.median(s.cpu_ms)))
+            for key, s in samples.items()}
 
 
 def run_qat(model, size: int, folder: str, args, calibration) -> dict:
@@ -349,12 +356,18 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
                 print(f"{key} {row_key}: {done[row_key]}", flush=True)
             files[row_key] = out
         files[f"{arch} float32"] = f32
+    from keras_mvit2.latency.host_info import cpu_features
+
+    load = [round(v, 2) for v in os.getloadavg()]
+    cpu = cpu_features()  # XNNPACK picks its kernels by these flags: int8's speed depends on them
     timing = latencies(files)
     for row_key, row in done.items():
         if row_key in timing:
-            arch = row_key.split()[0]
-            row["latency_ms"] = timing[row_key]
-            row["x_float32"] = timing[row_key] / timing[f"{arch} float32"]
+            (wall, cpu_ms), peer = timing[row_key], timing[f"{row_key.split()[0]} float32"]
+            wall_f32, cpu_f32 = peer
+            row.update(latency_ms=wall, x_float32=wall / wall_f32, latency_cpu_ms=cpu_ms,
+                       x_float32_cpu=cpu_ms / cpu_f32, timing_load_average=load,
+                       timing_cpu={"model": cpu["model"], "flags": cpu["flags"]})
 
 
 def qat_run(rows: dict, seed: str) -> dict:
