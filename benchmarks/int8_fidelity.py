@@ -363,8 +363,8 @@ def run_size_seed(size: int, seed: int, args, results: dict) -> None:
     timing = latencies(files)
     for row_key, row in done.items():
         if row_key in timing:
-            (wall, cpu_ms), peer = timing[row_key], timing[f"{row_key.split()[0]} float32"]
-            wall_f32, cpu_f32 = peer
+            wall, cpu_ms = timing[row_key]
+            wall_f32, cpu_f32 = timing[f"{row_key.split()[0]} float32"]
             row.update(latency_ms=wall, x_float32=wall / wall_f32, latency_cpu_ms=cpu_ms,
                        x_float32_cpu=cpu_ms / cpu_f32, timing_load_average=load,
                        timing_cpu={"model": cpu["model"], "flags": cpu["flags"]})

@@ -59,7 +59,6 @@ from keras_mvit2.export.tflite.flatbuffer import (
     decode_name,
     op_names,
     parse_flatbuffer,
-    read_flatbuffer,
     tensor_indices,
 )
 from keras_mvit2.export.tflite.inspect import (
@@ -655,7 +654,7 @@ def _check_int16x8_hazards(concrete_function, model: keras.Model) -> None:
     and searched for such ops, so the user gets an error instead of a dead interpreter.
     """
     converter = _make_converter(concrete_function)
-    summary_model = read_flatbuffer(converter.convert())
+    summary_model = parse_flatbuffer(converter.convert())  # a one-off file: not cached
     names = op_names(summary_model)
     hazards: list[str] = []
     for subgraph in summary_model.subgraphs or []:
