@@ -115,6 +115,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     if workers:
         config.option.numprocesses = workers
         config.option.dist = "loadfile"
+    if getattr(config.option, "dist", None) == "loadfile" and _orders_longest_first(config):
+        # pytest-xdist would otherwise hand out the modules by their number of tests.
+        config.option.loadscopereorder = False
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -145,6 +148,12 @@ def _measured_seconds(path: str = DURATIONS) -> dict[str, float]:
         return {}
 
 
+def _orders_longest_first(config: pytest.Config) -> bool:
+    """Whether the run takes the slow tier, whose modules come longest first."""
+    return bool(config.getoption("--run-slow")
+                or SLOW in (config.getoption("markexpr", "") or ""))
+
+
 def _longest_modules_first(items: list[pytest.Item], seconds: dict[str, float]) -> None:
     """Reorders `items` (stable) by their module's measured `seconds`, longest first, each
     module whole; modules not measured (new ones) last. pytest-xdist hands out a module at a
@@ -156,8 +165,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.suffix == ".ipynb":  # nbmake: every notebook executes end to end
             item.add_marker(SLOW)
-    markexpr = config.getoption("markexpr", "") or ""
-    if config.getoption("--run-slow") or SLOW in markexpr:
+    if _orders_longest_first(config):
         _longest_modules_first(items, _measured_seconds())
         return
     fast = [item for item in items if not _is_slow(item)]

@@ -197,6 +197,42 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"
 </testsuite></testsuites>"""
 
 
+ORDER = """
+import os
+
+def _record(name):
+    with open(os.environ["ORDER_FILE"], "a") as f:
+        f.write(name + "\\n")
+
+{tests}
+"""
+
+
+@pytest.mark.slow  # a pytest-xdist run in a subprocess
+def test_pytest_xdist_hands_out_the_measured_longest_module_first(pytester, monkeypatch):
+    """pytest-xdist's --dist loadfile would hand out the module with the most tests first
+    (its `--loadscope-reorder`, on by default): with the slow tier, the measured longest
+    comes first. One worker runs the modules in the order they are handed out."""
+    pytest.importorskip("xdist")
+    with open(ROOT_CONFTEST) as f:
+        pytester.makeconftest(f.read())
+    tests = "\n".join(f"def test_{i}():\n    _record('{{0}}_{i}')\n" for i in range(3))
+    pytester.makepyfile(test_many=ORDER.format(tests=tests).format("many"),
+                        test_long=ORDER.format(tests=tests.split("\n\n")[0]).format("long"))
+    results = pytester.path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (results / "test_durations.json").write_text(json.dumps({"modules": [
+        {"module": "test_long.py", "tests": 1, "seconds": 100.0},
+        {"module": "test_many.py", "tests": 3, "seconds": 1.0}]}))
+    order = pytester.path / "order.txt"
+    monkeypatch.setenv("ORDER_FILE", str(order))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--run-slow", "-n", "1",
+                                           "--dist", "loadfile")
+    result.assert_outcomes(passed=4)
+    assert order.read_text().split() == ["long_0", "many_0", "many_1", "many_2"]
+
+
 def test_durations_sums_each_modules_tests_from_the_junit_report(tmp_path):
     from benchmark_scripts import load_benchmark
 
