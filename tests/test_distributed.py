@@ -13,6 +13,7 @@ all-reduce and of the synchronized BatchNorm moments), and the trained models gi
 same class probabilities on test images (absolute 1e-4).
 """
 
+import functools
 import json
 import os
 import signal
@@ -118,11 +119,18 @@ def _wait_all(procs: list[subprocess.Popen], tmp_path) -> None:
                 p.wait()
 
 
-def _predictions(path: str) -> np.ndarray:
+@functools.cache
+def _test_images() -> np.ndarray:
     source = fashion_mnist("test", limit=64)
-    images = next(iter(make_eval_dataset(source, image_size=32, batch_size=64, num_classes=10,
-                                         crop_ratio=1.0)))[0]
-    return keras.saving.load_model(path).predict(images, verbose=0)
+    return next(iter(make_eval_dataset(source, image_size=32, batch_size=64, num_classes=10,
+                                       crop_ratio=1.0)))[0]
+
+
+@functools.cache
+def _predictions(path: str) -> np.ndarray:
+    """What the saved model at `path` predicts for 64 test images (the reference run's model
+    is compared by both tests: loaded once)."""
+    return keras.saving.load_model(path).predict(_test_images(), verbose=0)
 
 
 def _assert_same_run(run: dict, reference: dict) -> None:

@@ -14,6 +14,7 @@ import glob
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 
@@ -721,13 +722,20 @@ def test_mixed_float16_run_saves_a_float32_model(tmp_path):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def two_epoch_run(tmp_path_factory):
+    """A finished run of `tiny_config` (2 epochs of 4 steps, TensorBoard on): (config,
+    result). Tests that change the run work on a copy of its folder."""
+    config = tiny_config(tmp_path_factory.mktemp("two_epochs"), output={"tensorboard": True})
+    return config, training.train(config)
+
+
 @pytest.mark.slow
 @needs_fashion
-def test_a_run_logs_every_epoch_and_saves_the_model_its_metrics_describe(tmp_path):
+def test_a_run_logs_every_epoch_and_saves_the_model_its_metrics_describe(two_epoch_run):
     """TensorBoard events, `metrics.json` equal to the result, both weights evaluated on
     every validation image, and a softmax inference model."""
-    config = tiny_config(tmp_path, output={"tensorboard": True})
-    result = training.train(config)
+    config, result = two_epoch_run
     assert result.optimizer_step == 8
     assert [np.isfinite(epoch["loss"]) for epoch in result.history] == [True, True]
     assert result.metrics["raw"].num_examples == result.metrics["ema"].num_examples == 128
@@ -812,34 +820,37 @@ def _all_finite(path) -> bool:
 
 
 @pytest.mark.slow
-def test_diverged_run_stops_keeps_earlier_checkpoints_and_resumes(tmp_path):
-    out = tmp_path / "run"
-    first = training.train(tiny_config(tmp_path, training={"epochs": 1}))
-    model_mtime = os.path.getmtime(first.model_path)
-    assert _all_finite(first.model_path)
+@needs_fashion
+def test_diverged_run_stops_keeps_earlier_checkpoints_and_resumes(two_epoch_run, tmp_path):
+    out = tmp_path / "run"  # `tiny_config(tmp_path)`'s folder: a copy of the finished run
+    shutil.copytree(two_epoch_run[1].output_dir, out)
+    model_path = out / "model.keras"
+    model_mtime = os.path.getmtime(model_path)
+    assert _all_finite(model_path)
 
-    # lr 1e12 from epoch 2 on (a longer run at another rate: `replan=True`): the loss is
+    # lr 1e12 from epoch 3 on (a longer run at another rate: `replan=True`): the loss is
     # NaN within the epoch.
     diverging = tiny_config(tmp_path, training={"epochs": 3},
                             optimizer={"lr": 1e12, "reference_batch_size": 16})
     with pytest.raises(training.TrainingDivergedError) as info:
         training.train(diverging, replan=True)
     err = info.value
-    assert err.epoch == 2 and err.batch is not None and 1 <= err.batch <= 4
+    assert err.epoch == 3 and err.batch is not None and 1 <= err.batch <= 4
     message = str(err)
     assert len(message.splitlines()) == 1
     assert "loss became nan" in message or "loss became inf" in message
     assert "optimizer.lr=1e+12" in message and "clip_global_norm" in message
-    assert err.last_checkpoint.endswith("epoch_0001.weights.h5")
-    # The finite epoch-1 checkpoint stays and is still the one to resume from; nothing of
+    assert err.last_checkpoint.endswith("epoch_0002.weights.h5")
+    # The finite epoch-2 checkpoint stays and is still the one to resume from; nothing of
     # the diverged epoch and no model was written.
-    assert sorted(os.listdir(out / "checkpoints")) == ["epoch_0001.weights.h5", "state.json"]
-    assert training.latest_checkpoint(out)["epoch"] == 1
-    assert os.path.getmtime(first.model_path) == model_mtime and _all_finite(first.model_path)
+    assert sorted(os.listdir(out / "checkpoints")) == [
+        "epoch_0001.weights.h5", "epoch_0002.weights.h5", "state.json"]
+    assert training.latest_checkpoint(out)["epoch"] == 2
+    assert os.path.getmtime(model_path) == model_mtime and _all_finite(model_path)
 
-    # A rerun with a sane learning rate resumes after epoch 1 and finishes finite.
+    # A rerun with a sane learning rate resumes after epoch 2 and finishes finite.
     resumed = training.train(tiny_config(tmp_path, training={"epochs": 3}), replan=True)
-    assert resumed.initial_epoch == 1 and len(resumed.history) == 3
+    assert resumed.initial_epoch == 2 and len(resumed.history) == 3
     assert all(np.isfinite(h["loss"]) for h in resumed.history)
     assert _all_finite(resumed.model_path) and _all_finite(resumed.ema_model_path)
 
