@@ -50,6 +50,14 @@ def test_images(demo):
     return np.repeat(images, 3, axis=-1).astype("float32"), y
 
 
+@pytest.fixture(scope="module")
+def saved_model_top1(demo, test_images):
+    """The saved `.keras` model, loaded here, and its top-1 on `test_images`."""
+    model = keras.saving.load_model(demo.paths["model"], compile=False)
+    x, _ = test_images
+    return model, np.asarray(model.predict(x, batch_size=250, verbose=0)).argmax(-1)
+
+
 def test_summary_json_holds_the_result(demo):
     with open(demo.paths["summary"]) as f:
         summary = json.load(f)
@@ -64,11 +72,11 @@ def test_summary_json_holds_the_result(demo):
             assert path is not None and os.path.exists(path), (name, path)
 
 
-def test_accuracy_equals_a_recomputation_from_the_saved_model(demo, test_images):
-    x, y = test_images
-    model = keras.saving.load_model(demo.paths["model"], compile=False)
+def test_accuracy_equals_a_recomputation_from_the_saved_model(demo, test_images,
+                                                            saved_model_top1):
+    _, y = test_images
+    model, predicted = saved_model_top1
     assert model.input_shape[1:] == (SMALL.image_size, SMALL.image_size, 3)
-    predicted = np.asarray(model.predict(x, batch_size=250, verbose=0)).argmax(-1)
     assert demo.num_test_images == len(y) == SMALL.test_images
     assert demo.accuracy == float(np.mean(predicted == y))
     with open(demo.paths["metrics"]) as f:
@@ -78,7 +86,7 @@ def test_accuracy_equals_a_recomputation_from_the_saved_model(demo, test_images)
     assert demo.top5 >= demo.accuracy
 
 
-def test_tflite_is_full_int8_and_its_figures_are_right(demo, test_images):
+def test_tflite_is_full_int8_and_its_figures_are_right(demo, test_images, saved_model_top1):
     path = demo.paths["tflite"]
     assert float_ops_from_interpreter(path) == {} and demo.int8_float_ops == {}
     interpreter = Interpreter(model_path=path)
@@ -94,8 +102,7 @@ def test_tflite_is_full_int8_and_its_figures_are_right(demo, test_images):
     assert out["shape"].tolist() == [1, 10]
 
     x, y = test_images
-    model = keras.saving.load_model(demo.paths["model"], compile=False)
-    keras_top1 = np.asarray(model.predict(x, batch_size=250, verbose=0)).argmax(-1)
+    _, keras_top1 = saved_model_top1
     int8_top1 = []
     for image in x:
         interpreter.set_tensor(inp["index"], image[None])
