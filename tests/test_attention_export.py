@@ -1,7 +1,7 @@
 """Every attention mechanism, inside MobileViTv2-0.5 and DeiT-Tiny, converts to TFLite
-(builtin ops only, run in LiteRT); inside DeiT-Tiny to a Core ML ML Program (inside
-MobileViTv2-0.5: `tests/test_attention_contract.py`); the linear mechanisms have no N x N
-tensor in the converted graph."""
+(builtin ops only, run in LiteRT); inside a DeiT-Tiny of two blocks to a Core ML ML Program
+(inside MobileViTv2-0.5: `tests/test_attention_contract.py`); the linear mechanisms have no
+N x N tensor in the converted graph."""
 
 import keras
 import numpy as np
@@ -24,11 +24,18 @@ def _mobilevitv2(attention):
                           classifier_activation=None, attention=attention)
 
 
-def _deit_tiny(attention):
+def _deit_tiny(attention, **kwargs):
     config = dict(attention) if isinstance(attention, dict) else {"name": attention}
     config.pop("num_heads", None)  # DeiT-Tiny has 3 heads; the model sets them
     return mv.create_model("deit_tiny", input_shape=(96, 96, 3), classes=10,
-                           classifier_activation=None, attention=config)
+                           classifier_activation=None, attention=config, **kwargs)
+
+
+#: Blocks of the DeiT-Tiny converted to Core ML: its 12 blocks are one block repeated (same
+#: layers, same ops, other weights), and the Core ML test asserts what the program holds, not
+#: numbers; two blocks keep a block's output feeding the next one's attention, at less than
+#: half the conversion time. The TFLite test converts and compares the whole 12-block model.
+COREML_DEIT_DEPTH = 2
 
 
 def _max_axes_equal(shape, n):
@@ -77,15 +84,19 @@ def _tflite_tensor_shapes(path):
 @pytest.mark.usefixtures("ct")
 @pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
 def test_coreml_ml_program_in_deit_tiny(name, tmp_path):
-    """Every attention inside DeiT-Tiny converts to an ML Program. Inside MobileViTv2-0.5
-    (the same 64x64 model as here) each one is converted, and its layout checked, by
+    """Every attention inside DeiT-Tiny (its blocks: `COREML_DEIT_DEPTH` of them) converts
+    to an ML Program: the attention's call on `(B, N, D)` tokens. Inside MobileViTv2-0.5
+    (`(B, P, N, d)` tokens; the separable attention channels-first) each one is converted,
+    and its layout checked, by
     `tests/test_attention_contract.py::test_coreml_converts_in_the_attentions_layout`."""
     from keras_mvit2.export import to_coreml
 
-    report = to_coreml(_deit_tiny(ATTENTION_CONFIGS[name]), tmp_path / "m.mlpackage",
-                       quantization="float32", image_input=False)
+    model = _deit_tiny(ATTENTION_CONFIGS[name], depth=COREML_DEIT_DEPTH)
+    report = to_coreml(model, tmp_path / "m.mlpackage", quantization="float32",
+                       image_input=False)
     assert report.max_tensor_rank <= 5
     assert report.outputs[0]["shape"] == [1, 10]
+    assert report.metadata["keras_mvit2.attention"] == name  # the package says which one
 
 
 
@@ -94,7 +105,9 @@ def test_coreml_ml_program_in_deit_tiny(name, tmp_path):
 @pytest.mark.usefixtures("ct")
 @pytest.mark.parametrize("name", ["mobilevit_xxs", "mobilevit_xs", "mobilevit_s"])
 def test_mobilevit_v1_converts_to_tflite_and_coreml(name, tmp_path, rng):
-    """The v1 baselines (MHA, fusion block) export like the rest of the zoo."""
+    """The v1 baselines (MHA, fusion block) export like the rest of the zoo: each to TFLite
+    (compared with Keras), and to Core ML the smallest: the three are one architecture
+    (the same layers and ops, other channel counts), and the Core ML check is structural."""
     from keras_mvit2.export import to_coreml
 
     model = mv.create_model(name, input_shape=(64, 64, 3), classes=10,
@@ -106,5 +119,7 @@ def test_mobilevit_v1_converts_to_tflite_and_coreml(name, tmp_path, rng):
     assert report.flex_ops == [] and report.custom_ops == [] and report.max_tensor_rank <= 4
     scale = max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(run_tflite(report.path, x), want, atol=1e-4 * scale)
+    if name != "mobilevit_xxs":
+        return
     coreml = to_coreml(model, tmp_path / "m.mlpackage", quantization="float32", image_input=False)
     assert coreml.max_tensor_rank <= 5 and coreml.outputs[0]["shape"] == [1, 10]

@@ -148,11 +148,12 @@ def test_palettized_weights_are_the_look_up_tables_applied(trained, fashion_test
     )
 
     path = tmp_path / "palettize_4bit.mlpackage"
-    to_coreml(trained, path, class_names=[str(i) for i in range(10)],
-              **COMPRESSION_RECIPES["palettize_4bit"].options())
+    report = to_coreml(trained, path, class_names=[str(i) for i in range(10)],
+                       **COMPRESSION_RECIPES["palettize_4bit"].options())
     program = load_package_program(path)
     luts = [op for op in program.function.operations if op.op_type == "constexpr_lut_to_dense"]
     assert len(luts) > 40
+    assert report.op_histogram["constexpr_lut_to_dense"] == len(luts)  # what the report says
     float_weights = load_package_program(fp32_package).weights
     compared = approximated = 0
     for op in luts:
