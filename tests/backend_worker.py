@@ -35,14 +35,16 @@ JOB.json (every key optional):
   backend, loaded and run here on the images `x` of `npz` (the saving backend's outputs:
   `y`), then saved again to `save_to` (a `.keras` file, or its `.weights.h5`);
   `"keras_files"`: `{key: {"path", "npz", "save_to"}}`, each loaded and saved in turn the
-  same way (after `"keras_file"`);
-- `"keras_hub"`: a folder: the KerasHub ImageClassifier made from the first oracle model,
-  run, saved there as a preset (`save_to_preset`) and loaded back through
+  same way (before `"keras_file"`: saving a whole `.keras` file may import TensorFlow);
+- `"keras_hub"`: a folder: the KerasHub ImageClassifier made from the first oracle model
+  (its first static model, the one `"oracle"` built and ran), run, saved there as a preset
+  (`save_to_preset`) and loaded back through
   `keras_hub.models.ImageClassifier.from_preset`, run again, and (PyTorch) its `predict`
   on `raw_photos()` saved there as `predict_raw.npy`; last (keras_hub itself imports
   TensorFlow).
 
 RESULT.json: the backend, `tf_after_import` / `tf_after_run` (was TensorFlow imported),
+`stages` (seconds of the import and of each part),
 and per case the max |difference| and the max |reference| (`"keras_files"`: per key; each
 file's `tf_after_load` / `tf_after_save` tell whether TensorFlow had been imported by then,
 by it or by anything before it).
@@ -77,7 +79,9 @@ def _build(mv, case: dict, input_shape: tuple):
     return model
 
 
-def run_oracle(mv, case: dict) -> list[dict]:
+def run_oracle(mv, case: dict, built: dict | None = None) -> list[dict]:
+    """`case`'s rows; each static model is kept in `built` (key: (name, tag)), for
+    `run_keras_hub`, which starts from the first."""
     import numpy as np
 
     results = []
@@ -93,7 +97,10 @@ def run_oracle(mv, case: dict) -> list[dict]:
 
     for tag in case.get("static", []):
         height, width = (int(s) for s in tag.split("x"))
-        compare(_build(mv, case, (height, width, 3)), tag, "static")
+        model = _build(mv, case, (height, width, 3))
+        compare(model, tag, "static")
+        if built is not None:
+            built[(case["name"], tag)] = model
     if case.get("dynamic"):
         model = _build(mv, case, (None, None, 3))
         for tag in case["dynamic"]:
@@ -193,7 +200,9 @@ def raw_photos():
     return np.random.default_rng(0).integers(0, 256, (2, 300, 260, 3), dtype=np.uint8)
 
 
-def run_keras_hub(mv, case: dict, folder: str) -> list[dict]:
+def run_keras_hub(mv, case: dict, folder: str, built: dict | None = None) -> list[dict]:
+    """`case`'s model at its first static size (`built`'s by `run_oracle`, its weights
+    unchanged since: the classifier copies them) as a KerasHub ImageClassifier."""
     import keras
     import numpy as np
 
@@ -203,7 +212,7 @@ def run_keras_hub(mv, case: dict, folder: str) -> list[dict]:
         ref = dict(data)
     tag = case["static"][0]
     height, width = (int(s) for s in tag.split("x"))
-    net = _build(mv, case, (height, width, 3))
+    net = (built or {}).get((case["name"], tag)) or _build(mv, case, (height, width, 3))
     classifier = kerashub.classifier_from_model(net, float(case["name"].rsplit("_", 1)[-1]) / 100)
     # The call, not `predict` (which runs the classifier's preprocessor on raw images).
     logits = keras.ops.convert_to_numpy(classifier(ref[f"x_{tag}"], training=False))
@@ -285,24 +294,38 @@ def main(job_path: str, result_path: str) -> None:
     result = {"backend": keras.backend.backend(),
               "tf_after_import": "tensorflow" in sys.modules,
               "oracle": [], "weights_h5": []}
+    stages = result["stages"] = {"import": time.perf_counter() - start}
+
+    def stage(name: str, run):
+        begin = time.perf_counter()
+        value = run()
+        stages[name] = time.perf_counter() - begin
+        return value
+
+    built = {}  # the oracle's static models, the first one reused by "keras_hub"
     for case in job.get("oracle", []):
-        result["oracle"] += run_oracle(mv, case)
+        result["oracle"] += stage(f"oracle {case['name']}",
+                                  lambda case=case: run_oracle(mv, case, built))
     if job.get("weights_h5"):
-        result["weights_h5"] = run_weights_h5(mv, job["weights_h5"])
+        result["weights_h5"] = stage("weights_h5", lambda: run_weights_h5(mv, job["weights_h5"]))
     if job.get("torch_road"):
-        result["torch_road"] = run_torch_road(mv, job["torch_road"])
+        result["torch_road"] = stage("torch_road",
+                                     lambda: run_torch_road(mv, job["torch_road"]))
     if job.get("zoo"):
-        result["zoo"] = run_zoo(job["zoo"])
+        result["zoo"] = stage("zoo", lambda: run_zoo(job["zoo"]))
     if job.get("tasks"):
-        result["tasks"] = run_tasks(mv, job["tasks"])
+        result["tasks"] = stage("tasks", lambda: run_tasks(mv, job["tasks"]))
     result["tf_after_run"] = "tensorflow" in sys.modules
-    if job.get("keras_file"):  # loading: no TensorFlow; saving: Keras' own import (below)
-        result["keras_file"] = run_keras_file(job["keras_file"])
+    # Saving a `.weights.h5` imports no TensorFlow; saving a whole `.keras` file may (Keras'
+    # own import, `run_keras_file`): the weight-only saves come first.
     if job.get("keras_files"):
-        result["keras_files"] = {key: run_keras_file(case)
-                                 for key, case in job["keras_files"].items()}
+        result["keras_files"] = stage("keras_files", lambda: {
+            key: run_keras_file(case) for key, case in job["keras_files"].items()})
+    if job.get("keras_file"):  # loading: no TensorFlow; saving: Keras' own import (above)
+        result["keras_file"] = stage("keras_file", lambda: run_keras_file(job["keras_file"]))
     if job.get("keras_hub") and job.get("oracle"):
-        result["keras_hub"] = run_keras_hub(mv, job["oracle"][0], job["keras_hub"])
+        result["keras_hub"] = stage("keras_hub", lambda: run_keras_hub(
+            mv, job["oracle"][0], job["keras_hub"], built))
     result["seconds"] = time.perf_counter() - start
     with open(result_path, "w") as f:
         json.dump(result, f, indent=2)

@@ -5,16 +5,16 @@ when imported, and on this stack a PyTorch convolution segfaults in a process th
 imported TensorFlow, so the worker must not import it (and checks that nothing did).
 
 Every test here checks what a process on another backend did (slow tier, as `.ci/run` runs
-it); the tests of each group below share one worker per backend (a process costs its
-imports, ~5-8 s):
+it); all of them share one worker per backend (`_backend_worker`: a process costs its
+imports, ~5-8 s, and JAX its start), which does every part below:
 
-- On both backends (one worker each for the three parts): every layer of
+- On both backends: every layer of
   `keras_mvit2.layers` (`model_utils.layer_zoo`, three small models: each attention of the
   zoo, the MobileViT v1 and ViT blocks) saved here as `.keras` gives there the outputs it
   gives here, and its weights saved there (`.weights.h5`) load here with them bit for bit
   (JAX's workers compile with XLA's quickest CPU settings, `model_utils.jax_quick_compile`).
-- On both backends, in their timm-oracle worker below (whole-model builds, ~7 s each on
-  JAX; PyTorch's test of these reads that worker's result): `import keras_mvit2` and a
+- On both backends (whole-model builds, ~7 s each on JAX; PyTorch's test of these reads
+  the worker's result): `import keras_mvit2` and a
   MobileViTV2 on the backend load no TensorFlow; a
   `.weights.h5` saved here (TensorFlow) loads there, static and `(None, None, 3)`, with the
   same outputs; the file saved back there loads here with bit-identical weights and outputs;
@@ -233,8 +233,8 @@ def _check_crossing(backend: str, result: dict, saved: dict, capsys) -> None:
         assert "KERAS_BACKEND=tensorflow" in error, error
 
 
-# Each backend's crossing rides on its timm-oracle worker (below): one process per backend
-# for the whole models. JAX's is checked by its timm-oracle test; PyTorch's here.
+# Each backend's crossing rides on its one worker (`_backend_worker`, below). JAX's is
+# checked by its timm-oracle test; PyTorch's here.
 def test_no_tensorflow_and_weights_cross_backends_on_pytorch(torch_worker, tf_saved_weights,
                                                              capsys):
     _, result = torch_worker
@@ -260,23 +260,29 @@ def tf_layer_zoo(tmp_path_factory) -> dict:
     return saved
 
 
+def _layer_zoo_job(backend: str, saved: dict) -> dict:
+    """The worker's `keras_files`: each part of `tf_layer_zoo` loaded in turn, run, and its
+    weights saved there (`.weights.h5`)."""
+    folder = saved["folder"]
+    return {part: {"path": str(folder / f"{part}.keras"), "npz": str(folder / f"{part}.npz"),
+                   "save_to": str(folder / f"{part}_{backend}.weights.h5")}
+            for part in LAYER_ZOO_PARTS}
+
+
 @pytest.fixture(scope="module")
-def layer_zoo_worker(backend, tf_layer_zoo) -> dict:
-    """One worker on `backend` (the module-scoped parameter of the layer test) loads each
-    part of `tf_layer_zoo` in turn, runs it, and saves its weights there (`.weights.h5`)."""
-    folder = tf_layer_zoo["folder"]
-    job = {"keras_files": {part: {"path": str(folder / f"{part}.keras"),
-                                  "npz": str(folder / f"{part}.npz"),
-                                  "save_to": str(folder / f"{part}_{backend}.weights.h5")}
-                           for part in LAYER_ZOO_PARTS}}
-    return run_worker(backend, job, folder)
+def layer_zoo_worker(backend, request) -> dict:
+    """What the worker on `backend` (the module-scoped parameter of the layer test) did with
+    `tf_layer_zoo` (`_backend_worker`, which also does the whole models)."""
+    return request.getfixturevalue(f"{backend}_worker")[1]
 
 
 # The backend matrix: every layer on JAX and PyTorch (the whole models: the crossing above
 # and the timm-oracle test below). Three parts, so that each JAX model compiles in a few
-# seconds; one worker per backend runs all three (`layer_zoo_worker`; a process per part
-# took 9-13 s each on an idle AVX2-only 2-core host), and each part's test reads its row.
-# A part's `tf_after_load` / `tf_after_save` count what the parts before it imported too.
+# seconds; the backend's one worker runs all three (a process per part took 9-13 s each on
+# an idle AVX2-only 2-core host; a process for the layers apart from the whole models paid
+# the imports again: the result's `stages`), and each part's test reads its row. A part's
+# `tf_after_load` / `tf_after_save` count what the worker did before it too (the whole
+# models, the tasks).
 @pytest.mark.parametrize("part", LAYER_ZOO_PARTS)
 @pytest.mark.parametrize("backend", BACKENDS, scope="module")
 def test_every_layer_gives_tensorflows_outputs_on_each_backend(backend, part, tf_layer_zoo,
@@ -341,14 +347,16 @@ def oracle_job(timm_oracle_dir, timm_oracle_v1_dir) -> dict:
     return {"oracle": cases}
 
 
-def _oracle_worker(backend: str, request, tmp_path_factory) -> tuple[dict, dict]:
-    """(job, result) of the one whole-model worker on `backend`: the crossing of the weights
-    and files saved here (`_crossing_job`) and, with torch and timm, timm's logits
-    (`oracle_job`) and the KerasHub preset; on PyTorch also the rest of the zoo."""
+def _backend_worker(backend: str, request, tmp_path_factory) -> tuple[dict, dict]:
+    """(job, result) of the one worker on `backend`: every layer (`tf_layer_zoo`), the
+    crossing of the weights and files saved here (`_crossing_job`) and, with torch and timm,
+    timm's logits (`oracle_job`) and the KerasHub preset; on PyTorch also the rest of the
+    zoo."""
     if not _available(backend):  # before the fixtures below build anything
         pytest.skip(f"the {backend} backend is not installed (pip install -e '.[{backend}]')")
     folder = tmp_path_factory.mktemp(f"backends_{backend}")
     job = _crossing_job(backend, request.getfixturevalue("tf_saved_weights"))
+    job["keras_files"] = _layer_zoo_job(backend, request.getfixturevalue("tf_layer_zoo"))
     if TORCH_READY:
         cases = request.getfixturevalue("oracle_job")["oracle"]
         if backend == "jax":  # each build and size runs op by op (~11 s): MobileViTV2-0.5
@@ -365,12 +373,12 @@ def _oracle_worker(backend: str, request, tmp_path_factory) -> tuple[dict, dict]
 
 @pytest.fixture(scope="module")
 def jax_worker(request, tmp_path_factory) -> tuple[dict, dict]:
-    return _oracle_worker("jax", request, tmp_path_factory)
+    return _backend_worker("jax", request, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def torch_worker(request, tmp_path_factory) -> tuple[dict, dict]:
-    return _oracle_worker("torch", request, tmp_path_factory)
+    return _backend_worker("torch", request, tmp_path_factory)
 
 
 @pytest.mark.torch
@@ -382,7 +390,9 @@ def test_models_give_timms_logits(backend, oracle_job, capsys, request):
     rows = result["oracle"] + result.get("keras_hub", [])
     _report(capsys, [f"[{backend}] {r['model']} {r['input']}: max|dlogit| = "
                      f"{r['max_abs_diff']:.1e} (|logit| <= {r['max_abs_ref']:.2f})"
-                     for r in rows] + [f"[{backend}] worker: {result['seconds']:.0f} s"])
+                     for r in rows] + [f"[{backend}] worker: {result['seconds']:.0f} s ("
+                             + ", ".join(f"{k} {v:.0f} s" for k, v in result["stages"].items())
+                             + ")"])
     expected = {(case["name"], f"{mode} {tag}") for case in cases
                 for mode, tags in (("static", case["static"]), ("dynamic", case["dynamic"]))
                 for tag in tags}
