@@ -18,12 +18,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tiny_model  # noqa: F401  (registers tiny_mvit2)
 
 from keras_mvit2 import training
 from keras_mvit2.layers import attention_registry
-from keras_mvit2.models import MobileViTV2Block, list_models
-from keras_mvit2.models.builder_utils import classifier_head, load_weights, model_input
-from keras_mvit2.models.registry import register_model
 
 FASHION = "/usr/share/datasets/fashion-mnist"
 needs_fashion = pytest.mark.skipif(
@@ -31,34 +29,6 @@ needs_fashion = pytest.mark.skipif(
     reason="Debian's dataset-fashion-mnist is not installed",
 )
 MECHANISMS = ["separable", "mha", "linformer", "rfa", "mobile_attention"]
-
-
-def tiny_attention_classifier(
-    include_top=True,
-    weights=None,
-    input_tensor=None,
-    input_shape=None,
-    pooling=None,
-    classes=10,
-    classifier_activation="softmax",
-    dropout=0.0,
-    name="tiny_attention_classifier",
-    *,
-    attention="separable",
-):
-    """A strided convolution, one MobileViTV2 block of `attention` and the classifier head."""
-    inputs, x = model_input(input_tensor, input_shape or (32, 32, 3))
-    x = keras.layers.Conv2D(16, 3, strides=4, use_bias=False, name="stem_conv")(x)
-    x = MobileViTV2Block(16, 1, attention=attention, name="block")(x)
-    outputs = classifier_head(x, include_top=include_top, pooling=pooling, classes=classes,
-                              classifier_activation=classifier_activation, dropout=dropout)
-    model = keras.Model(inputs, outputs, name=name)
-    load_weights(model, weights)
-    return model
-
-
-if "tiny_attention_classifier" not in list_models():
-    register_model(tiny_attention_classifier)
 
 
 def test_the_smoke_test_covers_every_registered_attention():
@@ -194,8 +164,9 @@ def test_every_attention_gets_gradients_that_lower_the_loss(mechanism, fashion_b
 def test_the_trained_attention_is_reported_everywhere(tmp_path, capsys):
     """`mvit2 train` and `mvit2 eval` say which attention the run trained (the exported
     files say it too, for every attention: tests/test_attention_contract.py). The run
-    trains `tiny_attention_classifier`, one MobileViTV2 block (the reports read the
-    attention layers of whatever model was trained), so its train step traces quickly."""
+    trains `tiny_mvit2` (tests/tiny_model.py: stem, inverted residual, one MobileViTV2
+    block; the reports read the attention layers of whatever model was trained), so its
+    train step traces quickly."""
     from PIL import Image
 
     from keras_mvit2.cli.main import main
@@ -209,7 +180,7 @@ def test_the_trained_attention_is_reported_everywhere(tmp_path, capsys):
             Image.fromarray(np.clip(pixels, 0, 255).astype("uint8")).save(
                 data / name / f"{i}.png")
     out = tmp_path / "run"
-    sets = ["model.name=tiny_attention_classifier", "model.attention=multi_head",
+    sets = ["model.name=tiny_mvit2", "model.attention=multi_head",
             "model.image_size=32", "data.batch_size=8", "optimizer.reference_batch_size=8",
             "training.epochs=1", "schedule.warmup_epochs=0", "output.verbose=0",
             "output.tensorboard=false"]

@@ -1,6 +1,7 @@
 """`tiny_mvit2`: a two-stage network of the package's own layers (stem, InvertedResidual,
-MobileViTV2Block with stochastic depth, classifier head), registered as a model name on
-import, so that training tests trace cheaply on 2 shared cores.
+MobileViTV2Block with stochastic depth and any registered attention, classifier head),
+registered as a model name on import, so that training tests trace cheaply on 2 shared
+cores.
 
 Imports no TensorFlow: the backend workers (`backend_worker.py`) train it on JAX and
 PyTorch too.
@@ -27,6 +28,7 @@ def tiny_mvit2(
     name="tiny_mvit2",
     *,
     drop_path_rate=0.0,
+    attention="separable",
 ):
     inputs, x = model_input(input_tensor, input_shape or (32, 32, 3))
     x = keras.layers.ZeroPadding2D(1, name="stem_pad")(x)
@@ -34,7 +36,8 @@ def tiny_mvit2(
     x = batch_norm("stem_bn")(x)
     x = keras.layers.Activation("silu", name="stem_act")(x)
     x = InvertedResidual(24, strides=2, name="stage1_block0")(x)
-    x = MobileViTV2Block(16, 2, drop_path=[0.0, drop_path_rate], name="stage2_block1")(x)
+    x = MobileViTV2Block(16, 2, attention=attention, drop_path=[0.0, drop_path_rate],
+                         name="stage2_block1")(x)
     outputs = classifier_head(x, include_top=include_top, pooling=pooling, classes=classes,
                               classifier_activation=classifier_activation, dropout=dropout)
     model = keras.Model(inputs, outputs, name=name)
