@@ -181,9 +181,11 @@ FIDELITY_QAT = "int8_fidelity_qat/int8_fidelity.json"
 DEFAULT_ROW = "mobilevitv2_050 int8 p99.99"  # the default ranges, forms and zero points
 PLAIN_ROW = "mobilevitv2_050 int8 plain converter"
 CONTROL_ROW = "mobilenetv2_050 int8 plain converter"
-#: `int8_speed.py`'s result on each host measured: AVX-512 (VNNI) and AVX2 only.
+#: `int8_speed.py`'s result on each host measured: AMD with AVX-512 (VNNI), AMD with AVX2
+#: only, Intel with AVX-512 (VNNI) and AMX.
 SPEED = "int8_speed.json"
 SPEED_AVX2 = "int8_speed_avx2/int8_speed.json"
+SPEED_INTEL = "int8_speed_intel/int8_speed.json"
 #: The `mvit2 finetune` runs of the QAT on the shipped graph (finetune_int8_check.json).
 FINETUNE_QAT_RUNS = ("run_standin_2026_11_29", "run_random_2026_11_29",
                      "run_random_2026_11_29_reexport")
@@ -263,7 +265,8 @@ def int8_result_box(results: Results) -> str:
         "images and the paired test." if earlier else ""]))
     anchors = "; ".join(f"{r['model']}, {r['method']}: {r['int8_top1'] - r['float_top1']:+.2f}"
                         for r in published)
-    speeds = {"AVX-512": results.json(SPEED), "AVX2 only": results.json(SPEED_AVX2)}
+    speeds = {"AVX-512": results.json(SPEED), "AVX2 only": results.json(SPEED_AVX2),
+              "AVX-512 and AMX": results.json(SPEED_INTEL)}
 
     def speed_cell(speed, size):
         def ratios(model):
@@ -444,6 +447,17 @@ def _int8_speed_profile(results: Results, name: str) -> str:
 @renderer("int8_speed_profile_avx2")
 def int8_speed_profile_avx2(results: Results) -> str:
     return _int8_speed_profile(results, SPEED_AVX2)
+
+
+@renderer("int8_speed_gate_intel")
+def int8_speed_gate_intel(results: Results) -> str:
+    """The same benchmark on an Intel host (AVX-512 VNNI and AMX; its own result folder)."""
+    return _int8_speed_gate(results, SPEED_INTEL)
+
+
+@renderer("int8_speed_profile_intel")
+def int8_speed_profile_intel(results: Results) -> str:
+    return _int8_speed_profile(results, SPEED_INTEL)
 
 
 @renderer("int8_speed_separable")
