@@ -23,6 +23,7 @@ per result), so a benchmark's Markdown and the guides print the same figures.
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
@@ -434,30 +435,16 @@ def int8_speed_gate(results: Results) -> str:
     return _int8_speed_gate(results, SPEED)
 
 
-@renderer("int8_speed_gate_avx2")
-def int8_speed_gate_avx2(results: Results) -> str:
-    """The same benchmark on a host without AVX-512 (its own result folder)."""
-    return _int8_speed_gate(results, SPEED_AVX2)
-
-
 def _int8_speed_profile(results: Results, name: str) -> str:
     return "\n".join(_benchmark("int8_speed").profile_table(results.json(name)))
 
 
-@renderer("int8_speed_profile_avx2")
-def int8_speed_profile_avx2(results: Results) -> str:
-    return _int8_speed_profile(results, SPEED_AVX2)
-
-
-@renderer("int8_speed_gate_intel")
-def int8_speed_gate_intel(results: Results) -> str:
-    """The same benchmark on an Intel host (AVX-512 VNNI and AMX; its own result folder)."""
-    return _int8_speed_gate(results, SPEED_INTEL)
-
-
-@renderer("int8_speed_profile_intel")
-def int8_speed_profile_intel(results: Results) -> str:
-    return _int8_speed_profile(results, SPEED_INTEL)
+# The same benchmark's gate and profile on each other host, from its own result folder:
+# blocks `int8_speed_gate_<host>` and `int8_speed_profile_<host>`.
+for _host, _name in {"avx2": SPEED_AVX2, "intel": SPEED_INTEL}.items():
+    renderer(f"int8_speed_gate_{_host}")(functools.partial(_int8_speed_gate, name=_name))
+    renderer(f"int8_speed_profile_{_host}")(functools.partial(_int8_speed_profile,
+                                                               name=_name))
 
 
 @renderer("int8_speed_separable")
