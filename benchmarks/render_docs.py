@@ -254,11 +254,23 @@ def int8_result_box(results: Results) -> str:
     def judged_today(runs) -> bool:
         return all(r.get("p_value") is not None for r in runs)
 
-    today = [f"{size}x{size}" for size in sorted(qat) if judged_today(qat[size])]
-    earlier = [f"{size}x{size}" for size in sorted(qat) if not judged_today(qat[size])]
+    def sizes(today_or_not: bool) -> list[str]:
+        """The sizes (with their seeds where a size has runs of both kinds) whose QAT runs
+        were or were not judged by today's choice (they carry its p-value)."""
+        out = []
+        for size in sorted(qat):
+            seeds = [r["seed"] for r in qat[size]
+                     if (r.get("p_value") is not None) == today_or_not]
+            if seeds:
+                out.append(f"{size}x{size}" + ("" if len(seeds) == len(qat[size]) else
+                                               f" (seed{'s' * (len(seeds) > 1)} "
+                                               f"{', '.join(map(str, seeds))})"))
+        return out
+
+    today, earlier = sizes(True), sizes(False)
     if not judged_today([f for _, f, _ in finetune]):
         earlier.append("the fine-tunes")
-    judged = " ".join(filter(None, [
+    judged = " ".join(part[:1].upper() + part[1:] for part in filter(None, [
         f"{', '.join(today)}: judged on held-out images and training images set aside before "
         "training, by the exact paired test." if today else "",
         f"{', '.join(earlier)}: judged by the choice this page's earlier code made (held-out "
