@@ -251,16 +251,16 @@ def int8_result_box(results: Results) -> str:
     fine_judged = " / ".join(
         points(100 * (f["agreement_qat"] - f["agreement_post_training"])) for _, f, _ in finetune)
     fine_below = sum(bool(t["shipped_below_post_training"]) for _, _, t in finetune)
-    def judged_today(runs) -> bool:
-        return all(r.get("p_value") is not None for r in runs)
+    def judged_today(run) -> bool:
+        """Whether a QAT run was judged by today's choice (it carries the test's p-value)."""
+        return run.get("p_value") is not None
 
     def sizes(today_or_not: bool) -> list[str]:
         """The sizes (with their seeds where a size has runs of both kinds) whose QAT runs
-        were or were not judged by today's choice (they carry its p-value)."""
+        were or were not judged by today's choice."""
         out = []
         for size in sorted(qat):
-            seeds = [r["seed"] for r in qat[size]
-                     if (r.get("p_value") is not None) == today_or_not]
+            seeds = [r["seed"] for r in qat[size] if judged_today(r) == today_or_not]
             if seeds:
                 out.append(f"{size}x{size}" + ("" if len(seeds) == len(qat[size]) else
                                                f" (seed{'s' * (len(seeds) > 1)} "
@@ -268,7 +268,7 @@ def int8_result_box(results: Results) -> str:
         return out
 
     today, earlier = sizes(True), sizes(False)
-    if not judged_today([f for _, f, _ in finetune]):
+    if not all(judged_today(f) for _, f, _ in finetune):
         earlier.append("the fine-tunes")
     judged = " ".join(part[:1].upper() + part[1:] for part in filter(None, [
         f"{', '.join(today)}: judged on held-out images and training images set aside before "
