@@ -8,13 +8,15 @@ A phone runs a full-int8 file only because it is faster than float. For MobileVi
 each attention of the papers (the registry's default arguments, random weights: latency does
 not depend on them; int8 calibrated on 32 Fashion-MNIST training images), at each size:
 
-1. **The gate.** The float32 file and the full-int8 file (`to_tflite`'s defaults, int8 I/O)
-   timed interleaved in one run per thread count (`measure_interleaved`; 1 thread: the
-   calling thread's CPU time, 2 threads: wall clock), medians with distribution-free 95 %
-   intervals. Every int8 file that is not faster than its float32 file is named in a banner
-   and the script exits with status 1, so a change that slows int8 down is caught in the
-   round it lands. ms per GMAC of the separable model beside MobileNetV2-0.5's
-   (`keras.applications`, the same two conversions) at the largest size.
+1. **The gate.** The float32 file and the full-int8 file (`to_tflite`'s defaults, int8 I/O;
+   ``allow_float_ops=True`` for the attentions that declare float ops, `int8_float_ops`: RFA's
+   SIN / COS, MHA's and Linformer's SOFTMAX in float inside XNNPACK) timed interleaved in
+   one run per thread count (`measure_interleaved`; 1 thread: the calling thread's CPU time,
+   2 threads: wall clock), medians with distribution-free 95 % intervals. Every int8 file
+   that is not faster than its float32 file is named in a banner and the script exits with
+   status 1, so a change that slows int8 down is caught in the round it lands. ms per GMAC
+   of the separable model beside MobileNetV2-0.5's (`keras.applications`, the same two
+   conversions) at the largest size.
 2. **Where the time goes** (`--no-profile` skips it): at the largest size, 1 thread, each
    op of the int8 and the float32 file timed on its own
    (`keras_mvit2.latency.op_timing.op_profile`), summed per op kind, with the ops XNNPACK
@@ -25,8 +27,9 @@ not depend on them; int8 calibrated on 32 Fashion-MNIST training images), at eac
    the default file: the values are not the model's), every RSQRT a table (also the tiny
    ones), the file without the post-quantization rewrites (`fast_int8_kernels` off: RSQRT in
    LiteRT's kernel, constant matmul operands asymmetric), RFA's random features as 256-entry
-   tables (`lookup_tables`, ``islands``), Mobile-Attention's flow epsilon added, and the
-   products as written; and single ops of the attentions' shapes in each form (an int8
+   tables (`lookup_tables`, ``islands``), Mobile-Attention's flow epsilon added, the
+   products as written, and MHA's and Linformer's integer-only files (LiteRT's int8 SOFTMAX),
+   at each thread count; and single ops of the attentions' shapes in each form (an int8
    BATCH_MATMUL in XNNPACK and in LiteRT's kernel, a DIV and its products by rsqrt, RSQRT
    and its table).
 
@@ -89,8 +92,18 @@ def build_model(name: str, size: int):
                         classifier_activation="softmax")
 
 
+def declared_float_ops(name: str) -> bool:
+    """Whether the attention `name` declares float ops in full int8 (`int8_float_ops`): its
+    int8 file is converted with ``allow_float_ops=True`` (RFA's SIN / COS, the softmax
+    attentions' SOFTMAX islands), every other file integer-only."""
+    from keras_mvit2.layers import attention_registry
+
+    return name != CONTROL and bool(attention_registry.int8_float_ops(name))
+
+
 def convert(model, path: str, precision: str, images: np.ndarray, **options) -> dict[str, Any]:
-    """float32, or full int8 with int8 I/O calibrated on `images`; what the file holds."""
+    """float32, or full int8 with int8 I/O calibrated on `images` (`options`: `to_tflite`'s,
+    with `allow_float_ops` as `declared_float_ops` says); what the file holds."""
     from keras_mvit2.export import to_tflite
 
     if precision == "float32":
@@ -98,7 +111,7 @@ def convert(model, path: str, precision: str, images: np.ndarray, **options) -> 
     else:
         report = to_tflite(model, path, quantization=options.pop("quantization", "int8"),
                            representative_data=images, num_calibration_samples=len(images),
-                           io_dtype="int8", allow_float_ops=True, **options)
+                           io_dtype="int8", **options)
     return {"float_ops": dict(report.float_ops), "num_ops": int(report.num_ops),
             "xnnpack_partitions": report.num_xnnpack_partitions,
             "ops_outside_xnnpack": dict(report.ops_outside_xnnpack or {})}
@@ -144,7 +157,9 @@ def gate(args: argparse.Namespace, folder: str, images: dict[int, np.ndarray]
         for precision in PRECISIONS:
             path = os.path.join(folder, f"{name}_{size}_{precision}.tflite")
             print(f"{name} @{size}: {precision} ...", flush=True)
-            files[(name, size, precision)] = convert(model, path, precision, images[size])
+            files[(name, size, precision)] = convert(
+                model, path, precision, images[size],
+                **({"allow_float_ops": declared_float_ops(name)} if precision == "int8" else {}))
             paths[(name, size, precision)] = path
     times = timed(paths, args.threads, args)
     rows = []
@@ -241,6 +256,11 @@ def variants(args: argparse.Namespace, folder: str, images: dict[int, np.ndarray
     for name in ("linformer", "rfa", "mha"):
         plans.append((name, "products_as_written", small, "the products as written",
                       {"forms": dataclasses.replace(INT8, products="as_written")}))
+    for name in ("mha", "linformer"):
+        for size in sorted({small, large}):
+            plans.append((name, "integer_only", size,
+                          "integer-only (no allow_float_ops): LiteRT's int8 SOFTMAX",
+                          {"allow_float_ops": False}))
     paths: dict[Any, str] = {}
     made = []
     for name, key, size, what, how in plans:
@@ -253,17 +273,18 @@ def variants(args: argparse.Namespace, folder: str, images: dict[int, np.ndarray
             how(default, path)
             facts = None
         else:
-            facts = convert(build_model(name, size), path, "int8", images[size], **how)
+            facts = convert(build_model(name, size), path, "int8", images[size],
+                            **{"allow_float_ops": declared_float_ops(name), **how})
         paths[(name, size, key)] = path
         paths[(name, size, "default")] = default
         made.append((name, size, key, what, facts))
-    times = timed(paths, [1], args)
+    times = timed(paths, args.threads, args)
     return [{"model": name, "size": size, "variant": key, "what": what, "file": facts,
-             "variant_ms": times[((name, size, key), 1)],
-             "default_ms": times[((name, size, "default"), 1)],
-             "ratio": times[((name, size, key), 1)]["median"]
-             / times[((name, size, "default"), 1)]["median"]}
-            for name, size, key, what, facts in made]
+             "threads": n, "variant_ms": times[((name, size, key), n)],
+             "default_ms": times[((name, size, "default"), n)],
+             "ratio": times[((name, size, key), n)]["median"]
+             / times[((name, size, "default"), n)]["median"]}
+            for name, size, key, what, facts in made for n in args.threads]
 
 
 # --------------------------------------------------------------------------------------
@@ -451,10 +472,11 @@ def profile_table(result: dict[str, Any]) -> list[str]:
 
 
 def variants_table(result: dict[str, Any]) -> list[str]:
-    return ["| model | size | variant | ms | default ms | variant / default |",
-            "|---|---:|---|---:|---:|---:|"] + [
-        f"| {v['model']} | {v['size']} | {v['what']} | {_ms(v['variant_ms'])} | "
-        f"{_ms(v['default_ms'])} | {v['ratio']:.2f} |" for v in result["variants"]]
+    return ["| model | size | threads | variant | ms | default ms | variant / default |",
+            "|---|---:|---:|---|---:|---:|---:|"] + [
+        f"| {v['model']} | {v['size']} | {v.get('threads', 1)} | {v['what']} | "
+        f"{_ms(v['variant_ms'])} | {_ms(v['default_ms'])} | {v['ratio']:.2f} |"
+        for v in result["variants"]]
 
 
 def kernels_table(result: dict[str, Any]) -> list[str]:
@@ -487,8 +509,9 @@ def markdown(result: dict[str, Any]) -> str:
                   "1 thread (each op timed on its own; ms summed per op kind, the five "
                   "largest):", "", *profile_table(result)]
     if result.get("variants"):
+        when = ("at each thread count" if "threads" in result["variants"][0] else "1 thread")
         lines += ["", "The forms and rewrites the default int8 file does not use, against it "
-                  "(1 thread):", "", *variants_table(result)]
+                  f"({when}):", "", *variants_table(result)]
     if result.get("kernels"):
         lines += ["", "Single ops of the attentions' shapes, each form (1 thread):", "",
                   *kernels_table(result)]

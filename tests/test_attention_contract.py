@@ -5,8 +5,8 @@ Checked per `keras_mvit2.attention.available()` name, inside MobileViTV2-0.5 at 
 * TFLite: builtin ops only, no tensor of rank > 4 (float32: in test_attention_export.py,
   `test_tflite_builtin_only_and_equal_to_keras`; here the int8 file);
 * int8: full-integer conversion; float ops exactly those the layer class declares
-  (`int8_float_ops`, read by `keras_mvit2.attention.int8_float_ops`: empty but for RFA's
-  measured float island); quantization-aware
+  (`int8_float_ops`, read by `keras_mvit2.attention.int8_float_ops`: empty but for the
+  measured float islands of RFA, MHA and Linformer); quantization-aware
   training runs its calibrated graph on batches (`keras_mvit2.quantize.tflite_graph`, equal
   to LiteRT), or says it cannot (`QAT_ON_BATCHES`: the attentions whose int8 graph keeps the
   batch as the leading dimension);

@@ -1,6 +1,8 @@
 """The full-int8 file's rewrites for LiteRT's fast kernels (`keras_mvit2.export.tflite.
 int8_kernels`): elementwise functions as 256-entry tables (`lookup_tables`) and constant
-matrix-product operands at zero point 0 (`int8_kernels.symmetric_constant_matmul_operands`).
+matrix-product operands at zero point 0 (`int8_kernels.symmetric_constant_matmul_operands`),
+and, in a file that may hold float ops, the SOFTMAX as a float island
+(`int8_kernels.float_softmax_islands`).
 
 Oracles: the functions written out here in numpy on the int8 grid, and LiteRT running the
 file before and after the rewrite.
@@ -13,7 +15,10 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from keras_mvit2.export import inspect_tflite
 from keras_mvit2.export.tflite.flatbuffer import op_names, parse_flatbuffer, serialize_flatbuffer
-from keras_mvit2.export.tflite.int8_kernels import symmetric_constant_matmul_operands
+from keras_mvit2.export.tflite.int8_kernels import (
+    float_softmax_islands,
+    symmetric_constant_matmul_operands,
+)
 from keras_mvit2.export.tflite.lookup_tables import tabulate_elementwise
 
 SHAPE = (2, 3, 5, 8)
@@ -128,6 +133,43 @@ def test_a_float_island_becomes_int8_tables_and_an_int8_concatenation(rng):
     assert np.abs(got - want).max() <= 0.5 * s_out + 1e-9
     island = (_run(content, x).astype(np.float64) - z_out) * s_out
     assert np.abs(got - island).max() <= s_out + 1e-9
+
+
+def test_softmax_becomes_a_float_island_on_the_same_int8_tensors(rng, tmp_path):
+    # attention scores: (batch, heads, queries, keys), a softmax over the keys
+    shape = (1, 2, 16, 64)
+    content = _int8_file(lambda x: tf.nn.softmax(x, axis=-1), rng, input_range=(-6.0, 6.0),
+                         signature=shape)
+    model = parse_flatbuffer(content)
+    names = op_names(model)
+    softmax = next(op for op in model.subgraphs[0].operators
+                   if names[op.opcodeIndex] == "SOFTMAX")
+    source, target = (int(softmax.inputs[0]), int(softmax.outputs[0]))
+    assert float_softmax_islands(model, min_elements=np.prod(shape) + 1) == 0  # too small
+    assert float_softmax_islands(model) == 1
+    names = op_names(model)
+    graph = model.subgraphs[0]
+    kinds = [names[op.opcodeIndex] for op in graph.operators]
+    assert kinds == ["DEQUANTIZE", "SOFTMAX", "QUANTIZE"]
+    dequantize, softmax, quantize = graph.operators
+    # the island reads and writes the int8 tensors the int8 SOFTMAX did; float inside
+    assert int(dequantize.inputs[0]) == source and int(quantize.outputs[0]) == target
+    assert graph.tensors[int(softmax.inputs[0])].type == 0  # FLOAT32
+    rewritten = serialize_flatbuffer(model)
+    (tmp_path / "island.tflite").write_bytes(rewritten)
+    report = inspect_tflite(tmp_path / "island.tflite")
+    assert report.float_ops == {"DEQUANTIZE": 1, "QUANTIZE": 1, "SOFTMAX": 1}
+    assert report.ops_outside_xnnpack == {}  # XNNPACK takes the whole island
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    (s_in, z_in), (s_out, z_out) = _io_quantization(content)
+    real = (x.astype(np.float64) - z_in) * s_in
+    e = np.exp(real - real.max(-1, keepdims=True))
+    want = e / e.sum(-1, keepdims=True)
+    got = (_run(rewritten, x).astype(np.float64) - z_out) * s_out
+    # the softmax in float, rounded once to the output's step (1/256)
+    assert np.abs(got - want).max() <= 0.5 * s_out + 1e-6
+    kernel = (_run(content, x, xnnpack=False).astype(np.float64) - z_out) * s_out
+    assert np.abs(got - kernel).max() <= s_out + 1e-9  # LiteRT's fixed point: a step at most
 
 
 def test_constant_matmul_operand_is_requantized_to_zero_point_0(rng, tmp_path):

@@ -50,3 +50,12 @@ def test_a_failing_control_is_said_to_be_the_cpus(speed):
     assert ("The control (mobilenetv2_050, no attention) is not faster in int8 either (at "
             "256x256 1 thread(s): 1.37x, 256x256 2 thread(s): 1.39x)") in text
     assert "XNNPACK's int8 kernels are slower than its float32 ones" in text
+
+
+def test_int8_files_allow_only_the_float_ops_their_attention_declares(speed):
+    # The gate times the file a user gets: integer-only unless the attention declares its
+    # float islands (RFA's SIN / COS, MHA's and Linformer's SOFTMAX).
+    assert {name: speed.declared_float_ops(name) for name in speed.ATTENTIONS} == {
+        "separable": False, "mha": True, "linformer": True, "rfa": True,
+        "mobile_attention": False}
+    assert speed.declared_float_ops(speed.CONTROL) is False

@@ -1,6 +1,7 @@
 """Linformer self-attention (Wang et al. 2020): keys and values projected along the tokens."""
 
 import math
+from typing import ClassVar
 
 import keras
 from keras import ops
@@ -9,6 +10,7 @@ from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.functional import product
 from keras_mvit2.layers.multi_head_attention import (
+    SOFTMAX_FLOAT_ISLAND,
     dense_on_tokens,
     head_dim_of,
     merge_heads,
@@ -102,6 +104,9 @@ class LinformerSelfAttention(TokenMixer):
         Complexity", arXiv:2006.04768, 2020; fairseq
         `examples/linformer/.../multihead_linear_attention.py`.
     """
+
+    #: The attention weights' SOFTMAX in float in a mixed int8 file, as MHA's.
+    int8_float_ops: ClassVar[frozenset[str]] = SOFTMAX_FLOAT_ISLAND
 
     def __init__(
         self,

@@ -2,6 +2,7 @@
 
 import math
 import warnings
+from typing import ClassVar
 
 import keras
 from keras import ops
@@ -31,6 +32,17 @@ def merge_heads(x):
     x = ops.transpose(x, (0, 2, 1, 3))                           # (B, N, H, hd)
     num_tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
     return ops.reshape(x, (-1, num_tokens, num_heads * head_dim))
+
+
+#: What a full-int8 file of a softmax attention over keys computes in float (its declared
+#: `int8_float_ops`): `to_tflite(..., allow_float_ops=True)` runs each attention weights'
+#: SOFTMAX in float inside XNNPACK, between a DEQUANTIZE and a QUANTIZE of the same int8
+#: tensors (`keras_mvit2.export.tflite.int8_kernels.float_softmax_islands`). LiteRT's int8
+#: SOFTMAX is a kernel of its own, on one thread: MobileViTV2-0.5 with MHA at 256x256 took
+#: 1.23x its float32 file's time at 2 threads with it (Linformer 1.31x; the ten SOFTMAX
+#: 4.75 / 6.68 ms; Intel host, `benchmarks/results/int8_speed_intel/`). Without
+#: `allow_float_ops` the file stays integer-only, with LiteRT's int8 SOFTMAX.
+SOFTMAX_FLOAT_ISLAND = frozenset({"DEQUANTIZE", "QUANTIZE", "SOFTMAX"})
 
 
 def softmax_last_axis(x):
@@ -140,6 +152,8 @@ class MultiHeadSelfAttention(TokenMixer):
         Image Recognition at Scale", ICLR 2021, eq. (5)-(8); timm
         `timm.layers.attention.Attention`.
     """
+
+    int8_float_ops: ClassVar[frozenset[str]] = SOFTMAX_FLOAT_ISLAND
 
     def __init__(
         self,

@@ -180,7 +180,10 @@ def to_tflite(
         metadata: extra JSON-serializable entries for the metadata's ``"user"`` field.
         sidecar: also write the metadata to ``<path>.json``.
         allow_float_ops: for ``"int8"``, accept a model in which some ops were left
-            in float (default: such a model is an error listing those ops).
+            in float (default: such a model is an error listing those ops), and compute
+            the attention weights' SOFTMAX in float inside XNNPACK, between a DEQUANTIZE
+            and a QUANTIZE of its int8 tensors: LiteRT's int8 SOFTMAX runs on one thread
+            outside XNNPACK (`keras_mvit2.export.tflite.int8_kernels.float_softmax_islands`).
         calibration_seed: seed of the calibration subset.
         fuse_pointwise: fuse back-to-back 1x1 convolutions (see above). ``False``
             keeps the converter's graph op for op.
@@ -259,7 +262,7 @@ def to_tflite(
         converted, fusions = _convert_model(
             model, input_shape, quant, io_dtype, calibration, fuse_pointwise,
             float_layers=float_layers, activation_ranges=activation_ranges,
-            calibrated_edit=calibrated_edit,
+            calibrated_edit=calibrated_edit, allow_float_ops=allow_float_ops,
         )
     flatbuffer = _with_postprocess_and_metadata(
         converted,
@@ -494,6 +497,7 @@ def _convert_model(
     float_layers: Sequence[str] = (),
     activation_ranges: str | None = None,
     calibrated_edit: Callable[[bytes, np.ndarray], bytes] | None = None,
+    allow_float_ops: bool = False,
 ) -> tuple[Any, list[PointwiseFusion]]:
     """The converted flatbuffer, parsed (`ModelT`: the edits after the conversion change it
     in place and `_with_postprocess_and_metadata` serializes it once), and the 1x1
@@ -522,7 +526,7 @@ def _convert_model(
         if quant.fast_int8_kernels:
             from keras_mvit2.export.tflite.int8_kernels import for_fast_kernels
 
-            for_fast_kernels(converted)
+            for_fast_kernels(converted, float_softmax=allow_float_ops)
         if fuse_pointwise and not quant.calibrated:
             # float32 and float16 weights are fused here; quantized weights are skipped.
             fusions = fuse_pointwise_pairs(converted)

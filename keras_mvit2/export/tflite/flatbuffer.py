@@ -173,6 +173,39 @@ def add_buffer(model: Any, values: np.ndarray) -> int:
     return len(model.buffers) - 1
 
 
+def operator_code(model: Any, name: str, version: int) -> int:
+    """The index of builtin operator `name`'s code in `model`, appended (at `version`) when
+    the model has none yet."""
+    names = op_names(model)
+    if name in names:
+        return names.index(name)
+    code = tfl_schema.OperatorCodeT()
+    builtin = getattr(tfl_schema.BuiltinOperator, name)
+    code.builtinCode = builtin
+    code.deprecatedBuiltinCode = min(builtin, 127)
+    code.version = version
+    model.operatorCodes.append(code)
+    return len(model.operatorCodes) - 1
+
+
+def new_operator(opcode: int, inputs: list[int], outputs: list[int], options_type: int = 0,
+                 options: Any = None) -> Any:
+    """An `OperatorT` of operator code `opcode` reading `inputs` and writing `outputs`
+    (tensor indices), with builtin options of type `options_type` (0: none)."""
+    op = tfl_schema.OperatorT()
+    op.opcodeIndex = opcode
+    op.inputs = np.asarray(inputs, dtype=np.int32)
+    op.outputs = np.asarray(outputs, dtype=np.int32)
+    op.builtinOptionsType = options_type
+    op.builtinOptions = options
+    return op
+
+
+def tensor_name(tensor: Any) -> str:
+    """A `TensorT`'s name without the converter's ``;``-joined aliases."""
+    return decode_name(tensor.name).split(";")[0]
+
+
 def drop_unused(model: Any) -> None:
     """Removes tensors no op or signature uses, then buffers no tensor or metadata uses."""
     for subgraph_index, subgraph in enumerate(model.subgraphs or []):

@@ -8,7 +8,10 @@ file), where a choice of representation, not of values, decides which kernel Lit
   point 0, so that XNNPACK takes the product (its activations got theirs before
   quantization: `keras_mvit2.export.tflite.activation_ranges.zero_offset_matmul_operands`);
 * `keras_mvit2.export.tflite.lookup_tables.tabulate_elementwise`: the int8 RSQRT / SQRT,
-  which LiteRT computes per element in fixed point, as 256-entry tables.
+  which LiteRT computes per element in fixed point, as 256-entry tables;
+* `float_softmax_islands`, only for a file that may hold float ops (`to_tflite`'s
+  ``allow_float_ops=True``): the attention weights' SOFTMAX computed in float inside
+  XNNPACK, entered and left by a DEQUANTIZE / QUANTIZE of the int8 tensors it had.
 
 The per-op times behind each: `benchmarks/int8_speed.py`.
 """
@@ -18,18 +21,80 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from ai_edge_litert import schema_py_generated as tfl_schema
 
-from keras_mvit2.export.tflite.flatbuffer import constant_array, op_names, tensor_indices
-from keras_mvit2.export.tflite.lookup_tables import tabulate_elementwise
+from keras_mvit2.export.tflite.flatbuffer import (
+    add_tensor,
+    constant_array,
+    new_operator,
+    op_names,
+    operator_code,
+    tensor_indices,
+    tensor_name,
+)
+from keras_mvit2.export.tflite.lookup_tables import MIN_ELEMENTS, tabulate_elementwise
 
-__all__ = ["for_fast_kernels", "symmetric_constant_matmul_operands"]
+_INT8, _FLOAT32 = tfl_schema.TensorType.INT8, tfl_schema.TensorType.FLOAT32
+
+__all__ = ["float_softmax_islands", "for_fast_kernels", "symmetric_constant_matmul_operands"]
+
+#: Operator codes of a float island's edges, with the versions TF 2.21's converter gives them.
+_ISLAND_EDGES = (("DEQUANTIZE", 2), ("QUANTIZE", 2))
 
 
-def for_fast_kernels(model: Any) -> dict[str, int]:
+def for_fast_kernels(model: Any, *, float_softmax: bool = False) -> dict[str, int]:
     """Rewrites a parsed full-int8 flatbuffer (`parse_flatbuffer`) in place for LiteRT's fast
-    kernels (see the module docstring); what it changed: ``{"constants": ..., "tables": ...}``."""
+    kernels (see the module docstring); what it changed: ``{"constants": ..., "tables": ...,
+    "float_softmax": ...}``. `float_softmax`: also `float_softmax_islands` (a mixed file)."""
     return {"constants": symmetric_constant_matmul_operands(model),
-            "tables": tabulate_elementwise(model)}
+            "tables": tabulate_elementwise(model),
+            "float_softmax": float_softmax_islands(model) if float_softmax else 0}
+
+
+def float_softmax_islands(model: Any, *, min_elements: int = MIN_ELEMENTS) -> int:
+    """Computes each int8 SOFTMAX of at least `min_elements` values in float: a DEQUANTIZE of
+    its int8 input, the SOFTMAX in float, a QUANTIZE into its int8 output (the same tensors,
+    scales and zero points, so nothing else in the graph changes).
+
+    LiteRT's int8 SOFTMAX is its own kernel, outside XNNPACK and on one thread whatever the
+    thread count; XNNPACK takes all three ops of the island (and the partitions either side
+    join). MobileViTV2-0.5 with MHA at 256x256 on the Intel host: the ten int8 SOFTMAX took
+    4.75 of the file's 11.2 ms at 1 thread, and the int8 file was 1.23x its float32 file at 2
+    threads (`benchmarks/results/int8_speed_intel/`). The island reads the same int8 scores
+    and writes the same int8 weights; LiteRT's kernel computes the exponentials in fixed
+    point, the island in float, so a weight may differ by one step (1/256).
+
+    Not for an integer-only accelerator, which cannot run the float ops; `to_tflite` writes
+    these islands only where float ops are allowed. Smaller SOFTMAX ops (a classifier's
+    output) keep their kernel, as the tables do (`MIN_ELEMENTS`).
+
+    Returns:
+        The number of SOFTMAX ops moved into float.
+    """
+    graph = model.subgraphs[0]
+    names = op_names(model)
+    operators, moved = [], 0
+    for op in graph.operators or []:
+        ins, outs = tensor_indices(op.inputs), tensor_indices(op.outputs)
+        source, target = graph.tensors[ins[0]], graph.tensors[outs[0]]
+        if (names[op.opcodeIndex] != "SOFTMAX" or source.type != _INT8 or target.type != _INT8
+                or int(np.prod(tensor_indices(source.shape))) < min_elements):
+            operators.append(op)
+            continue
+        shape = tensor_indices(source.shape)
+        name = tensor_name(target)
+        scores = add_tensor(graph, f"{name}/float_scores", _FLOAT32, shape)
+        weights = add_tensor(graph, f"{name}/float_weights", _FLOAT32, shape)
+        operators.append(new_operator(operator_code(model, *_ISLAND_EDGES[0]), [ins[0]],
+                                      [scores]))
+        op.inputs = np.asarray([scores], np.int32)
+        op.outputs = np.asarray([weights], np.int32)
+        operators.append(op)
+        operators.append(new_operator(operator_code(model, *_ISLAND_EDGES[1]), [weights],
+                                      [outs[0]]))
+        moved += 1
+    graph.operators = operators
+    return moved
 
 
 def symmetric_constant_matmul_operands(model: Any) -> int:

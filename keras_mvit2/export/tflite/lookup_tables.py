@@ -40,8 +40,11 @@ from keras_mvit2.export.tflite.flatbuffer import (
     add_buffer,
     add_tensor,
     drop_unused,
+    new_operator,
     op_names,
+    operator_code,
     tensor_indices,
+    tensor_name,
 )
 
 __all__ = ["FLOAT_FUNCTIONS", "INT8_FUNCTIONS", "MIN_ELEMENTS", "table", "tabulate_elementwise"]
@@ -116,16 +119,8 @@ def tabulate_elementwise(model: Any, *, islands: bool = False,
     writes = 0
 
     def code(name: str, version: int) -> int:
-        if name not in codes and name in names:  # the model's own code for the op
-            codes[name] = names.index(name)
         if name not in codes:
-            op_code = tfl_schema.OperatorCodeT()
-            builtin = getattr(tfl_schema.BuiltinOperator, name)
-            op_code.builtinCode = builtin
-            op_code.deprecatedBuiltinCode = min(builtin, 127)
-            op_code.version = version
-            model.operatorCodes.append(op_code)
-            codes[name] = len(model.operatorCodes) - 1
+            codes[name] = operator_code(model, name, version)
         return codes[name]
 
     def lookup(source: int, target: int, function: Callable) -> list[Any]:
@@ -134,7 +129,7 @@ def tabulate_elementwise(model: Any, *, islands: bool = False,
         writes += 1
         src, dst = graph.tensors[source], graph.tensors[target]
         values = table(function, _quantization(src), _quantization(dst))
-        name = _name(dst)
+        name = tensor_name(dst)
         shape = tensor_indices(src.shape)
         wide = add_tensor(graph, f"{name}/table_index", _INT32, shape)
         index = add_tensor(graph, f"{name}/table_index_offset", _INT32, shape)
@@ -142,11 +137,11 @@ def tabulate_elementwise(model: Any, *, islands: bool = False,
                             add_buffer(model, np.array(128, np.int32)))
         entries = add_tensor(graph, f"{name}/table", _INT8, [256],
                              add_buffer(model, values), _copy_quantization(dst))
-        cast = _op(code(*_TABLE_OPS[0]), [source], [wide],
+        cast = new_operator(code(*_TABLE_OPS[0]), [source], [wide],
                    tfl_schema.BuiltinOptions.CastOptions, _cast_options())
-        add = _op(code(*_TABLE_OPS[1]), [wide, offset], [index],
+        add = new_operator(code(*_TABLE_OPS[1]), [wide, offset], [index],
                   tfl_schema.BuiltinOptions.AddOptions, tfl_schema.AddOptionsT())
-        gather = _op(code(*_TABLE_OPS[2]), [entries, index], [target],
+        gather = new_operator(code(*_TABLE_OPS[2]), [entries, index], [target],
                      tfl_schema.BuiltinOptions.GatherOptions, tfl_schema.GatherOptionsT())
         return [cast, add, gather]
 
@@ -213,12 +208,12 @@ def _island(graph, names, producers, value: int, target: int, chain, lookup,
         return {}
     ops, inputs = [], []
     for i, (source, function) in enumerate(parts):
-        part = add_tensor(graph, f"{_name(graph.tensors[target])}/part_{i}", _INT8,
+        part = add_tensor(graph, f"{tensor_name(graph.tensors[target])}/part_{i}", _INT8,
                           tensor_indices(graph.tensors[source].shape),
                           quantization=_copy_quantization(graph.tensors[target]))
         ops += lookup(source, part, function)
         inputs.append(part)
-    int8_concat = _op(concat.opcodeIndex, inputs, [target],
+    int8_concat = new_operator(concat.opcodeIndex, inputs, [target],
                       tfl_schema.BuiltinOptions.ConcatenationOptions, concat.builtinOptions)
     # The new ops take the QUANTIZE's place (after every input is written).
     return {quantize_index: ops + [int8_concat]}
@@ -242,15 +237,6 @@ def _compose(functions: list[Callable]) -> Callable:
         return x
     return composed
 
-
-def _op(opcode: int, inputs: list[int], outputs: list[int], options_type: int, options) -> Any:
-    op = tfl_schema.OperatorT()
-    op.opcodeIndex = opcode
-    op.inputs = np.asarray(inputs, dtype=np.int32)
-    op.outputs = np.asarray(outputs, dtype=np.int32)
-    op.builtinOptionsType = options_type
-    op.builtinOptions = options
-    return op
 
 
 def _cast_options() -> Any:
@@ -283,7 +269,3 @@ def _copy_quantization(tensor) -> Any:
     return q
 
 
-def _name(tensor) -> str:
-    name = tensor.name
-    return (name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)).split(
-        ";")[0]
