@@ -76,12 +76,12 @@ def float_softmax_islands(model: Any, *, min_elements: int = MIN_ELEMENTS) -> in
     operators, moved = [], 0
     for op in graph.operators or []:
         ins, outs = tensor_indices(op.inputs), tensor_indices(op.outputs)
-        source, target = graph.tensors[ins[0]], graph.tensors[outs[0]]
-        if (names[op.opcodeIndex] != "SOFTMAX" or source.type != _INT8 or target.type != _INT8
-                or int(np.prod(tensor_indices(source.shape))) < min_elements):
+        shape = tensor_indices(graph.tensors[ins[0]].shape) if ins else []
+        if (names[op.opcodeIndex] != "SOFTMAX" or graph.tensors[ins[0]].type != _INT8
+                or graph.tensors[outs[0]].type != _INT8 or int(np.prod(shape)) < min_elements):
             operators.append(op)
             continue
-        shape = tensor_indices(source.shape)
+        target = graph.tensors[outs[0]]
         name = tensor_name(target)
         scores = add_tensor(graph, f"{name}/float_scores", _FLOAT32, shape)
         weights = add_tensor(graph, f"{name}/float_weights", _FLOAT32, shape)

@@ -133,7 +133,10 @@ class TFLiteTarget(ExportTarget):
                            help="also write the metadata JSON next to the model "
                                 "(<output>.json)")
         group.add_argument("--allow-float-ops", action="store_true",
-                           help="int8: accept ops left in float instead of failing")
+                           help="int8: accept ops left in float instead of failing, and "
+                                "run the attention weights' SOFTMAX in float inside XNNPACK "
+                                "(faster on a multi-core CPU; not for integer-only "
+                                "accelerators)")
         group.add_argument("--float-layers", metavar="LAYER[,LAYER...]",
                            help="int8: keep these Keras layers in float (comma-separated "
                                 "names or paths as `mvit2 validate --per-layer` lists "
