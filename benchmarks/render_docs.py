@@ -350,6 +350,8 @@ def finetune_qat_choice(results: Results) -> str:
     for name, facts, test in _finetune_qat(results):
         judged = (f"{pct(facts['agreement_post_training'])} / {pct(facts['agreement_qat'])} "
                   f"({points(100 * (facts['agreement_qat'] - facts['agreement_post_training']))})")
+        if facts.get("p_value") is not None:  # judged by today's choice
+            judged += f" on {facts['num_judged']} images, p = {facts['p_value']:.2g}"
         on_test = (f"{pct(test['agreement_post_training'])} / {pct(test['agreement_qat'])} "
                    f"({points(test['gain_points'])})")
         lines.append(f"| {name} | {judged} | {facts['shipped']} | {on_test} | "
@@ -451,12 +453,21 @@ def _int8_speed_profile(results: Results, name: str) -> str:
     return "\n".join(_benchmark("int8_speed").profile_table(results.json(name)))
 
 
-# The same benchmark's gate and profile on each other host, from its own result folder:
-# blocks `int8_speed_gate_<host>` and `int8_speed_profile_<host>`.
+def _int8_speed_variants(results: Results, name: str) -> str:
+    return "\n".join(_benchmark("int8_speed").variants_table(results.json(name)))
+
+
+renderer("int8_speed_profile")(functools.partial(_int8_speed_profile, name=SPEED))
+renderer("int8_speed_variants")(functools.partial(_int8_speed_variants, name=SPEED))
+# The same benchmark's gate, profile and variants on each other host, from its own result
+# folder: blocks `int8_speed_gate_<host>`, `int8_speed_profile_<host>` and
+# `int8_speed_variants_<host>`.
 for _host, _name in {"avx2": SPEED_AVX2, "intel": SPEED_INTEL}.items():
     renderer(f"int8_speed_gate_{_host}")(functools.partial(_int8_speed_gate, name=_name))
     renderer(f"int8_speed_profile_{_host}")(functools.partial(_int8_speed_profile,
                                                                name=_name))
+    renderer(f"int8_speed_variants_{_host}")(functools.partial(_int8_speed_variants,
+                                                                name=_name))
 
 
 @renderer("int8_speed_separable")
@@ -475,16 +486,6 @@ def _per_gmac(record: dict) -> dict[str, list[float]]:
     for key, value in record["ms_per_gmac"].items():
         out.setdefault(key.rsplit(" ", 1)[0], []).append(value["int8"])
     return out
-
-
-@renderer("int8_speed_profile")
-def int8_speed_profile(results: Results) -> str:
-    return _int8_speed_profile(results, SPEED)
-
-
-@renderer("int8_speed_variants")
-def int8_speed_variants(results: Results) -> str:
-    return "\n".join(_benchmark("int8_speed").variants_table(results.json(SPEED)))
 
 
 @renderer("attention_table")

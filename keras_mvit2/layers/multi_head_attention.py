@@ -38,9 +38,9 @@ def merge_heads(x):
 #: `int8_float_ops`): `to_tflite(..., allow_float_ops=True)` runs each attention weights'
 #: SOFTMAX in float inside XNNPACK, between a DEQUANTIZE and a QUANTIZE of the same int8
 #: tensors (`keras_mvit2.export.tflite.int8_kernels.float_softmax_islands`). LiteRT's int8
-#: SOFTMAX is a kernel of its own, on one thread: MobileViTV2-0.5 with MHA at 256x256 took
-#: 1.23x its float32 file's time at 2 threads with it (Linformer 1.31x; the ten SOFTMAX
-#: 4.75 / 6.68 ms; Intel host, `benchmarks/results/int8_speed_intel/`). Without
+#: SOFTMAX is a kernel of its own, on one thread: MobileViTV2-0.5 with MHA at 256x256 takes
+#: 1.92x the island file's time with it at 2 threads, slower than its float32 file (Linformer
+#: 2.06x; Intel host, `benchmarks/results/int8_speed_intel/`, the variants). Without
 #: `allow_float_ops` the file stays integer-only, with LiteRT's int8 SOFTMAX.
 SOFTMAX_FLOAT_ISLAND = frozenset({"DEQUANTIZE", "QUANTIZE", "SOFTMAX"})
 

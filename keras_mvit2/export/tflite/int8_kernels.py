@@ -58,9 +58,10 @@ def float_softmax_islands(model: Any, *, min_elements: int = MIN_ELEMENTS) -> in
 
     LiteRT's int8 SOFTMAX is its own kernel, outside XNNPACK and on one thread whatever the
     thread count; XNNPACK takes all three ops of the island (and the partitions either side
-    join). MobileViTV2-0.5 with MHA at 256x256 on the Intel host: the ten int8 SOFTMAX took
-    4.75 of the file's 11.2 ms at 1 thread, and the int8 file was 1.23x its float32 file at 2
-    threads (`benchmarks/results/int8_speed_intel/`). The island reads the same int8 scores
+    join). MobileViTV2-0.5 with MHA at 256x256 on the Intel host: the integer-only file
+    takes 1.44x / 1.92x the island file's time at 1 / 2 threads, and only the island file is
+    faster than its float32 file at 2 threads (0.70x; Linformer: 2.06x, 0.69x;
+    `benchmarks/results/int8_speed_intel/`). The island reads the same int8 scores
     and writes the same int8 weights; LiteRT's kernel computes the exponentials in fixed
     point, the island in float, so a weight may differ by one step (1/256).
 
