@@ -30,6 +30,7 @@ from model_utils import ATTENTION_CONFIGS, float_ops_from_interpreter, perturb_n
 import keras_mvit2 as mv
 from keras_mvit2.layers import attention_registry, functional
 from keras_mvit2.layers.functional import CHANNELS_FIRST, CHANNELS_LAST
+from keras_mvit2.layers.multi_head_attention import SOFTMAX_FLOAT_ISLAND
 
 SIZE = 64
 NAMES = sorted(ATTENTION_CONFIGS)
@@ -102,6 +103,12 @@ def test_int8_full_integer_within_the_declared_float_ops(name, tmp_path):
     assert set(report.float_ops) == allowed, (name, report.float_ops)  # declared = measured
     assert report.float_ops == float_ops_from_interpreter(report.path)
     assert np.all(np.isfinite(run_tflite(report.path, _images(2))))
+    if allowed == SOFTMAX_FLOAT_ISLAND:  # islands by choice: the strict default converts too
+        strict = to_tflite(_host(name), tmp_path / "strict.tflite", quantization="int8",
+                           representative_data=_images(16, seed=1))
+        assert strict.float_ops == {} and strict.op_histogram["SOFTMAX"] == report.op_histogram[
+            "SOFTMAX"], (name, strict.op_histogram)
+        assert np.all(np.isfinite(run_tflite(strict.path, _images(2))))
     # The kernels int8 is fast in (benchmarks/int8_speed.py times them): no int8 DIV (slow,
     # and it fails on a divisor rounded to 0), and every product in XNNPACK but those of one
     # row (which XNNPACK's packing never repays): they stay in LiteRT's kernel.
