@@ -188,10 +188,9 @@ SPEED = "int8_speed.json"
 SPEED_AVX2 = "int8_speed_avx2/int8_speed.json"
 SPEED_INTEL = "int8_speed_intel/int8_speed.json"
 #: The `mvit2 finetune` runs of the QAT on the shipped graph (finetune_int8_check.json).
-FINETUNE_QAT_RUNS = ("run_standin_2026_11_29", "run_random_2026_11_29",
-                     "run_random_2026_11_29_reexport")
+FINETUNE_QAT_RUNS = ("run_standin_2026_12_03", "run_random_2026_12_03")
 #: The two fine-tunes `torch_road_int8.py` measured last (torch_road_int8.json).
-TORCH_ROAD_RUNS = ("run_random_2026_11_29", "run_standin_2026_11_29")
+TORCH_ROAD_RUNS = ("run_random_2026_12_03", "run_standin_2026_12_03")
 
 
 def _qat_runs(results: Results) -> dict[int, list[dict]]:
@@ -268,8 +267,7 @@ def int8_result_box(results: Results) -> str:
         return out
 
     today, earlier = sizes(True), sizes(False)
-    if not all(judged_today(f) for _, f, _ in finetune):
-        earlier.append("the fine-tunes")
+    (today if all(judged_today(f) for _, f, _ in finetune) else earlier).append("the fine-tunes")
     judged = " ".join(part[:1].upper() + part[1:] for part in filter(None, [
         f"{', '.join(today)}: judged on held-out images and training images set aside before "
         "training, by the exact paired test." if today else "",
@@ -318,8 +316,8 @@ def int8_result_box(results: Results) -> str:
     return "\n".join(lines) + (
         "\n\n¹ 128x128 was measured once, on earlier trainings, before the GroupNorm's "
         "`E[x^2]` became a matrix product and the products' second operand got zero point 0. "
-        f"² {judged} ³ Before the PyTorch road's products got the TensorFlow road's zero "
-        "points.")
+        f"² {judged} ³ Both roads give the products' second operands the same zero points "
+        "(`activation_ranges.zero_offset_matmul_operands`).")
 
 
 @renderer("int8_fidelity")
