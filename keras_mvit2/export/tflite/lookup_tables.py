@@ -115,13 +115,7 @@ def tabulate_elementwise(model: Any, *, islands: bool = False,
     """
     graph = model.subgraphs[0]
     names = op_names(model)
-    codes: dict[str, int] = {}
     writes = 0
-
-    def code(name: str, version: int) -> int:
-        if name not in codes:
-            codes[name] = operator_code(model, name, version)
-        return codes[name]
 
     def lookup(source: int, target: int, function: Callable) -> list[Any]:
         """The three ops writing `function` of int8 tensor `source` into int8 `target`."""
@@ -137,12 +131,13 @@ def tabulate_elementwise(model: Any, *, islands: bool = False,
                             add_buffer(model, np.array(128, np.int32)))
         entries = add_tensor(graph, f"{name}/table", _INT8, [256],
                              add_buffer(model, values), _copy_quantization(dst))
-        cast = new_operator(code(*_TABLE_OPS[0]), [source], [wide],
-                   tfl_schema.BuiltinOptions.CastOptions, _cast_options())
-        add = new_operator(code(*_TABLE_OPS[1]), [wide, offset], [index],
-                  tfl_schema.BuiltinOptions.AddOptions, tfl_schema.AddOptionsT())
-        gather = new_operator(code(*_TABLE_OPS[2]), [entries, index], [target],
-                     tfl_schema.BuiltinOptions.GatherOptions, tfl_schema.GatherOptionsT())
+        cast = new_operator(operator_code(model, *_TABLE_OPS[0]), [source], [wide],
+                            tfl_schema.BuiltinOptions.CastOptions, _cast_options())
+        add = new_operator(operator_code(model, *_TABLE_OPS[1]), [wide, offset], [index],
+                           tfl_schema.BuiltinOptions.AddOptions, tfl_schema.AddOptionsT())
+        gather = new_operator(operator_code(model, *_TABLE_OPS[2]), [entries, index],
+                              [target], tfl_schema.BuiltinOptions.GatherOptions,
+                              tfl_schema.GatherOptionsT())
         return [cast, add, gather]
 
     producers = {t: i for i, op in enumerate(graph.operators)
@@ -214,7 +209,8 @@ def _island(graph, names, producers, value: int, target: int, chain, lookup,
         ops += lookup(source, part, function)
         inputs.append(part)
     int8_concat = new_operator(concat.opcodeIndex, inputs, [target],
-                      tfl_schema.BuiltinOptions.ConcatenationOptions, concat.builtinOptions)
+                               tfl_schema.BuiltinOptions.ConcatenationOptions,
+                               concat.builtinOptions)
     # The new ops take the QUANTIZE's place (after every input is written).
     return {quantize_index: ops + [int8_concat]}
 
@@ -236,7 +232,6 @@ def _compose(functions: list[Callable]) -> Callable:
             x = function(x)
         return x
     return composed
-
 
 
 def _cast_options() -> Any:
@@ -267,5 +262,3 @@ def _copy_quantization(tensor) -> Any:
     q.scale = np.array([scale], np.float32)
     q.zeroPoint = np.array([zero_point], np.int64)
     return q
-
-
