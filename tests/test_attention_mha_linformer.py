@@ -231,12 +231,17 @@ def test_mha_accepts_a_dynamic_token_count(rng):
 # ---------------------------------------------------------------- LinformerSelfAttention
 
 
+@pytest.mark.parametrize("forms", ["KERAS", "INT8"])
 @pytest.mark.parametrize(
     "shape,p,share_kv",
+    # E k and F v first (k (H p + D) >= 2 p D) in the first three, (q k^T) E^T and
+    # (A F) v in the last two (few tokens); the last two: p > N, allowed (see the docstring)
     [((2, 12, 16), 5, False), ((2, 12, 16), 5, True), ((2, 10, 3, 16), 4, False),
-     ((2, 6, 16), 9, False)],  # the last one: p > N, allowed (see the docstring)
+     ((2, 6, 16), 9, False), ((2, 3, 2, 16), 12, True)],
 )
-def test_linformer_matches_numpy(shape, p, share_kv, rng):
+def test_linformer_matches_numpy(shape, p, share_kv, forms, rng):
+    from keras_mvit2.layers import export_forms
+
     x = rng.normal(size=shape).astype("float32")
     layer = LinformerSelfAttention(num_heads=2, projected_tokens=p, share_kv=share_kv)
     layer.build(shape)
@@ -245,7 +250,8 @@ def test_linformer_matches_numpy(shape, p, share_kv, rng):
     assert w[2].shape == (p, shape[1])
     if share_kv:
         np.testing.assert_array_equal(w[2], w[3])
-    got = to_np(layer(x))
+    with export_forms.tracing(getattr(export_forms, forms)):
+        got = to_np(layer(x))
     want = per_pixel(np_linformer, x, *w, 2)
     assert got.shape == shape
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
@@ -326,6 +332,19 @@ def _graph_shapes(layer, shape):
     graph = fn.get_concrete_function(tf.TensorSpec(shape, tf.float32)).graph
     return [tuple(t.shape.as_list()) for op in graph.get_operations() for t in op.outputs
             if t.shape.rank is not None]
+
+
+@pytest.mark.parametrize("n,p,token_first", [(23, 6, False), (6, 9, True), (2, 12, True)])
+def test_linformer_takes_the_association_with_fewer_products(n, p, token_first):
+    """Few tokens (k (H p + D) < 2 p D multiply-adds) go through a (B, H, k, k) matrix,
+    (q k^T) E^T and (A F) v; more through the projected (B, p, D) keys and values."""
+    batch, heads, dim = 2, 2, 16
+    assert (n * 2 * (dim + heads * p) < 4 * p * dim) == token_first
+    lin = LinformerSelfAttention(num_heads=heads, projected_tokens=p)
+    lin.build((batch, n, dim))
+    shapes = _graph_shapes(lin, (batch, n, dim))
+    assert ((batch, heads, n, n) in shapes) == token_first
+    assert ((batch, p, dim) in shapes) != token_first
 
 
 def test_linformer_graph_has_no_n_by_n_tensor():

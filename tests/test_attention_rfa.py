@@ -146,6 +146,27 @@ def test_matches_numpy_oracle(feature_map, causal, gate, rng):
     np.testing.assert_allclose(to_np(layer(x)), expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("forms", ["KERAS", "INT8"])
+@pytest.mark.parametrize("tokens,token_first", [(7, True), (37, False)])
+def test_noncausal_associations_match_numpy_oracle(tokens, token_first, forms, rng):
+    """(phi_q phi_k^T) v for few tokens (N (F + d) < 2 F d multiply-adds), phi_q (phi_k^T v)
+    for more, in Keras' and full int8's forms: the same function."""
+    from keras_mvit2.layers import export_forms
+
+    layer = make_layer(tokens=tokens, tau=0.8)
+    features, channels = layer.num_features, layer.head_dim
+    assert (tokens * (features + channels) < 2 * features * channels) == token_first
+    x = rng.normal(size=(2, tokens, 16)).astype("float32")
+    graph = graph_of(lambda t: layer(t, training=False), tf.TensorSpec(x.shape, tf.float32))
+    shapes = [out.shape.as_list() for op in graph.get_operations() for out in op.outputs
+              if out.shape.rank is not None]
+    assert ([2, layer.num_heads, tokens, tokens] in shapes) == token_first
+    expected = np_rfa(x, np_weights(layer), **oracle_kwargs(layer))
+    with export_forms.tracing(getattr(export_forms, forms)):
+        got = to_np(layer(x))
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
+
+
 def test_oracle_case_is_not_degenerate(rng):
     """The oracle test exercises unclamped, non-trivial attention: heads differ,
     denominators are above the floor, and causal differs from non-causal."""

@@ -44,6 +44,8 @@ __all__ = [
     "flow_factor",
     "fold",
     "group_norm1",
+    "kernel_attention",
+    "linformer_attention",
     "mobile_attention_flows",
     "pointwise_conv",
     "pool_tokens",
@@ -367,7 +369,8 @@ def transformer_layer(x, *, norm1: Callable, attention: Callable, norm2: Callabl
 
 
 def product(a, b, *, transpose_b: bool = False, constant_a: bool = False,
-            softmax_a: bool = False, forms: ExportForms | None = None):
+            constant_b: bool = False, softmax_a: bool = False,
+            forms: ExportForms | None = None):
     """`a @ b` (or `a @ b^T` with `transpose_b`) over the last two axes, the others
     broadcast as `keras.ops.matmul`.
 
@@ -377,12 +380,13 @@ def product(a, b, *, transpose_b: bool = False, constant_a: bool = False,
     constant (`constant_a`: the fixed operand then comes second and is packed once, when the
     file loads) or has fewer elements than `b` (the second operand is the one XNNPACK packs
     on every invoke); the (small) result is transposed back. Static shapes decide, but a
-    softmax's output (`softmax_a`) stays first: its int8 zero point is fixed at -128, and
-    XNNPACK takes a product only where the second operand's zero point is 0.
+    constant `b` (`constant_b`) and a softmax's output (`softmax_a`, first: its int8 zero
+    point is fixed at -128, and XNNPACK takes a product only where the second operand's
+    zero point is 0) stay where they are.
     """
     if _forms(forms).products == "as_written":
         return ops.matmul(a, _swap_last(b) if transpose_b else b)
-    if constant_a or (_smaller(a, b) and not softmax_a):
+    if not constant_b and (constant_a or (_smaller(a, b) and not softmax_a)):
         b_rows = b if transpose_b else _swap_last(b)      # (..., N, K)
         return _swap_last(backend_forms.matmul_transpose_b(b_rows, a))
     if transpose_b:
@@ -402,6 +406,94 @@ def _smaller(a, b) -> bool:
     if any(d is None for shape in sizes for d in shape):
         return False
     return math.prod(sizes[0]) < math.prod(sizes[1])
+
+
+# --------------------------------------------------------------------------------------
+# Three-factor products in the cheaper association
+
+
+def _fewer_macs_token_first(num_tokens, quadratic: int, linear: int) -> bool:
+    """Whether a product costing `N^2 quadratic` multiply-adds (through an `N x N` matrix of
+    the N tokens) takes fewer than its other association, `N linear` (False where N is not
+    static)."""
+    return num_tokens is not None and num_tokens * quadratic < linear
+
+
+def kernel_attention(phi_q, phi_k, values, *, forms: ExportForms | None = None):
+    """A linear (kernel) attention's numerator and denominator, per head: `phi_q phi_k^T v`
+    `(B, M, N, d)` and `phi_q phi_k^T 1` `(B, M, N, 1)`, of `(B, M, N, F)` feature maps and
+    `(B, M, N, d)` values.
+
+    Associated where it takes fewer multiply-adds (static shapes, every form): `(phi_q
+    phi_k^T) v`, `N^2 (F + d)`, and the denominator as the row sums of `phi_q phi_k^T`, for
+    few tokens (`N (F + d) < 2 F d`: RFA's 128 features and 16-32 channels below about 28-51
+    tokens, e.g. every block at 64x64), else `phi_q (phi_k^T v)`, `2 N F d`, the linear
+    form, and `phi_q . sum_t phi_k`. With few tokens the linear form's products are all
+    per-invoke overhead (RFA at 64x64, 1 thread, 16 tokens: 34.0 against 75.4 us int8, 30.4
+    against 44.4 us float32; 4 tokens 31.0 against 83.8 us int8, Intel host). The linear
+    form's `phi_k^T v` is `"small_second"`'s (full int8, (8)) transposed, `(d, F)`: the
+    second operand of `phi_q (.)` then in the layout XNNPACK packs row by row (16 tokens:
+    60.0 against 75.4 us int8); float graphs keep `(F, d)` (XNNPACK's float product measured
+    no faster).
+    """
+    num_tokens, features, channels = phi_q.shape[2], phi_q.shape[-1], values.shape[-1]
+    if _fewer_macs_token_first(num_tokens, features + channels, 2 * features * channels):
+        scores = product(phi_q, phi_k, transpose_b=True, forms=forms)      # (B, M, N, N)
+        return product(scores, values, forms=forms), ops.sum(scores, axis=-1, keepdims=True)
+    key_sum = ops.sum(phi_k, axis=2, keepdims=True)                        # (B, M, 1, F)
+    den = ops.sum(phi_q * key_sum, axis=-1, keepdims=True)                 # (B, M, N, 1)
+    if _forms(forms).products == "as_written":
+        state = ops.matmul(_swap_last(phi_k), values)                      # (B, M, F, d)
+        return product(phi_q, state, forms=forms), den
+    state_t = ops.matmul(_swap_last(values), phi_k)                        # (B, M, d, F)
+    return product(phi_q, state_t, transpose_b=True, forms=forms), den
+
+
+def linformer_attention(query, key, value, e, f, num_heads: int, softmax: Callable, *,
+                        forms: ExportForms | None = None):
+    """Linformer's attention (`keras_mvit2.layers.LinformerSelfAttention`) of the projected
+    tokens `(B, k, D)`: `A_m (F v)_m` with `A_m = softmax(q_m (E k)_m^T / sqrt(hd))` over
+    the p projected keys, `E, F` `(p, k)` -> `(B, H, k, hd)`.
+
+    Associated where it takes fewer multiply-adds (static shapes, every form): for few
+    tokens (`k (H p + D) < 2 p D`, e.g. k = 16, 4 and 1 at 64x64 with p = 256) the scores as
+    `(q_m k_m^T) E^T` and the sum as `(A_m F) v_m`, `E^T` and `F` constant second operands
+    (packed once, when a file loads), where the written `E k` and `F v` project a handful of
+    tokens to p (the one token at 64x64 becomes a `(p, D)` outer product, an int8 MUL of
+    131,072 values); else as written, `E k` and `F v` first. `softmax` (the layer's: the
+    softmax over the last axis, then its dropout) maps the scores to the attention weights.
+    `"small_second"` (full int8, (8)) takes `F v` in the layout XNNPACK packs row by row:
+    `(F v)^T = v^T F^T`, `(B, D, p)` (one FULLY_CONNECTED), reshaped to `(B, H, hd, p)`
+    without a transpose (the weighted sum at 16 tokens, `(16, 256) @ (256, 16)` for 16 heads
+    x patch positions: 41.6 against 66.4 us int8, Intel host); a float graph keeps `(B, H,
+    p, hd)` (XNNPACK's float product measured slower with the transposed operand: 37.8
+    against 27.2 us at 4 tokens).
+    """
+    num_tokens, dim = query.shape[1], query.shape[-1]
+    p, head_dim = e.shape[0], dim // num_heads
+    e, f = ops.cast(e, query.dtype), ops.cast(f, query.dtype)
+
+    def heads(x):                                                        # (B, n, D) ->
+        n = x.shape[1]
+        return ops.transpose(ops.reshape(x, (-1, n, num_heads, head_dim)),
+                             (0, 2, 1, 3))                              # (B, H, n, hd)
+
+    query = heads(query) * ops.cast(1.0 / math.sqrt(head_dim), query.dtype)
+    if _fewer_macs_token_first(num_tokens, 2 * (dim + num_heads * p), 4 * p * dim):
+        scores = product(query, heads(key), transpose_b=True, forms=forms)  # (B, H, k, k)
+        scores = product(scores, e, transpose_b=True, constant_b=True,
+                         forms=forms)                                       # (B, H, k, p)
+        weighted = product(softmax(scores), f, constant_b=True, forms=forms)  # (B, H, k, k)
+        return product(weighted, heads(value), forms=forms)                 # (B, H, k, hd)
+    projected_keys = heads(product(e, key, constant_a=True, forms=forms))  # (B, H, p, hd)
+    weights = softmax(product(query, projected_keys, transpose_b=True, forms=forms))
+    if _forms(forms).products == "as_written":
+        projected = heads(product(f, value, constant_a=True, forms=forms))  # (B, H, p, hd)
+        return product(weights, projected, softmax_a=True, forms=forms)
+    projected_t = product(_swap_last(value), f, transpose_b=True, constant_b=True,
+                          forms=forms)                                      # (B, D, p)
+    projected_t = ops.reshape(projected_t, (-1, num_heads, head_dim, p))   # (B, H, hd, p)
+    return product(weights, projected_t, transpose_b=True, softmax_a=True, forms=forms)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,6 +1,5 @@
 """Linformer self-attention (Wang et al. 2020): keys and values projected along the tokens."""
 
-import math
 from typing import ClassVar
 
 import keras
@@ -8,14 +7,13 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
-from keras_mvit2.layers.functional import product
+from keras_mvit2.layers.functional import linformer_attention
 from keras_mvit2.layers.multi_head_attention import (
     SOFTMAX_FLOAT_ISLAND,
     dense_on_tokens,
     head_dim_of,
     merge_heads,
     softmax_last_axis,
-    split_heads,
 )
 from keras_mvit2.layers.token_mixer import TokenMixer
 from keras_mvit2.utils.arguments import validate_positive_ints, validate_rates
@@ -162,24 +160,16 @@ class LinformerSelfAttention(TokenMixer):
                 f"Received: num_tokens={num_tokens}, built for num_tokens={self.num_tokens}"
             )
 
-    def _project_tokens(self, matrix, x):
-        """`(p, k)` applied along the tokens of `(B, k, D)` -> `(B, p, D)`."""
-        return product(ops.cast(matrix, x.dtype), x, constant_a=True)
-
     def mix(self, tokens, training=None):
         self._check_tokens(tokens.shape[1])
         qkv = self.qkv(tokens)                                     # (B, k, 3D)
         query, key, value = ops.split(qkv, 3, axis=-1)             # 3 x (B, k, D)
-        key = self._project_tokens(self.e, key)                    # (B, p, D)
-        value = self._project_tokens(self.f, value)                # (B, p, D)
-        query = split_heads(query, self.num_heads, self.head_dim)  # (B, H, k, hd)
-        key = split_heads(key, self.num_heads, self.head_dim)      # (B, H, p, hd)
-        value = split_heads(value, self.num_heads, self.head_dim)  # (B, H, p, hd)
-        query = query * ops.cast(1.0 / math.sqrt(self.head_dim), query.dtype)
-        scores = product(query, key, transpose_b=True)              # (B, H, k, p)
-        weights = softmax_last_axis(scores)                        # over the p keys
-        weights = self.attn_drop(weights, training=training)
-        out = product(weights, value, softmax_a=True)              # (B, H, k, hd)
+
+        def softmax(scores):                                       # over the p keys
+            return self.attn_drop(softmax_last_axis(scores), training=training)
+
+        out = linformer_attention(query, key, value, self.e, self.f, self.num_heads,
+                                  softmax)                          # (B, H, k, hd)
         return self.proj(merge_heads(out))                         # (B, k, D)
 
     def get_config(self):

@@ -9,7 +9,7 @@ from keras import ops
 
 from keras_mvit2.api_export import serializable
 from keras_mvit2.layers import attention_registry
-from keras_mvit2.layers.functional import divide_positive, product
+from keras_mvit2.layers.functional import divide_positive, kernel_attention
 from keras_mvit2.layers.multi_head_attention import (
     dense_on_tokens,
     head_dim_of,
@@ -368,10 +368,7 @@ class RandomFeatureAttention(TokenMixer):
         return self.proj(ops.cast(merge_heads(y), self.compute_dtype))
 
     def _noncausal(self, phi_q, phi_k, value):
-        kv = ops.matmul(ops.transpose(phi_k, (0, 1, 3, 2)), value)  # (B, M, F, d)
-        z = ops.sum(phi_k, axis=2, keepdims=True)                   # (B, M, 1, F)
-        num = product(phi_q, kv)                                    # (B, M, N, d)
-        den = ops.sum(phi_q * z, axis=-1, keepdims=True)            # (B, M, N, 1)
+        num, den = kernel_attention(phi_q, phi_k, value)            # (B, M, N, d), (.., 1)
         return divide_positive(num, ops.maximum(ops.abs(den), self.epsilon))
 
     def _causal(self, phi_q, phi_k, value, gates, num_tokens):
