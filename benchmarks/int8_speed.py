@@ -352,6 +352,83 @@ def _tabulated(content: bytes) -> bytes:
     return serialize_flatbuffer(model, size_hint=len(content) + 1024)
 
 
+def _zero_point_0_operands(content: bytes) -> bytes:
+    """Every BATCH_MATMUL's second operand at zero point 0, with the TRANSPOSE feeding it (as
+    `activation_ranges.zero_offset_matmul_operands` gives a product of several rows)."""
+    from keras_mvit2.export.tflite.flatbuffer import (
+        op_names,
+        parse_flatbuffer,
+        serialize_flatbuffer,
+        tensor_indices,
+    )
+
+    model = parse_flatbuffer(content)
+    kinds = op_names(model)
+    graph = model.subgraphs[0]
+    producer = {o: op for op in graph.operators for o in tensor_indices(op.outputs)}
+    for op in graph.operators:
+        if kinds[op.opcodeIndex] != "BATCH_MATMUL":
+            continue
+        second = tensor_indices(op.inputs)[1]
+        chain = [second]
+        if second in producer and kinds[producer[second].opcodeIndex] == "TRANSPOSE":
+            chain.append(tensor_indices(producer[second].inputs)[0])
+        for i in chain:
+            graph.tensors[i].quantization.zeroPoint = np.array([0], np.int64)
+    return serialize_flatbuffer(model, size_hint=len(content) + 1024)
+
+
+def _association_cases() -> list[tuple[str, str, dict[str, bytes], int]]:
+    """Linformer's weighted sum with its `F v` operand either way round, and a linear
+    attention's `phi_q phi_k^T v` in either association (`functional.linformer_attention`,
+    `functional.kernel_attention`), at the shapes of MobileViTV2-0.5's blocks."""
+    import tensorflow as tf
+
+    def weighted_sum(a, v):                      # the second operand (K, N)
+        return tf.linalg.matmul(a, v)
+
+    def weighted_sum_t(a, v_t):                  # the second operand (N, K): adjoint flag
+        return tf.linalg.matmul(a, v_t, adjoint_b=True)
+
+    def linear(pq, pk, v):                       # phi_q (phi_k^T v)
+        return tf.linalg.matmul(pq, tf.linalg.matmul(pk, v, adjoint_a=True))
+
+    def state_transposed(pq, pk, v):             # phi_q (v^T phi_k)^T
+        return tf.linalg.matmul(pq, tf.linalg.matmul(v, pk, adjoint_a=True), adjoint_b=True)
+
+    def token_first(pq, pk, v):                  # (phi_q phi_k^T) v
+        return tf.linalg.matmul(tf.linalg.matmul(pq, pk, adjoint_b=True), v)
+
+    cases = []
+    weights, values = (4, 4, 16, 256), (4, 4, 256, 16)
+    ranges = ((0, 1), (-1, 1))
+    cases.append(("BATCH_MATMUL", "Linformer's weighted sum at 16 tokens, (16, 256) @ (256, 16)"
+                  ", 16 batches x heads", {
+                      "float32, second operand (K, N)": _float_graph(weighted_sum,
+                                                                     (weights, values)),
+                      "int8, second operand (K, N)": _zero_point_0_operands(
+                          _int8_graph(weighted_sum, (weights, values), ranges)),
+                      "int8, second operand (N, K), adjoint flag": _zero_point_0_operands(
+                          _int8_graph(weighted_sum_t, (weights, (4, 4, 16, 256)), ranges))},
+                  int(np.prod(weights)) * values[-1]))
+    for tokens, channels, forms in ((16, 16, (linear, token_first)),
+                                    (4, 24, (linear, token_first)),
+                                    (256, 16, (linear, state_transposed))):
+        shapes = ((4, 4, tokens, 128), (4, 4, tokens, 128), (4, 4, tokens, channels))
+        ranges = ((-0.1, 0.1), (-0.1, 0.1), (-1, 1))
+        names = {linear: "phi_q (phi_k^T v)", token_first: "(phi_q phi_k^T) v",
+                 state_transposed: "phi_q (v^T phi_k)^T"}
+        files = {}
+        for form in forms:
+            files[f"float32, {names[form]}"] = _float_graph(form, shapes)
+            files[f"int8, {names[form]}"] = _zero_point_0_operands(
+                _int8_graph(form, shapes, ranges))
+        cases.append(("products of three", f"phi_q phi_k^T v, {tokens} tokens, 128 features, "
+                      f"{channels} channels, 16 batches x heads (MACs: the linear form's)", files,
+                      16 * 2 * tokens * 128 * channels))
+    return cases
+
+
 def kernels(args: argparse.Namespace, folder: str) -> list[dict[str, Any]]:
     """Single ops of the attentions' shapes, each form timed interleaved, 1 thread."""
     import tensorflow as tf
@@ -376,6 +453,7 @@ def kernels(args: argparse.Namespace, folder: str) -> list[dict[str, Any]]:
             "int8, second operand at zero point 3 (LiteRT's kernel)":
                 _with_second_operand_zero_point(int8, 3)},
             int(np.prod(a[:-1])) * a[-1] * b[-1]))
+    cases += _association_cases()
     values, divisor = (4, 4, 256, 16), (4, 4, 256, 1)
 
     def divide(v, d):  # by 1 + |d| >= 1: any int8 input is a valid divisor
@@ -484,7 +562,7 @@ def kernels_table(result: dict[str, Any]) -> list[str]:
              "|---|---|---|---:|---:|"]
     for k in result["kernels"]:
         per = 1e6 * k["ms"]["median"] / k["elements_or_macs"]
-        per = per * 1000 if k["op"] == "BATCH_MATMUL" else per
+        per = per * 1000 if k["op"] in ("BATCH_MATMUL", "products of three") else per
         lines.append(f"| {k['op']} | {k['what']} | {k['form']} | {_ms(k['ms'])} | "
                      f"{per:.2f} |")
     return lines

@@ -187,6 +187,8 @@ CONTROL_ROW = "mobilenetv2_050 int8 plain converter"
 SPEED = "int8_speed.json"
 SPEED_AVX2 = "int8_speed_avx2/int8_speed.json"
 SPEED_INTEL = "int8_speed_intel/int8_speed.json"
+#: The same benchmark at 64x64 only, Linformer and RFA, profiled at that size.
+SPEED_INTEL_64 = "int8_speed_intel_64/int8_speed.json"
 #: The `mvit2 finetune` runs of the QAT on the shipped graph (finetune_int8_check.json).
 FINETUNE_QAT_RUNS = ("run_standin_2026_12_03", "run_random_2026_12_03")
 #: The two fine-tunes `torch_road_int8.py` measured last (torch_road_int8.json).
@@ -423,6 +425,13 @@ for _name, _file, _heading in (
         ("root_cause_float_islands", "int8_root_cause.md", "Float islands"),
         ("groupnorm_variance_int8", "groupnorm_variance_int8.md", None)):
     RENDERERS[_name] = _section(_file, _heading)
+# Each attention's int8 files against Keras on unseen images, and the two files of one model
+# image by image; the same trained models converted by the code before the associations
+# with fewer multiply-adds (its own folder).
+RENDERERS["attention_int8_agreement"] = _section("attention_int8_agreement.md", None)
+RENDERERS["attention_int8_agreement_paired"] = _section("attention_int8_agreement.md", None, 1)
+RENDERERS["attention_int8_agreement_before"] = _section(
+    "attention_int8_agreement_40a7e6b/attention_int8_agreement.md", None)
 
 
 @renderer("qat_variants")
@@ -460,7 +469,8 @@ renderer("int8_speed_variants")(functools.partial(_int8_speed_variants, name=SPE
 # The same benchmark's gate, profile and variants on each other host, from its own result
 # folder: blocks `int8_speed_gate_<host>`, `int8_speed_profile_<host>` and
 # `int8_speed_variants_<host>`.
-for _host, _name in {"avx2": SPEED_AVX2, "intel": SPEED_INTEL}.items():
+for _host, _name in {"avx2": SPEED_AVX2, "intel": SPEED_INTEL,
+                     "intel_64": SPEED_INTEL_64}.items():
     renderer(f"int8_speed_gate_{_host}")(functools.partial(_int8_speed_gate, name=_name))
     renderer(f"int8_speed_profile_{_host}")(functools.partial(_int8_speed_profile,
                                                                name=_name))
