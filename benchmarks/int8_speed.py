@@ -321,40 +321,12 @@ def _float_graph(function, shapes: Sequence[tuple[int, ...]]) -> bytes:
         [graph.get_concrete_function()]).convert()
 
 
-def _with_second_operand_zero_point(content: bytes, zero_point: int,
+def _with_second_operand_zero_point(content: bytes, zero_point: int = 0,
                                     squares_only: bool = False) -> bytes:
     """Timing only: every BATCH_MATMUL's second operand (of a tensor times itself only, with
-    `squares_only`) at `zero_point` (0: XNNPACK takes the product; else LiteRT's kernel)."""
-    from keras_mvit2.export.tflite.flatbuffer import (
-        op_names,
-        parse_flatbuffer,
-        serialize_flatbuffer,
-        tensor_indices,
-    )
-
-    model = parse_flatbuffer(content)
-    kinds = op_names(model)
-    graph = model.subgraphs[0]
-    for op in graph.operators:
-        ins = tensor_indices(op.inputs)
-        if kinds[op.opcodeIndex] == "BATCH_MATMUL" and (not squares_only or ins[0] == ins[1]):
-            graph.tensors[ins[1]].quantization.zeroPoint = np.array([zero_point], np.int64)
-    return serialize_flatbuffer(model, size_hint=len(content) + 1024)
-
-
-def _tabulated(content: bytes) -> bytes:
-    """The file as `to_tflite` writes it: RSQRT / SQRT tables (`int8_kernels`)."""
-    from keras_mvit2.export.tflite.flatbuffer import parse_flatbuffer, serialize_flatbuffer
-    from keras_mvit2.export.tflite.int8_kernels import for_fast_kernels
-
-    model = parse_flatbuffer(content)
-    for_fast_kernels(model)
-    return serialize_flatbuffer(model, size_hint=len(content) + 1024)
-
-
-def _zero_point_0_operands(content: bytes) -> bytes:
-    """Every BATCH_MATMUL's second operand at zero point 0, with the TRANSPOSE feeding it (as
-    `activation_ranges.zero_offset_matmul_operands` gives a product of several rows)."""
+    `squares_only`), and the input of a TRANSPOSE feeding it, at `zero_point` (0: XNNPACK
+    takes the product, as `activation_ranges.zero_offset_matmul_operands` gives a product of
+    several rows; else LiteRT's kernel)."""
     from keras_mvit2.export.tflite.flatbuffer import (
         op_names,
         parse_flatbuffer,
@@ -367,14 +339,24 @@ def _zero_point_0_operands(content: bytes) -> bytes:
     graph = model.subgraphs[0]
     producer = {o: op for op in graph.operators for o in tensor_indices(op.outputs)}
     for op in graph.operators:
-        if kinds[op.opcodeIndex] != "BATCH_MATMUL":
+        ins = tensor_indices(op.inputs)
+        if kinds[op.opcodeIndex] != "BATCH_MATMUL" or (squares_only and ins[0] != ins[1]):
             continue
-        second = tensor_indices(op.inputs)[1]
-        chain = [second]
-        if second in producer and kinds[producer[second].opcodeIndex] == "TRANSPOSE":
-            chain.append(tensor_indices(producer[second].inputs)[0])
-        for i in chain:
-            graph.tensors[i].quantization.zeroPoint = np.array([0], np.int64)
+        operand = [ins[1]]
+        if ins[1] in producer and kinds[producer[ins[1]].opcodeIndex] == "TRANSPOSE":
+            operand.append(tensor_indices(producer[ins[1]].inputs)[0])
+        for i in operand:
+            graph.tensors[i].quantization.zeroPoint = np.array([zero_point], np.int64)
+    return serialize_flatbuffer(model, size_hint=len(content) + 1024)
+
+
+def _tabulated(content: bytes) -> bytes:
+    """The file as `to_tflite` writes it: RSQRT / SQRT tables (`int8_kernels`)."""
+    from keras_mvit2.export.tflite.flatbuffer import parse_flatbuffer, serialize_flatbuffer
+    from keras_mvit2.export.tflite.int8_kernels import for_fast_kernels
+
+    model = parse_flatbuffer(content)
+    for_fast_kernels(model)
     return serialize_flatbuffer(model, size_hint=len(content) + 1024)
 
 
@@ -406,9 +388,9 @@ def _association_cases() -> list[tuple[str, str, dict[str, bytes], int]]:
                   ", 16 batches x heads", {
                       "float32, second operand (K, N)": _float_graph(weighted_sum,
                                                                      (weights, values)),
-                      "int8, second operand (K, N)": _zero_point_0_operands(
+                      "int8, second operand (K, N)": _with_second_operand_zero_point(
                           _int8_graph(weighted_sum, (weights, values), ranges)),
-                      "int8, second operand (N, K), adjoint flag": _zero_point_0_operands(
+                      "int8, second operand (N, K), adjoint flag": _with_second_operand_zero_point(
                           _int8_graph(weighted_sum_t, (weights, (4, 4, 16, 256)), ranges))},
                   int(np.prod(weights)) * values[-1]))
     for tokens, channels, forms in ((16, 16, (linear, token_first)),
@@ -421,7 +403,7 @@ def _association_cases() -> list[tuple[str, str, dict[str, bytes], int]]:
         files = {}
         for form in forms:
             files[f"float32, {names[form]}"] = _float_graph(form, shapes)
-            files[f"int8, {names[form]}"] = _zero_point_0_operands(
+            files[f"int8, {names[form]}"] = _with_second_operand_zero_point(
                 _int8_graph(form, shapes, ranges))
         cases.append(("products of three", f"phi_q phi_k^T v, {tokens} tokens, 128 features, "
                       f"{channels} channels, 16 batches x heads (MACs: the linear form's)", files,
@@ -493,10 +475,11 @@ def kernels(args: argparse.Namespace, folder: str) -> list[dict[str, Any]]:
 # Report
 
 
-def _ms(t: dict[str, Any]) -> str:
+def _ms(t: dict[str, Any], digits: int = 2) -> str:
     low, high = t["low"], t["high"]
-    band = f" ({low:.2f}-{high:.2f})" if low is not None and high is not None else ""
-    return f"{t['median']:.2f}{band}"
+    band = (f" ({low:.{digits}f}-{high:.{digits}f})" if low is not None and high is not None
+            else "")
+    return f"{t['median']:.{digits}f}{band}"
 
 
 def verdict(result: dict[str, Any]) -> str:
@@ -563,7 +546,7 @@ def kernels_table(result: dict[str, Any]) -> list[str]:
     for k in result["kernels"]:
         per = 1e6 * k["ms"]["median"] / k["elements_or_macs"]
         per = per * 1000 if k["op"] in ("BATCH_MATMUL", "products of three") else per
-        lines.append(f"| {k['op']} | {k['what']} | {k['form']} | {_ms(k['ms'])} | "
+        lines.append(f"| {k['op']} | {k['what']} | {k['form']} | {_ms(k['ms'], 3)} | "
                      f"{per:.2f} |")
     return lines
 

@@ -476,6 +476,8 @@ for _host, _name in {"avx2": SPEED_AVX2, "intel": SPEED_INTEL,
                                                                name=_name))
     renderer(f"int8_speed_variants_{_host}")(functools.partial(_int8_speed_variants,
                                                                 name=_name))
+renderer("int8_speed_kernels_intel")(lambda results: "\n".join(
+    _benchmark("int8_speed").kernels_table(results.json(SPEED_INTEL))))
 
 
 @renderer("int8_speed_separable")

@@ -67,8 +67,8 @@ so full int8 computes `(b^T a^T)^T` where the second operand would be the larger
 the first is a constant (it is then packed once, when the file loads). A run-time second
 operand that the math can produce transposed, `(..., N, K)`, is taken so (the adjoint flag):
 XNNPACK packs it row by row, where a `(..., K, N)` one costs a gather per invoke (Linformer's
-`F v`, `functional.linformer_attention`: 41.6 against 66.4 us for its weighted sum at 16
-tokens, Intel host).
+`F v`, `functional.linformer_attention`: 45 against 68 us for its weighted sum at 16
+tokens, Intel host, `benchmarks/results/int8_speed_intel/`).
 
 Presets: `KERAS` (the default, everything the first row), `INT8` (`KERAS` with the
 `"one_pass_matmul"` variance, the flow epsilon omitted and `"small_second"` products),

@@ -429,11 +429,12 @@ def kernel_attention(phi_q, phi_k, values, *, forms: ExportForms | None = None):
     few tokens (`N (F + d) < 2 F d`: RFA's 128 features and 16-32 channels below about 28-51
     tokens, e.g. every block at 64x64), else `phi_q (phi_k^T v)`, `2 N F d`, the linear
     form, and `phi_q . sum_t phi_k`. With few tokens the linear form's products are all
-    per-invoke overhead (RFA at 64x64, 1 thread, 16 tokens: 34.0 against 75.4 us int8, 30.4
-    against 44.4 us float32; 4 tokens 31.0 against 83.8 us int8, Intel host). The linear
-    form keeps `phi_k^T v` as `(F, d)` in every form: its transpose `v^T phi_k` would give
-    `phi_q (.)` a second operand XNNPACK packs row by row, but `v^T phi_k` itself then packs
-    the `(N, F)` features column by column (256 tokens: 466 against 229 us int8).
+    per-invoke overhead (RFA's shapes, 16 batches x heads, 1 thread, Intel host: 16 tokens
+    31 against 73 us int8, 27 against 39 us float32; 4 tokens 29 against 80 us int8;
+    `benchmarks/results/int8_speed_intel/`, the kernels). The linear form keeps `phi_k^T v`
+    as `(F, d)` in every form: its transpose `v^T phi_k` would give `phi_q (.)` a second
+    operand XNNPACK packs row by row, but `v^T phi_k` itself then packs the `(N, F)` features
+    column by column (256 tokens: 472 against 231 us int8).
     """
     num_tokens, features, channels = phi_q.shape[2], phi_q.shape[-1], values.shape[-1]
     if _fewer_macs_token_first(num_tokens, features + channels, 2 * features * channels):
@@ -461,9 +462,9 @@ def linformer_attention(query, key, value, e, f, num_heads: int, softmax: Callab
     `"small_second"` (full int8, (8)) takes `F v` in the layout XNNPACK packs row by row:
     `(F v)^T = v^T F^T`, `(B, D, p)` (one FULLY_CONNECTED), reshaped to `(B, H, hd, p)`
     without a transpose (the weighted sum at 16 tokens, `(16, 256) @ (256, 16)` for 16 heads
-    x patch positions: 41.6 against 66.4 us int8, Intel host); a float graph keeps `(B, H,
-    p, hd)` (XNNPACK's float product measured slower with the transposed operand: 37.8
-    against 27.2 us at 4 tokens).
+    x patch positions: 45 against 68 us int8, Intel host, the kernels of
+    `benchmarks/results/int8_speed_intel/`); a float graph keeps `(B, H, p, hd)`, whose
+    float product XNNPACK packs no slower (43 us).
     """
     num_tokens, dim = query.shape[1], query.shape[-1]
     p, head_dim = e.shape[0], dim // num_heads
