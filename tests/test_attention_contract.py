@@ -47,10 +47,14 @@ def _host(name: str) -> keras.Model:
     return model
 
 
-def _products(path) -> tuple[int, int]:
-    """`(all, one-row)` BATCH_MATMULs of a `.tflite` file: a one-row one has a first operand
-    of one row (after its adjoint flag), as the GroupNorm's x . x or a one-token attention,
-    and a second operand computed at run time (a constant one is packed once, at load)."""
+def _products(path) -> tuple[int, int, int]:
+    """`(all, one-row, sigmoid-second)` BATCH_MATMULs of a `.tflite` file: a one-row one has a
+    first operand of one row (after its adjoint flag), as the GroupNorm's x . x or a one-token
+    attention, and a second operand computed at run time (a constant one is packed once, at
+    load); a sigmoid-second one (of several rows) takes a LOGISTIC's output second, whose int8
+    zero point the kernel fixes at -128 (Mobile-Attention's `phi(q) phi(k)^T` for few tokens,
+    `functional.kernel_numerator`), so XNNPACK, which takes a product only at zero point 0,
+    leaves it to LiteRT's kernel."""
     from keras_mvit2.export.tflite.flatbuffer import (
         constant_array,
         op_names,
@@ -60,14 +64,17 @@ def _products(path) -> tuple[int, int]:
 
     model = parse_flatbuffer(str(path))
     kinds, graph = op_names(model), model.subgraphs[0]
-    one_row = []
+    producer = {out: kinds[op.opcodeIndex] for op in graph.operators
+                for out in tensor_indices(op.outputs)}
+    one_row, sigmoid_second = [], []
     for op in graph.operators:
         if kinds[op.opcodeIndex] == "BATCH_MATMUL":
             shape = tensor_indices(graph.tensors[int(op.inputs[0])].shape)
             rows = shape[-1] if op.builtinOptions.adjX else shape[-2]
             constant = constant_array(model, graph.tensors[int(op.inputs[1])]) is not None
             one_row.append(rows == 1 and not constant)
-    return len(one_row), sum(one_row)
+            sigmoid_second.append(rows != 1 and producer.get(int(op.inputs[1])) == "LOGISTIC")
+    return len(one_row), sum(one_row), sum(sigmoid_second)
 
 
 def _images(n: int, seed: int = 0) -> np.ndarray:
@@ -111,12 +118,15 @@ def test_int8_full_integer_within_the_declared_float_ops(name, tmp_path):
         assert np.all(np.isfinite(run_tflite(strict.path, _images(2))))
     # The kernels int8 is fast in (benchmarks/int8_speed.py times them): no int8 DIV (slow,
     # and it fails on a divisor rounded to 0), and every product in XNNPACK but those of one
-    # row (which XNNPACK's packing never repays): they stay in LiteRT's kernel.
+    # row (which XNNPACK's packing never repays) and those with a sigmoid second (XNNPACK
+    # refuses its fixed zero point): they stay in LiteRT's kernel.
     assert "DIV" not in report.op_histogram, (name, report.op_histogram)
-    products, one_row = _products(report.path)
+    products, one_row, sigmoid_second = _products(report.path)
     assert one_row >= 2 * 9 + 3  # the norms' x . x: two in each of 9 layers, one per block
-    assert products > one_row  # and the attentions' own
-    assert report.ops_outside_xnnpack.get("BATCH_MATMUL", 0) == one_row, (
+    assert products > one_row + sigmoid_second  # and the attentions' own
+    # Mobile-Attention's scores of the 4 tokens at 64x64, one in each of the 4 blocks
+    assert sigmoid_second == (4 if name == "mobile_attention" else 0), (name, sigmoid_second)
+    assert report.ops_outside_xnnpack.get("BATCH_MATMUL", 0) == one_row + sigmoid_second, (
         name, report.ops_outside_xnnpack)
     # QAT's trainable graph is the calibrated graph: LiteRT runs it to the same outputs.
     if name not in QAT_ON_BATCHES:

@@ -65,14 +65,17 @@ def test_tflite_builtin_only_and_equal_to_keras(name, host, tmp_path, rng, capsy
     np.testing.assert_allclose(got, want, atol=1e-4 * scale)
     if host == "deit_tiny":
         # Linear cost, checked on the converted graph: no tensor with two axes of N tokens,
-        # but where an N x N matrix takes fewer multiply-adds than the linear form (RFA's
-        # `functional.kernel_attention`: N (F + d) < 2 F d, here 37 tokens, F = 128, d = 64).
+        # but where an N x N matrix takes fewer multiply-adds than the linear form (the kernel
+        # attentions' `functional.kernel_numerator`: N (F + d) < 2 F d, here 37 tokens; RFA's
+        # F = 128 features and d = 64 channels take it, Mobile-Attention's F = d = 64 too).
         tensors = _tflite_tensor_shapes(report.path)
         quadratic = [s for s in tensors if _max_axes_equal(s, DEIT_TOKENS) >= 2]
-        if name == "rfa":
-            layer = next(x for x in model._flatten_layers()
-                         if isinstance(x, mv.layers.RandomFeatureAttention))
-            f, d = layer.num_features, layer.head_dim
+        if name in ("rfa", "mobile_attention"):
+            kind = (mv.layers.RandomFeatureAttention if name == "rfa"
+                    else mv.layers.MobileAttention)
+            layer = next(x for x in model._flatten_layers() if isinstance(x, kind))
+            d = layer.head_dim
+            f = layer.num_features if name == "rfa" else d
             assert bool(quadratic) == (DEIT_TOKENS * (f + d) < 2 * f * d), (f, d, quadratic[:3])
         elif name in LINEAR:
             assert quadratic == [], f"{name} has N x N tensors: {quadratic[:3]}"

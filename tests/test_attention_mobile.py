@@ -242,6 +242,28 @@ def test_competition_sums_to_num_tokens_per_head(rng):
     )
 
 
+@pytest.mark.parametrize("forms", ["KERAS", "INT8"])
+@pytest.mark.parametrize("tokens,heads,token_first", [(5, 2, True), (16, 4, False)])
+def test_token_mixing_associations_match_numpy_oracle(tokens, heads, token_first, forms, rng):
+    """`(q k^T) (c v)` for fewer tokens than channels per head (N (d + d) < 2 d d
+    multiply-adds), `q (k^T (c v))` otherwise, in Keras' and full int8's forms; the oracle
+    takes the N x N matrix either way (int8's forms omit the flow epsilon, export_forms (7):
+    the oracle's eps is 0 there)."""
+    from keras_mvit2.layers import export_forms
+
+    x = rng.normal(size=(2, tokens, 32)).astype("float32")
+    layer = MobileAttention(num_heads=heads)
+    layer.build(x.shape)
+    _randomize(layer, seed=5)
+    shapes = [s for _, s in _graph_outputs(layer, x.shape)]
+    assert ((2, heads, tokens, tokens) in shapes) == token_first
+    want, _ = np_mobile_attention(x, *_weights(layer), heads=heads,
+                                  eps=layer.eps if forms == "KERAS" else 0.0)
+    with export_forms.tracing(getattr(export_forms, forms)):
+        got = _np(layer(x))
+    assert _rel_err(got, want) < 2e-6, _rel_err(got, want)
+
+
 # ---------------------------------------------------------------- linear cost, rank
 
 

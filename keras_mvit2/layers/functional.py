@@ -422,28 +422,44 @@ def _fewer_macs_token_first(num_tokens, quadratic: int, linear: int) -> bool:
 def kernel_attention(phi_q, phi_k, values, *, forms: ExportForms | None = None):
     """A linear (kernel) attention's numerator and denominator, per head: `phi_q phi_k^T v`
     `(B, M, N, d)` and `phi_q phi_k^T 1` `(B, M, N, 1)`, of `(B, M, N, F)` feature maps and
-    `(B, M, N, d)` values.
+    `(B, M, N, d)` values; the numerator as `kernel_numerator` associates it. The
+    denominator: the row sums of `phi_q phi_k^T` where that matrix is formed, else
+    `phi_q . sum_t phi_k`."""
+    num, scores = _associated_numerator(phi_q, phi_k, values, forms)
+    if scores is not None:
+        return num, ops.sum(scores, axis=-1, keepdims=True)
+    key_sum = ops.sum(phi_k, axis=2, keepdims=True)                        # (B, M, 1, F)
+    return num, ops.sum(phi_q * key_sum, axis=-1, keepdims=True)           # (B, M, N, 1)
+
+
+def kernel_numerator(phi_q, phi_k, values, *, forms: ExportForms | None = None):
+    """`phi_q phi_k^T v` per head `(B, M, N, d)`, of `(B, M, N, F)` feature maps and
+    `(B, M, N, d)` values: the token mixing of every linear attention (RFA's numerator,
+    Mobile-Attention's `q k^T (c v)`).
 
     Associated where it takes fewer multiply-adds (static shapes, every form): `(phi_q
-    phi_k^T) v`, `N^2 (F + d)`, and the denominator as the row sums of `phi_q phi_k^T`, for
-    few tokens (`N (F + d) < 2 F d`: RFA's 128 features and 16-32 channels below about 28-51
-    tokens, e.g. every block at 64x64), else `phi_q (phi_k^T v)`, `2 N F d`, the linear
-    form, and `phi_q . sum_t phi_k`. With few tokens the linear form's products are all
-    per-invoke overhead (RFA's shapes, 16 batches x heads, 1 thread, Intel host: 16 tokens
-    31 against 73 us int8, 27 against 39 us float32; 4 tokens 29 against 80 us int8;
-    `benchmarks/results/int8_speed_intel/`, the kernels). The linear form keeps `phi_k^T v`
-    as `(F, d)` in every form: its transpose `v^T phi_k` would give `phi_q (.)` a second
-    operand XNNPACK packs row by row, but `v^T phi_k` itself then packs the `(N, F)` features
-    column by column (256 tokens: 472 against 231 us int8).
+    phi_k^T) v`, `N^2 (F + d)`, for few tokens (`N (F + d) < 2 F d`: RFA's 128 features and
+    16-32 channels below about 28-51 tokens, e.g. every block at 64x64; Mobile-Attention's
+    `F = d` below d tokens, e.g. its 4 and 1 tokens of 24 and 32 channels at 64x64), else
+    `phi_q (phi_k^T v)`, `2 N F d`, the linear form. With few tokens the linear form's
+    products are all per-invoke overhead (RFA's shapes, 16 batches x heads, 1 thread, Intel
+    host: 16 tokens 31 against 73 us int8, 27 against 39 us float32; 4 tokens 29 against
+    80 us int8; `benchmarks/results/int8_speed_intel/`, the kernels). The linear form keeps
+    `phi_k^T v` as `(F, d)` in every form: its transpose `v^T phi_k` would give `phi_q (.)`
+    a second operand XNNPACK packs row by row, but `v^T phi_k` itself then packs the
+    `(N, F)` features column by column (256 tokens: 472 against 231 us int8).
     """
+    return _associated_numerator(phi_q, phi_k, values, forms)[0]
+
+
+def _associated_numerator(phi_q, phi_k, values, forms: ExportForms | None):
+    """`(phi_q phi_k^T v, phi_q phi_k^T or None)`: see `kernel_numerator`."""
     num_tokens, features, channels = phi_q.shape[2], phi_q.shape[-1], values.shape[-1]
     if _fewer_macs_token_first(num_tokens, features + channels, 2 * features * channels):
         scores = product(phi_q, phi_k, transpose_b=True, forms=forms)      # (B, M, N, N)
-        return product(scores, values, forms=forms), ops.sum(scores, axis=-1, keepdims=True)
-    key_sum = ops.sum(phi_k, axis=2, keepdims=True)                        # (B, M, 1, F)
-    den = ops.sum(phi_q * key_sum, axis=-1, keepdims=True)                 # (B, M, N, 1)
+        return product(scores, values, forms=forms), scores
     state = ops.matmul(_swap_last(phi_k), values)                          # (B, M, F, d)
-    return product(phi_q, state, forms=forms), den
+    return product(phi_q, state, forms=forms), None
 
 
 def linformer_attention(query, key, value, e, f, num_heads: int, softmax: Callable, *,

@@ -8,8 +8,8 @@ from keras_mvit2.layers import attention_registry
 from keras_mvit2.layers.functional import (
     divide_positive,
     flow_factor,
+    kernel_numerator,
     mobile_attention_flows,
-    product,
 )
 from keras_mvit2.layers.multi_head_attention import dense_on_tokens, head_dim_of
 from keras_mvit2.layers.token_mixer import TokenMixer
@@ -69,8 +69,11 @@ class MobileAttention(TokenMixer):
     The allocation factor `N_q / N_k` of the code is 1 (self-attention only: the
     flows compare heads token by token) and is left out.
 
-    No tensor is N x N: the token mixing is `q (k^T (c v))`, a `(d, d)` matrix
-    per head (two BATCH_MATMUL in TFLite), and every tensor has rank <= 4. Under
+    The token mixing `q k^T (c v)` is `functional.kernel_numerator`: `q (k^T (c v))`
+    through a `(d, d)` matrix per head (linear cost, no N x N tensor) for N >= d
+    tokens, `(q k^T) (c v)` for fewer (it takes fewer multiply-adds: MobileViTV2's
+    4 and 1 tokens of 24 and 32 channels at 64x64); two BATCH_MATMUL in TFLite
+    either way, and every tensor has rank <= 4. Under
     mixed precision the flows and the token mixing run in float32 (eps = 1e-6 is
     subnormal in float16); the projections use the compute dtype.
 
@@ -199,15 +202,6 @@ class MobileAttention(TokenMixer):
         return ops.sum(flow_factor(q, self.eps) * flow_factor(k_tokens, self.eps),
                        axis=-1)                                     # (B, M, N)
 
-    def _token_mixing(self, q, k, v):
-        """`q (k^T v)` per head: `(B, M, N, d)` -> `(B, M, N, d)` via a `(d, d)` state.
-
-        Two BATCH_MATMUL (the transpose folds into `adj_x`); a matmul-free form
-        (d multiply + reduce passes) runs slower in LiteRT, so it is not offered.
-        """
-        kv = ops.matmul(ops.transpose(k, (0, 1, 3, 2)), v)          # (B, M, d, d)
-        return product(q, kv)                                       # (B, M, N, d)
-
     # ------------------------------------------------------------------ public
 
     def flows(self, tokens) -> dict:
@@ -236,7 +230,7 @@ class MobileAttention(TokenMixer):
         flows = self._flows(q, k)
         competition = self.competition_dropout(flows["competition"], training=training)
         v = v * ops.expand_dims(competition, -1)                    # (B*P, M, N, d)
-        y = self._token_mixing(q, k, v)                             # (B*P, M, N, d)
+        y = kernel_numerator(q, k, v)                               # (B*P, M, N, d)
         scale = divide_positive(flows["allocation"],
                                 self._normaliser(q, k, flows["incoming"]))  # (B*P, M, N)
         y = y * ops.expand_dims(scale, -1)                          # (B*P, M, N, d)
